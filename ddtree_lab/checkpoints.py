@@ -1,0 +1,58 @@
+"""Shipped checkpoints: HF directories under ``data/checkpoints/`` with a manifest.
+
+Each directory holds the weights (safetensors, bf16 to keep the repo small), its config and
+``manifest.json`` (sha256 of every file, the training config, the corpus manifest, final
+validation loss, train time). Loading checks every hash: a missing file names the command
+that rebuilds it, a corrupted file is named.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from .data import DATA_DIR
+
+CKPT_DIR = DATA_DIR / "checkpoints"
+REBUILD = {"target": "ddtree-lab train-target --arch {arch}",
+           "drafter": "ddtree-lab train-drafter --arch {arch}"}
+
+
+def ckpt_path(arch: str, kind: str, root: Path = CKPT_DIR) -> Path:
+    """data/checkpoints/{arch}-{kind}, kind 'target' or 'drafter'."""
+    return Path(root) / f"{arch}-{kind}"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, **info) -> dict:
+    """Hash every file in ``directory`` (except the manifest) and store it with ``info``."""
+    directory = Path(directory)
+    files = {p.name: sha256_file(p) for p in sorted(directory.iterdir())
+             if p.is_file() and p.name != "manifest.json"}
+    man = {"files": files, **info}
+    (directory / "manifest.json").write_text(json.dumps(man, indent=1, default=str))
+    return man
+
+
+def check_manifest(directory: Path, rebuild: str = "") -> dict:
+    """The manifest of a checkpoint directory, after checking every file's sha256."""
+    directory = Path(directory)
+    hint = f"; rebuild it with `{rebuild}`" if rebuild else ""
+    man_path = directory / "manifest.json"
+    if not man_path.is_file():
+        raise FileNotFoundError(f"{man_path} is missing{hint}")
+    man = json.loads(man_path.read_text())
+    for name, digest in man["files"].items():
+        p = directory / name
+        if not p.is_file():
+            raise FileNotFoundError(f"{p} is missing{hint}")
+        if sha256_file(p) != digest:
+            raise ValueError(f"{p} is corrupted (sha256 does not match manifest.json){hint}")
+    return man

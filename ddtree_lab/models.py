@@ -1,0 +1,157 @@
+"""Tiny targets built from the real `transformers` architecture classes.
+
+Two named presets (STYLE.md: one frozen dataclass per model config, a table of presets):
+- ``"gdn"``: ``Qwen3_5ForCausalLM`` (Qwen3.5/3.6 text stack): Gated DeltaNet layers and full
+  attention 3:1, causal conv kernel 4, grouped key/value heads (RESEARCH.md section 4).
+- ``"mla"``: ``DeepseekV3ForCausalLM`` (Kimi K2.6 / DeepSeek-V3): MLA with low-rank q/kv and a
+  rope/nope split, MoE with one shared expert, first layer dense.
+
+``load_target(path)`` loads any local HF checkpoint directory of either class, so the same code
+runs a real Qwen3.6 or Kimi checkpoint.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+ARCHS = ("gdn", "mla")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """Size of a tiny target; the architecture-specific fields keep the real models' ratios."""
+
+    arch: str
+    vocab_size: int = 4096
+    hidden_size: int = 192
+    num_layers: int = 8
+    num_heads: int = 3
+    max_positions: int = 2048
+    intermediate_size: int = 512
+    # GDN (Qwen3.5): linear-attention heads; value heads are a multiple of key heads (GQA-style)
+    linear_key_heads: int = 2
+    linear_value_heads: int = 4
+    linear_head_dim: int = 48
+    # MLA + MoE (DeepSeek-V3)
+    num_experts: int = 8
+    experts_per_token: int = 2
+    moe_intermediate_size: int = 192  # 2 routed + 1 shared expert: active size ~ the GDN target's
+    extra: dict = field(default_factory=dict)
+
+    def hf_config(self):
+        if self.arch == "gdn":
+            return _qwen35_config(self)
+        if self.arch == "mla":
+            return _deepseek_v3_config(self)
+        raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+
+
+def _qwen35_config(c: TargetConfig) -> Qwen3_5TextConfig:
+    head_dim = c.hidden_size // c.num_heads
+    return Qwen3_5TextConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+        num_key_value_heads=max(1, c.num_heads // 2), head_dim=head_dim,
+        linear_conv_kernel_dim=4, linear_key_head_dim=c.linear_head_dim,
+        linear_value_head_dim=c.linear_head_dim, linear_num_key_heads=c.linear_key_heads,
+        linear_num_value_heads=c.linear_value_heads, max_position_embeddings=c.max_positions,
+        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                   "partial_rotary_factor": 0.25,
+                                                   "mrope_section": [2, 1, 1]},
+        **c.extra,
+    )
+
+
+def _deepseek_v3_config(c: TargetConfig) -> DeepseekV3Config:
+    return DeepseekV3Config(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        moe_intermediate_size=c.moe_intermediate_size, num_hidden_layers=c.num_layers,
+        num_attention_heads=c.num_heads, num_key_value_heads=c.num_heads,
+        n_shared_experts=1, n_routed_experts=c.num_experts, num_experts_per_tok=c.experts_per_token,
+        n_group=1, topk_group=1, first_k_dense_replace=1, routed_scaling_factor=1.0,
+        kv_lora_rank=64, q_lora_rank=96, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+        max_position_embeddings=c.max_positions, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rope_interleave=True,
+        **c.extra,
+    )
+
+
+PRESETS: dict[str, TargetConfig] = {
+    "gdn": TargetConfig("gdn"),
+    "mla": TargetConfig("mla"),
+    # toy sizes for tests: seconds on a CPU
+    "gdn-toy": TargetConfig("gdn", vocab_size=64, hidden_size=32, num_layers=4, num_heads=2,
+                            intermediate_size=64, linear_key_heads=1, linear_value_heads=2,
+                            linear_head_dim=16, max_positions=512),
+    "mla-toy": TargetConfig("mla", vocab_size=64, hidden_size=32, num_layers=3, num_heads=2,
+                            intermediate_size=64, num_experts=4, moe_intermediate_size=16,
+                            max_positions=512),
+}
+
+
+def arch_of(model) -> str:
+    """'gdn' or 'mla' for a loaded model, from its class."""
+    if isinstance(model, Qwen3_5ForCausalLM):
+        return "gdn"
+    if isinstance(model, DeepseekV3ForCausalLM):
+        return "mla"
+    raise ValueError(f"model must be Qwen3_5ForCausalLM or DeepseekV3ForCausalLM, got {type(model).__name__}")
+
+
+def _model_class(arch: str):
+    return {"gdn": Qwen3_5ForCausalLM, "mla": DeepseekV3ForCausalLM}[arch]
+
+
+def build_target(preset: str | TargetConfig, *, dtype=torch.float32, seed: int | None = 0):
+    """A freshly initialised target from a preset name or a TargetConfig."""
+    cfg = PRESETS[preset] if isinstance(preset, str) else preset
+    if isinstance(preset, str) and preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    if seed is not None:
+        torch.manual_seed(seed)
+    hf = cfg.hf_config()
+    hf._attn_implementation = "eager"
+    if cfg.arch == "mla":
+        hf._experts_implementation = "eager"
+    model = _model_class(cfg.arch)(hf).to(dtype)
+    return model.eval()
+
+
+def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = None, **kwargs):
+    """Load a local HF checkpoint directory of a Qwen3.5 or DeepSeek-V3 causal LM.
+
+    ``kwargs`` go to ``from_pretrained`` (``device_map="auto"`` spreads a large model over GPUs).
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"path must be a checkpoint directory with config.json, got {path}")
+    import json
+    model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
+    arch = {"qwen3_5_text": "gdn", "qwen3_5": "gdn", "deepseek_v3": "mla", "kimi_k2": "mla"}.get(model_type)
+    if arch is None:
+        raise ValueError(f"config.json model_type must be qwen3_5_text or deepseek_v3, got {model_type!r}")
+    extra = {"experts_implementation": "eager"} if arch == "mla" else {}
+    model = _model_class(arch).from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                               **extra, **kwargs)
+    if device is not None:
+        model = model.to(device)
+    return model.eval()
+
+
+def count_parameters(model) -> dict:
+    """Total and per-token active parameters (MoE: only the routed experts a token uses)."""
+    total = sum(p.numel() for p in model.parameters())
+    active = total
+    cfg = model.config
+    if arch_of(model) == "mla":
+        per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
+        moe_layers = cfg.num_hidden_layers - cfg.first_k_dense_replace
+        active -= moe_layers * per_expert * (cfg.n_routed_experts - cfg.num_experts_per_tok)
+    return {"total": total, "active": active}
+
+
+def config_dict(cfg: TargetConfig) -> dict:
+    return asdict(cfg)

@@ -1,0 +1,172 @@
+"""One resumable training loop for every model in the lab (targets and drafters).
+
+AdamW, linear warmup then cosine decay over a token budget (a wall-clock cap stops early
+and is recorded), a tqdm bar with the loss, validation loss logged to ``log.csv``, and a
+training state saved atomically every few minutes: kill the run and start it again, it
+continues from the last checkpoint with the same batches (batch ``s`` is drawn from
+``np.random.default_rng([seed, s])``).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    max_tokens: int                 # token budget: the schedule's length
+    batch_size: int = 16
+    seq_len: int = 256
+    lr: float = 3e-3
+    min_lr_frac: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    max_minutes: float | None = None  # wall-clock cap (training stops early, noted in the log)
+    eval_every: int = 200
+    ckpt_every_s: float = 180.0
+    seed: int = 0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def total_steps(self) -> int:
+        return max(1, math.ceil(self.max_tokens / self.tokens_per_step))
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Linear warmup to cfg.lr, then cosine to cfg.lr * min_lr_frac at total_steps."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def random_windows(tokens: np.ndarray, batch_size: int, seq_len: int, rng) -> torch.Tensor:
+    """[batch_size, seq_len + 1] random windows of a token stream."""
+    starts = rng.integers(0, len(tokens) - seq_len - 1, size=batch_size)
+    return torch.from_numpy(np.stack([tokens[s:s + seq_len + 1] for s in starts]).astype(np.int64))
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class _Log:
+    """log.csv with one row per eval; rows past a resumed checkpoint are dropped."""
+
+    FIELDS = ["step", "tokens", "elapsed_s", "lr", "train_loss", "val_loss"]
+
+    def __init__(self, path: Path, resume_step: int):
+        self.path = path
+        rows = []
+        if path.is_file() and resume_step > 0:
+            with path.open() as f:
+                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+        with path.open("w", newline="") as f:
+            w = csv.DictWriter(f, self.FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+
+    def add(self, **row) -> None:
+        with self.path.open("a", newline="") as f:
+            csv.DictWriter(f, self.FIELDS).writerow(row)
+
+
+def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: TrainConfig,
+          out_dir: Path, *, desc: str = "train") -> dict:
+    """Run (or resume) training; returns the final training state summary.
+
+    loss_fn(model, rng) -> scalar loss for one batch drawn with ``rng``;
+    eval_fn(model) -> validation loss (float). Only parameters with requires_grad train.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
+    state_path = out_dir / "train_state.pt"
+    st = {"step": 0, "elapsed_s": 0.0, "val_loss": None, "stopped_by": None}
+    if state_path.is_file():
+        saved = torch.load(state_path, weights_only=False)
+        if saved["config"] != asdict(cfg):
+            raise ValueError(f"{state_path} was written with another config; delete it to restart")
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        st = saved["state"]
+    log = _Log(out_dir / "log.csv", st["step"])
+
+    def save():
+        _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "state": st,
+                      "config": asdict(cfg)}, state_path)
+
+    model.train()
+    bar = tqdm(total=cfg.total_steps, initial=st["step"], desc=desc, dynamic_ncols=True)
+    t0, last_ckpt, ema = time.monotonic() - st["elapsed_s"], time.monotonic(), None
+    while st["step"] < cfg.total_steps:
+        if cfg.max_minutes is not None and st["elapsed_s"] > 60 * cfg.max_minutes:
+            st["stopped_by"] = f"wall-clock cap {cfg.max_minutes} min at step {st['step']}"
+            break
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, st["step"])
+        loss = loss_fn(model, np.random.default_rng([cfg.seed, st["step"]]))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+        st["step"] += 1
+        st["elapsed_s"] = time.monotonic() - t0
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        bar.update(1)
+        bar.set_postfix(loss=f"{ema:.3f}", val=st["val_loss"])
+        last = st["step"] == cfg.total_steps
+        if st["step"] % cfg.eval_every == 0 or last:
+            model.eval()
+            st["val_loss"] = float(eval_fn(model))
+            model.train()
+            log.add(step=st["step"], tokens=st["step"] * cfg.tokens_per_step,
+                    elapsed_s=round(st["elapsed_s"], 1), lr=lr_at(cfg, st["step"] - 1),
+                    train_loss=round(ema, 4), val_loss=round(st["val_loss"], 4))
+        if time.monotonic() - last_ckpt > cfg.ckpt_every_s or last:
+            save()
+            last_ckpt = time.monotonic()
+    bar.close()
+    save()
+    model.eval()
+    return dict(st)
+
+
+@torch.no_grad()
+def lm_eval_loss(model, tokens: np.ndarray, seq_len: int = 256, max_windows: int = 64) -> float:
+    """Mean next-token loss (nats) over up to max_windows disjoint windows of a stream."""
+    n = min(max_windows, (len(tokens) - 1) // seq_len)
+    losses = []
+    for i in range(n):
+        w = torch.from_numpy(tokens[i * seq_len:(i + 1) * seq_len + 1].astype(np.int64))[None]
+        logits = model(w[:, :-1]).logits
+        losses.append(torch.nn.functional.cross_entropy(logits[0].float(), w[0, 1:]).item())
+    return float(np.mean(losses))
+
+
+def lm_loss_fn(tokens: np.ndarray, batch_size: int, seq_len: int) -> Callable:
+    """loss_fn for next-token training on random windows of a token stream."""
+    def loss_fn(model, rng):
+        w = random_windows(tokens, batch_size, seq_len, rng)
+        logits = model(w[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten())
+    return loss_fn

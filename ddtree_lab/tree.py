@@ -1,0 +1,325 @@
+"""DDTree draft trees: build, flatten, accept (DDTree, arXiv 2604.12989, sections 3-4).
+
+One drafter pass gives per-depth logits ``[L, V]``; their softmaxes q_1..q_L define a
+factorised surrogate under which the expected number of accepted draft tokens of a tree is
+the sum over its draft nodes u of q(u), the product of the marginals along u's path
+(Prop. 1). The best tree of B draft nodes is therefore the B most probable prefixes, which
+is prefix-closed; ``build_tree`` finds it by best-first search over the top-K ranks of each
+row (K = min(B, V)) in O(B log B), and ``build_tree_reference`` is its brute-force twin.
+
+Tie rule (shared by both builders, so they agree exactly even with tied probabilities):
+
+* within a row, tokens are ranked by (logit descending, token id ascending);
+* prefixes are ordered by (log weight descending, rank path ascending), where the rank path
+  is the tuple of ranks along the path, compared lexicographically (a path sorts before its
+  extensions). Log weights are float64 sums of log-probabilities, accumulated root first.
+
+Nodes are stored in that order, which is the heap's pop order and is topological: a parent
+never weighs less than its child and its rank path is a prefix of the child's. The budget
+counts draft nodes, not the root: a tree of budget B has B + 1 nodes, node 0 the root (the
+last committed token). Tree buffers (``ancestor_mask``, ``position_ids``) are pure
+functions of the tree.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import operator
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass(frozen=True, eq=False)
+class DraftTree:
+    """A draft tree of N draft nodes plus the root, nodes in topological order.
+
+    tokens:      LongTensor[N+1]     token of each node; tokens[0] = last committed token
+    parents:     LongTensor[N+1]     parent index, parents[0] == -1, parents[i] < i
+    depths:      LongTensor[N+1]     depths[0] == 0, depths[i] == depths[parents[i]] + 1
+    log_weights: DoubleTensor[N+1]   sum of drafter log-probs along the path, 0 at the root
+
+    ``eq=False``: compare trees field by field with ``torch.equal``.
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    depths: torch.Tensor
+    log_weights: torch.Tensor
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        """N, the number of draft nodes (the root excluded)."""
+        return len(self) - 1
+
+    budget = num_nodes
+
+    @cached_property
+    def children(self) -> list[list[int]]:
+        """children[i]: indices of node i's children, ascending."""
+        kids: list[list[int]] = [[] for _ in range(len(self))]
+        for node, parent in enumerate(self.parents.tolist()[1:], start=1):
+            kids[parent].append(node)
+        return kids
+
+    @cached_property
+    def child_by_token(self) -> list[dict[int, int]]:
+        """child_by_token[i][t]: the first child of node i whose token is t."""
+        tokens = self.tokens.tolist()
+        return [{tokens[c]: c for c in reversed(kids)} for kids in self.children]
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root (0) down to ``node``."""
+        parents = self.parents.tolist()
+        path = [node]
+        while path[-1] != 0:
+            path.append(parents[path[-1]])
+        return path[::-1]
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _check_int(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int in [low, high] (high None: unbounded), else ValueError naming it."""
+    allowed = f"[{low}, inf)" if high is None else f"[{low}, {high}]"
+    try:
+        as_int = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        as_int = None
+    if as_int is None or as_int < low or (high is not None and as_int > high):
+        raise ValueError(f"{name} must be an int in {allowed}, got {value!r}")
+    return as_int
+
+
+def _check_logits(draft_logits) -> torch.Tensor:
+    """Validated float logits [L, V] with L, V >= 1 and only finite values."""
+    if not isinstance(draft_logits, torch.Tensor) or draft_logits.dim() != 2 \
+            or min(draft_logits.shape) < 1:
+        shape = tuple(draft_logits.shape) if isinstance(draft_logits, torch.Tensor) else type(draft_logits)
+        raise ValueError(f"draft_logits must be a 2-D tensor [L, V] with L, V >= 1, got {shape}")
+    logits = draft_logits if draft_logits.is_floating_point() else draft_logits.double()
+    if not bool(torch.isfinite(logits).all()):
+        raise ValueError("draft_logits must hold finite values in (-inf, inf), got NaN or inf")
+    return logits.detach().cpu()
+
+
+# ----------------------------------------------------------------------------- building
+
+def _log_normaliser(logits: torch.Tensor) -> torch.Tensor:
+    """[L, V] logits -> [L, 1] float64 logsumexp per row (shared by both builders).
+
+    A log-prob is then one exactly rounded subtraction, logit - logsumexp, so it is
+    monotone in the logit and bit-identical however many entries a builder gathers.
+    """
+    return torch.logsumexp(logits.double(), dim=-1, keepdim=True)  # [L, 1]
+
+
+def _top_ranks(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Token ids [L, k] of each row's k best tokens, ordered (logit desc, token id asc).
+
+    One ``topk`` call; torch's order among equal values is unspecified, so tied rows are
+    re-canonicalised (a rare path; random float logits almost never tie).
+    """
+    values, ids = logits.topk(k, dim=-1)  # [L, k], [L, k]
+    kth = values[:, -1:]  # [L, 1]
+    equal_pairs = values[:, 1:] == values[:, :-1]  # [L, k-1]
+    ties_inside = bool((equal_pairs & (ids[:, 1:] < ids[:, :-1])).any())
+    ties_at_cut = bool(((logits == kth).sum(-1) != (values == kth).sum(-1)).any())
+    if not (ties_inside or ties_at_cut):
+        return ids
+    return _canonical_top_ranks(logits, kth, k)
+
+
+def _canonical_top_ranks(logits: torch.Tensor, kth: torch.Tensor, k: int) -> torch.Tensor:
+    """Tie-exact top-k ids [L, k]: keep the lowest ids among values equal to the k-th."""
+    above = logits > kth  # [L, V]
+    at_cut = logits == kth  # [L, V]
+    room = k - above.sum(-1, keepdim=True)  # [L, 1] slots left for tokens tied at the cut
+    keep = above | (at_cut & (at_cut.cumsum(-1) <= room))  # [L, V], k per row
+    ids = keep.nonzero()[:, 1].view(-1, k)  # [L, k], ascending token id
+    order = logits.gather(1, ids).sort(dim=-1, descending=True, stable=True).indices
+    return ids.gather(1, order)  # [L, k]
+
+
+def _best_first(log_probs: list[list[float]], num_ranks: int, budget: int) -> list[tuple]:
+    """Pop order of the best ``budget`` prefixes: [(parent, depth, rank, log weight)].
+
+    ``log_probs[d][r]``: log-prob of the rank-r token of row d (non-increasing in r).
+    Heap entries are (-log weight, rank path, parent, depth, rank); the rank path breaks
+    ties and is unique, so the later fields are never compared.
+    """
+    depth_max = len(log_probs)
+    weights = [0.0]  # log weight of each popped node, the root first
+    nodes: list[tuple] = []
+    heap = [(-log_probs[0][0], (0,), 0, 1, 0)]
+    while heap and len(nodes) < budget:
+        neg_weight, path, parent, depth, rank = heapq.heappop(heap)
+        nodes.append((parent, depth, rank, -neg_weight))
+        weights.append(-neg_weight)
+        if rank + 1 < num_ranks:  # next sibling
+            weight = weights[parent] + log_probs[depth - 1][rank + 1]
+            heapq.heappush(heap, (-weight, path[:-1] + (rank + 1,), parent, depth, rank + 1))
+        if depth < depth_max:  # first child
+            weight = -neg_weight + log_probs[depth][0]
+            heapq.heappush(heap, (-weight, path + (0,), len(nodes), depth + 1, 0))
+    return nodes
+
+
+def _pack(root_token: int, tokens: list[int], parents: list[int], depths: list[int],
+          weights: list[float]) -> DraftTree:
+    """Python lists over the draft nodes (root excluded) -> DraftTree tensors."""
+    return DraftTree(
+        tokens=torch.tensor([root_token] + tokens, dtype=torch.long),
+        parents=torch.tensor([-1] + parents, dtype=torch.long),
+        depths=torch.tensor([0] + depths, dtype=torch.long),
+        log_weights=torch.tensor([0.0] + weights, dtype=torch.float64),
+    )
+
+
+def build_tree(draft_logits: torch.Tensor, root_token: int, budget: int) -> DraftTree:
+    """The ``budget`` most probable prefixes of the factorised surrogate, in pop order.
+
+    draft_logits: [L, V], row d-1 scores depth d. Returns min(budget, sum_d V^d) draft
+    nodes plus the root (``root_token``). Best-first search, O(B log B) after one topk and
+    one logsumexp on the whole [L, V] tensor; tie rule in the module docstring.
+    """
+    logits = _check_logits(draft_logits)  # [L, V]
+    root_token = _check_int("root_token", root_token, 0, logits.shape[1] - 1)
+    budget = _check_int("budget", budget, 1)
+    num_ranks = min(budget, logits.shape[1])  # K
+    ids = _top_ranks(logits, num_ranks)  # [L, K]
+    top_log_probs = logits.gather(1, ids).double() - _log_normaliser(logits)  # [L, K] f64
+    nodes = _best_first(top_log_probs.tolist(), num_ranks, budget)
+    parents, depths, ranks, weights = (list(col) for col in zip(*nodes))
+    tokens = ids[torch.tensor(depths) - 1, torch.tensor(ranks)].tolist()  # [N]
+    return _pack(root_token, tokens, parents, depths, weights)
+
+
+def build_tree_reference(draft_logits: torch.Tensor, root_token: int, budget: int) -> DraftTree:
+    """Brute-force twin of ``build_tree``: score all sum_d V^d prefixes, sort, keep ``budget``.
+
+    Only usable for tiny L and V (it enumerates V^L paths). Sorting by (-log weight, rank
+    path) is already topological (see the module docstring), so no reordering is needed.
+    """
+    logits = _check_logits(draft_logits)  # [L, V]
+    root_token = _check_int("root_token", root_token, 0, logits.shape[1] - 1)
+    budget = _check_int("budget", budget, 1)
+    log_probs = (logits.double() - _log_normaliser(logits)).tolist()  # [L][V]
+    ranked = [sorted(range(len(row)), key=lambda t, row=row: (-row[t], t)) for row in logits.tolist()]
+    prefixes = []  # (-log weight, rank path)
+    for depth in range(1, len(log_probs) + 1):
+        for path in itertools.product(range(len(ranked[0])), repeat=depth):
+            weight = 0.0
+            for d, rank in enumerate(path):
+                weight += log_probs[d][ranked[d][rank]]
+            prefixes.append((-weight, path))
+    best = sorted(prefixes)[:budget]
+    index = {path: i for i, (_, path) in enumerate(best, start=1)}
+    index[()] = 0
+    return _pack(
+        root_token,
+        tokens=[ranked[len(path) - 1][path[-1]] for _, path in best],
+        parents=[index[path[:-1]] for _, path in best],
+        depths=[len(path) for _, path in best],
+        weights=[-neg for neg, _ in best],
+    )
+
+
+def chain_tree(draft_tokens: torch.Tensor, root_token: int,
+               log_probs: torch.Tensor | None = None) -> DraftTree:
+    """A linear (DFlash) draft of L tokens as a degenerate tree: node i has parent i-1.
+
+    draft_tokens: LongTensor[L]; log_probs: optional Tensor[L], the drafter's log-prob of
+    each draft token (log weights are their running sums; zeros when omitted).
+    """
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.dim() != 1:
+        raise ValueError(f"draft_tokens must be a 1-D tensor [L] with L >= 0, "
+                         f"got {getattr(draft_tokens, 'shape', type(draft_tokens))}")
+    root_token = _check_int("root_token", root_token, 0)
+    length = draft_tokens.shape[0]
+    if log_probs is None:
+        log_probs = torch.zeros(length, dtype=torch.float64)
+    elif not isinstance(log_probs, torch.Tensor) or tuple(log_probs.shape) != (length,):
+        raise ValueError(f"log_probs must be a 1-D tensor of length L={length}, "
+                         f"got {getattr(log_probs, 'shape', type(log_probs))}")
+    steps = torch.arange(length + 1)  # [L+1]
+    return DraftTree(
+        tokens=torch.cat([torch.tensor([root_token]), draft_tokens.long().cpu()]),
+        parents=steps - 1,
+        depths=steps,
+        log_weights=torch.cat([torch.zeros(1, dtype=torch.float64),
+                               log_probs.double().cpu().cumsum(0)]),
+    )
+
+
+# ----------------------------------------------------------------------------- buffers
+
+def ancestor_mask(tree: DraftTree) -> torch.Tensor:
+    """BoolTensor[N+1, N+1]: [i, j] true iff j == i or j is an ancestor of i.
+
+    Vectorised: walk every node up one level per step for max-depth steps; the root is its
+    own parent here, which only re-marks the root column.
+    """
+    size = len(tree)
+    rows = torch.arange(size)  # [N+1]
+    up = tree.parents.clamp(min=0)  # [N+1], root -> itself
+    mask = torch.zeros(size, size, dtype=torch.bool)
+    mask[rows, rows] = True
+    node = rows
+    for _ in range(int(tree.depths.max())):
+        node = up[node]  # [N+1] ancestor one level higher
+        mask[rows, node] = True
+    return mask
+
+
+def ancestor_mask_reference(tree: DraftTree) -> torch.Tensor:
+    """Plain twin of ``ancestor_mask``: mark each node's root path, one node at a time."""
+    mask = torch.zeros(len(tree), len(tree), dtype=torch.bool)
+    for node in range(len(tree)):
+        mask[node, tree.path_to(node)] = True
+    return mask
+
+
+def position_ids(tree: DraftTree, start: int) -> torch.Tensor:
+    """LongTensor[N+1]: start + depth, start = the root's position in the sequence."""
+    start = _check_int("start", start, 0)
+    return tree.depths + start
+
+
+# ----------------------------------------------------------------------------- acceptance
+
+def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy walk from the root along children whose token is the target's choice.
+
+    target_choice: LongTensor[N+1], the target's token at each node (argmax at T=0, a
+    sample at T>0). Returns (path, bonus): node indices 0 .. deepest accepted node, and
+    the target's choice there. Siblings in a built tree have distinct tokens.
+    """
+    if not isinstance(target_choice, torch.Tensor) or target_choice.dim() != 1 \
+            or target_choice.shape[0] != len(tree):
+        raise ValueError(f"target_choice must be a 1-D tensor of length N+1={len(tree)}, "
+                         f"got {getattr(target_choice, 'shape', type(target_choice))}")
+    choice = target_choice.tolist()
+    child_by_token = tree.child_by_token
+    path = [0]
+    while (child := child_by_token[path[-1]].get(choice[path[-1]])) is not None:
+        path.append(child)
+    return path, int(choice[path[-1]])
+
+
+def expected_acceptance(tree: DraftTree) -> float:
+    """Surrogate expected number of accepted draft tokens: sum of q(u) over draft nodes."""
+    return math.fsum(tree.log_weights[1:].exp().tolist())
+
+
+def expected_acceptance_prefixes(tree: DraftTree) -> torch.Tensor:
+    """Tensor[N] float64: entry b-1 = expected acceptance of the first b draft nodes.
+
+    Nodes are in pop order, so each prefix of a built tree is the best tree of its size.
+    """
+    return tree.log_weights[1:].exp().cumsum(0)  # [N]
