@@ -15,8 +15,55 @@ def _cmd_train_tokenizer(args):
 
 def _cmd_train_target(args):
     from .targets import train_target
-    man = train_target(args.arch, args.preset, max_minutes=args.max_minutes)
+    from .checkpoints import ckpt_path
+    man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
+                       out=ckpt_path(args.arch, "target", _ckpt_root(args)))
     print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
+
+
+def _cmd_train_drafter(args):
+    from .drafters import train_drafter
+    root = _ckpt_root(args)
+    from .checkpoints import ckpt_path
+    from .models import load_target
+    man = train_drafter(args.arch, args.preset, target=load_target(ckpt_path(args.arch, "target", root)),
+                        out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
+    print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
+
+
+def _ckpt_root(args):
+    from .checkpoints import CKPT_DIR
+    from .data import DATA_DIR
+    return DATA_DIR / "checkpoints-quick" if args.preset == "quick" else CKPT_DIR
+
+
+def _cmd_train_all(args):
+    """Tokenizer, both targets, both drafters; finished stages (same preset) are skipped."""
+    from . import data
+    from .checkpoints import ckpt_path
+    from .drafters import train_drafter
+    from .models import load_target
+    from .targets import train_target
+    args.preset = "quick" if args.quick else "default"
+    root = _ckpt_root(args)
+    if args.retrain_tokenizer or not data.TOKENIZER_PATH.is_file():
+        _cmd_train_tokenizer(argparse.Namespace(vocab_size=4096))
+    for arch in args.archs:
+        if not _finished(ckpt_path(arch, "target", root), args.preset):
+            train_target(arch, args.preset, out=ckpt_path(arch, "target", root))
+        if not _finished(ckpt_path(arch, "drafter", root), args.preset):
+            train_drafter(arch, args.preset, target=load_target(ckpt_path(arch, "target", root)),
+                          out=ckpt_path(arch, "drafter", root))
+    print(f"all checkpoints ready under {root}")
+
+
+def _finished(path, preset) -> bool:
+    """A shipped checkpoint of this preset whose files all match their hashes."""
+    from .checkpoints import check_manifest
+    try:
+        return check_manifest(path).get("preset") == preset
+    except (FileNotFoundError, ValueError):
+        return False
 
 
 def _cmd_notebooks(args):
@@ -36,6 +83,17 @@ def main(argv=None):
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
     s.set_defaults(func=_cmd_train_target)
+    s = sub.add_parser("train-drafter", help="train a DFlash drafter on target rollouts (resumable)")
+    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
+    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    s.set_defaults(func=_cmd_train_drafter)
+    s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
+    s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")
+    s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
+    s.add_argument("--retrain-tokenizer", action="store_true",
+                   help="retrain data/tokenizer.json too (invalidates every checkpoint)")
+    s.set_defaults(func=_cmd_train_all)
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.set_defaults(func=_cmd_notebooks)

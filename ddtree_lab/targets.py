@@ -46,19 +46,22 @@ def train_target(arch: str, preset: str = "default", out: Path | None = None,
     st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
                lambda m: lm_eval_loss(m, val, cfg.seq_len, max_windows=16),
                cfg, runs_dir, desc=f"target {arch}")
-    return ship_target(model, out, arch=arch, train_cfg=cfg, model_cfg=model_cfg, train_state=st,
-                       corpus_manifest=corpus["manifest"], val_tokens=val, seq_len=cfg.seq_len)
+    return ship_target(model, out, arch=arch, preset=preset, train_cfg=cfg, model_cfg=model_cfg, train_state=st,
+                       corpus_manifest=corpus["manifest"], val_tokens=val, seq_len=cfg.seq_len,
+                       eval_windows=16 if preset == "toy" else 10_000)
 
 
-def ship_target(model, out: Path, *, val_tokens: np.ndarray, seq_len: int, **info) -> dict:
-    """Save bf16 weights, reload them and record the final validation loss of what ships."""
+def ship_target(model, out: Path, *, val_tokens: np.ndarray, seq_len: int, eval_windows: int,
+                **info) -> dict:
+    """Save bf16 weights, reload them and record the final validation loss of what ships
+    (over the whole validation split, up to ``eval_windows`` windows)."""
     out.mkdir(parents=True, exist_ok=True)
     for p in out.glob("*"):
         p.unlink()
     model.to(torch.bfloat16).save_pretrained(out)
     model.to(torch.float32)
     shipped = load_target(out)
-    val_loss = lm_eval_loss(shipped, val_tokens, seq_len, max_windows=10_000)
+    val_loss = lm_eval_loss(shipped, val_tokens, seq_len, max_windows=eval_windows)
     info = {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in info.items()}
     return write_manifest(out, final_val_loss=val_loss, parameters=count_parameters(shipped),
                           train_time_s=info["train_state"]["elapsed_s"], **info)

@@ -312,6 +312,13 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
     return path, int(choice[path[-1]])
 
 
+def truncate(tree: DraftTree, budget: int) -> DraftTree:
+    """The first ``budget`` draft nodes of a built tree: pop order makes every prefix the
+    best tree of its size, so auto-budget builds once at the largest budget and slices."""
+    n = _check_int("budget", budget, 1, tree.num_nodes) + 1
+    return DraftTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.log_weights[:n])
+
+
 def expected_acceptance(tree: DraftTree) -> float:
     """Surrogate expected number of accepted draft tokens: sum of q(u) over draft nodes."""
     return math.fsum(tree.log_weights[1:].exp().tolist())

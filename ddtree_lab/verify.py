@@ -12,7 +12,8 @@ ancestor mask, at position start + depth; Gated DeltaNet layers run one of three
 ``commit`` then leaves the cache exactly as an AR prefill of the committed sequence would:
 attention rows of the accepted nodes kept contiguous, GDN conv/recurrent state of the last
 accepted node (fork: its stored state; naive and wy: replay of the accepted path from the
-pre-verify snapshot, which verify never modifies).
+pre-verify snapshot, which verify never modifies; naive first re-scores the accepted path as a
+chain unless it is nodes 0..k, since its leaked hidden states corrupt K/V and GDN inputs).
 """
 from __future__ import annotations
 
@@ -235,11 +236,21 @@ def replay_gdn(m, x_path, a_path, b_path, conv_state, S0):
 @torch.no_grad()
 def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
     """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
+    if not isinstance(cache, TreeCache) or cache.model_key != _model_key(model):
+        raise ValueError("cache must be a TreeCache made by prefill() with this same model")
     if cache.pending is None or cache.pending["tree"] is not tree:
         raise ValueError("commit needs the tree of the last verify() on this cache")
     idx = torch.as_tensor(path, dtype=torch.long)
-    if idx.numel() == 0 or int(idx[0]) != 0 or not bool((tree.parents[idx[1:]] == idx[:-1]).all()):
+    if idx.numel() == 0 or int(idx[0]) != 0 or not bool(((idx >= 0) & (idx < len(tree))).all()) \
+            or not bool((tree.parents[idx[1:]] == idx[:-1]).all()):
         raise ValueError(f"path must be a root path of the tree starting at node 0, got {list(path)}")
+    if cache.pending["mode"] == "naive" and cache.pending["gdn"] and not torch.equal(idx, torch.arange(idx.numel())):
+        # naive verify leaked sibling state into the hidden states of every layer above the first
+        # GDN layer (attention K/V and GDN inputs alike): re-score the accepted path as a chain,
+        # where naive is exact, and commit that
+        tree = chain_tree(tree.tokens[idx[1:]], int(tree.tokens[0]))
+        verify(model, cache, tree, "naive")
+        idx = torch.arange(idx.numel())
     rows = torch.cat([torch.arange(cache.length), cache.length + idx])
     for i, (k, v) in cache.kv.items():
         cache.kv[i] = (k.index_select(-2, rows), v.index_select(-2, rows))

@@ -1,0 +1,183 @@
+"""The speculative decoding loop: AR, DFlash (linear draft) and DDTree (draft tree).
+
+One round (RESEARCH.md sections 2-3): the drafter proposes a block from its cached context
+-> a tree (``chain_tree`` for DFlash, ``build_tree`` for DDTree) -> ONE target verify ->
+accept walk -> commit (target cache and drafter context advance by the accepted path and
+the bonus). No full re-forward of the sequence per round. At T = 0 the output equals AR
+decoding token for token (exact verification modes); at T > 0 the accept walk follows the
+target's own sample at every node, which is ancestral sampling from the target: lossless.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+from . import tree as tree_mod
+from .verify import GDN_MODES, commit, prefill, verify
+
+METHODS = ("ar", "dflash", "ddtree")
+MAX_BUDGET = 1024
+PHASES = ("draft", "tree", "verify", "accept", "commit")
+
+
+@dataclass
+class Generation:
+    """tokens: new tokens; acceptance_lengths: accepted draft tokens + 1 per round;
+    tree_sizes: draft nodes verified per round; timings: seconds per phase and total."""
+    tokens: list[int] = field(default_factory=list)
+    acceptance_lengths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES + ("prefill", "total"), 0.0))
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length (accepted draft tokens + 1 per target forward)."""
+        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / max(self.timings["total"], 1e-12)
+
+
+@contextmanager
+def _timed(gen: Generation, phase: str):
+    t0 = time.perf_counter()
+    yield
+    gen.timings[phase] += time.perf_counter() - t0
+
+
+def _choose(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
+    """The target's token at every row of logits [n, V]: argmax (T=0) or a sample."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
+
+
+def check_generate_args(target, drafter, prompt_ids, method, budget, block_size, max_new_tokens,
+                        temperature, gdn_mode, cost_model=None) -> torch.Tensor:
+    """Validate everything before any work; returns the prompt as LongTensor[T]."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
+    limit = target.config.max_position_embeddings
+    if prompt.numel() == 0:
+        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+    if prompt.numel() >= limit:
+        raise ValueError(f"prompt_ids must be shorter than the context ({limit} positions), got {prompt.numel()}")
+    if int(prompt.min()) < 0 or int(prompt.max()) >= target.config.vocab_size:
+        raise ValueError(f"prompt_ids must be token ids in [0, {target.config.vocab_size})")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if gdn_mode not in GDN_MODES:
+        raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
+    if method == "ar":
+        return prompt
+    if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int)
+                             or not 1 <= budget <= MAX_BUDGET):
+        raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}] or 'auto', got {budget!r}")
+    if budget == "auto" and cost_model is None:
+        raise ValueError("budget='auto' needs cost_model (ddtree_lab.costs.cost_model)")
+    if drafter is None:
+        raise ValueError(f"method={method!r} needs a drafter, got None")
+    if drafter.cfg.vocab_size != target.config.vocab_size:
+        raise ValueError(f"drafter vocab ({drafter.cfg.vocab_size}) must equal the target's "
+                         f"({target.config.vocab_size})")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) \
+            or not 2 <= block_size <= drafter.cfg.block_size:
+        raise ValueError(f"block_size must be an int in [2, {drafter.cfg.block_size}] "
+                         f"(the drafter was trained at {drafter.cfg.block_size}), got {block_size!r}")
+    return prompt
+
+
+@torch.no_grad()
+def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32,
+             block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
+             gdn_mode: str = "wy", seed: int = 0, cost_model=None) -> Generation:
+    """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS.
+
+    budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
+    per predicted second with ``cost_model``, see ``auto_budget``).
+    """
+    prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
+                                 max_new_tokens, temperature, gdn_mode, cost_model)
+    rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
+    gen = Generation()
+    t0 = time.perf_counter()
+    if method == "ar":
+        _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen)
+    else:
+        _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
+                       temperature, gdn_mode, rng, gen, cost_model)
+    gen.timings["total"] = time.perf_counter() - t0
+    gen.tokens = gen.tokens[:max_new_tokens]
+    return gen
+
+
+def _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen: Generation) -> None:
+    """Plain decoding with transformers' own cache: one target forward per token."""
+    from transformers import DynamicCache
+    cache = DynamicCache(config=target.config)
+    with _timed(gen, "prefill"):
+        logits = target(prompt[None], past_key_values=cache, use_cache=True).logits[0, -1]
+    while len(gen.tokens) < max_new_tokens:
+        token = int(_choose(logits[None], temperature, rng)[0])
+        gen.tokens.append(token)
+        gen.acceptance_lengths.append(1)
+        gen.tree_sizes.append(0)
+        if len(gen.tokens) == max_new_tokens:
+            break
+        with _timed(gen, "verify"):
+            logits = target(torch.tensor([[token]]), past_key_values=cache, use_cache=True).logits[0, -1]
+
+
+def _draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
+    if method == "dflash":
+        return tree_mod.chain_tree(drafter_logits.argmax(-1), root)
+    return tree_mod.build_tree(drafter_logits, root, budget)
+
+
+def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
+                   temperature, gdn_mode, rng, gen: Generation, cost_model) -> None:
+    layers = tuple(drafter.cfg.target_layer_ids)
+    with _timed(gen, "prefill"):
+        cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
+        dstate = drafter.new_state()
+        new_features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
+    root = int(prompt[-1])
+    while len(gen.tokens) < max_new_tokens:
+        with _timed(gen, "draft"):
+            draft_logits = drafter.propose(dstate, new_features, root, block_size)  # [bs-1, V]
+        with _timed(gen, "tree"):
+            tree = (auto_tree(draft_logits, root, cost_model) if budget == "auto"
+                    else _draft_tree(draft_logits, root, method, budget))
+        with _timed(gen, "verify"):
+            out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
+        with _timed(gen, "accept"):
+            path, bonus = tree_mod.accept(tree, _choose(out.logits, temperature, rng))
+        with _timed(gen, "commit"):
+            commit(target, cache, tree, path)
+            new_features = out.features[path]
+        gen.tokens += tree.tokens[path[1:]].tolist() + [bonus]
+        gen.acceptance_lengths.append(len(path))
+        gen.tree_sizes.append(tree.num_nodes)
+        root = bonus
+
+
+def auto_tree(draft_logits: torch.Tensor, root: int, cost_model) -> tree_mod.DraftTree:
+    """The tree whose budget maximises (expected accepted + 1) / predicted round seconds.
+
+    Builds once at the largest budget the cost model covers; the surrogate's expected
+    acceptance of every heap prefix (each the best tree of its size) against the measured
+    cost curve picks the budget, and the tree is that prefix.
+    """
+    full = tree_mod.build_tree(draft_logits, root, cost_model.max_budget)
+    gain = 1.0 + tree_mod.expected_acceptance_prefixes(full)  # [N]
+    budgets = torch.arange(1, gain.numel() + 1)
+    rate = gain / cost_model.round_seconds(budgets)
+    return tree_mod.truncate(full, int(budgets[int(rate.argmax())]))

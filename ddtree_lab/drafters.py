@@ -1,0 +1,191 @@
+"""Training the lab's DFlash drafters on target rollouts (``ddtree-lab train-drafter``).
+
+Recipe (DFlash section 4): the target's greedy continuations of stdlib function prompts
+(``drafter_data``), random anchors inside the continuation (and the last prompt token), the
+exp(-(k-1)/gamma) position weights, the lab's one resumable loop (``train.train``).
+Shipped as ``drafter.safetensors`` (bf16) + ``drafter_config.json`` + ``manifest.json`` under
+``data/checkpoints/{arch}-drafter``; ``load_drafter`` reattaches the target's embedding and
+LM head.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from . import data
+from .checkpoints import REBUILD, check_manifest, ckpt_path, write_manifest
+from .drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
+from .drafter_data import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, split_rollouts,
+                           target_digest)
+from .models import arch_of, load_target
+from .train import TrainConfig, train
+
+
+@dataclass(frozen=True)
+class DrafterRecipe:
+    """Rollout settings + drafter size + training schedule of one preset.
+
+    TrainConfig.seq_len is the number of anchors per sequence, so the token budget counts
+    blocks: steps = max_tokens / (batch_size * anchors).
+    """
+    train: TrainConfig
+    num_rollouts: int
+    prompt_len: int = 96
+    new_tokens: int = 96
+    gen_batch: int = 32
+    num_layers: int = 3
+    block_size: int = 16
+    val_frac: float = 0.05
+
+    @property
+    def anchors(self) -> int:
+        return self.train.seq_len
+
+
+def _schedule(steps: int, batch: int, anchors: int, **kw) -> TrainConfig:
+    return TrainConfig(max_tokens=steps * batch * anchors, batch_size=batch, seq_len=anchors, **kw)
+
+
+RECIPES: dict[str, DrafterRecipe] = {
+    # 1 thread, shared 2-core CPU: ~0.32 s/step (8 x 8 blocks), rollouts ~6 prompts/s
+    "default": DrafterRecipe(_schedule(3000, 8, 8, lr=2e-3, warmup_steps=100, eval_every=250),
+                             num_rollouts=4000),  # ~16 min training + ~11 min rollouts
+    "quick": DrafterRecipe(_schedule(500, 8, 8, lr=2e-3, warmup_steps=30, eval_every=100),
+                           num_rollouts=320),  # ~3 min training + ~1 min rollouts
+    "toy": DrafterRecipe(_schedule(4, 2, 3, lr=3e-3, warmup_steps=1, eval_every=2),
+                         num_rollouts=8, prompt_len=8, new_tokens=24, gen_batch=4, num_layers=1),
+}
+
+
+def _batch(rollouts: dict, idx) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens [B, T] long, features [B, T, F] float32 of the rollouts at ``idx``."""
+    idx = torch.as_tensor(idx)
+    return rollouts["tokens"][idx].long(), rollouts["features"][idx].float()
+
+
+def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int):
+    """loss_fn(model, rng) for ``train.train``: random sequences, random anchors each."""
+    def loss_fn(drafter, rng):
+        idx = rng.integers(0, len(rollouts["tokens"]), size=batch_size)
+        tokens, features = _batch(rollouts, idx)
+        return drafter_loss(drafter, tokens, features, sample_anchors(rollouts, batch_size, anchors, rng))
+    return loss_fn
+
+
+def drafter_eval_fn(rollouts: dict, anchors: int, batch_size: int = 16, seed: int = 1):
+    """eval_fn(model): mean loss on all held-out rollouts at fixed (seeded) anchors."""
+    anchor_sets = sample_anchors(rollouts, len(rollouts["tokens"]), anchors, np.random.default_rng(seed))
+
+    @torch.no_grad()
+    def eval_fn(drafter):
+        losses = []
+        for s in range(0, len(anchor_sets), batch_size):
+            tokens, features = _batch(rollouts, range(s, min(s + batch_size, len(anchor_sets))))
+            losses.append(drafter_loss(drafter, tokens, features, anchor_sets[s:s + batch_size]).item())
+        return float(np.mean(losses))
+    return eval_fn
+
+
+@torch.no_grad()
+def _all_matches(drafter, rollouts: dict, block_size: int, batch_size: int = 4):
+    """(match, valid) bool [N * A, bs-1] at every anchor of every rollout."""
+    low, high = anchor_range(rollouts)
+    n = len(rollouts["tokens"])
+    anchors = torch.arange(low, high + 1).expand(n, -1)
+    out = [greedy_matches(drafter, *_batch(rollouts, range(s, min(s + batch_size, n))),
+                          anchors[s:s + batch_size], block_size) for s in range(0, n, batch_size)]
+    match, valid = (torch.cat([o[i] for o in out]).flatten(0, 1) for i in (0, 1))
+    return match, valid
+
+
+def draft_quality(drafter, rollouts: dict, block_size: int) -> dict:
+    """{'agreement': top-1 agreement with the target's greedy token at block positions
+    1..bs-1, 'tau': linear-verification acceptance length at T=0}, over every anchor.
+
+    tau counts the anchors with a full block of labels. It is exact for greedy decoding: on a
+    greedy rollout the drafter sees what it would see when decoding (features up to float
+    noise), so its leading matches are the tokens verification would accept.
+    """
+    match, valid = _all_matches(drafter, rollouts, block_size)
+    agreement = ((match & valid).sum(0) / valid.sum(0).clamp_min(1)).tolist()
+    return {"agreement": agreement, "tau": acceptance_length(match[valid.all(-1)])}
+
+
+def per_position_agreement(drafter, rollouts: dict, block_size: int) -> list[float]:
+    """Top-1 agreement with the target's greedy token at block positions 1..bs-1."""
+    return draft_quality(drafter, rollouts, block_size)["agreement"]
+
+
+def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: list | None = None,
+                  tok=None, mask_token_id: int | None = None, out: Path | None = None,
+                  runs_dir: Path | None = None, cache_dir: Path | None = data.CACHE_DIR,
+                  max_minutes: float | None = None) -> dict:
+    """Make/load rollouts, train (or resume) a drafter for ``target`` and ship it.
+
+    target: defaults to the shipped ``{arch}-target`` (float32). prompts: strings (with
+    ``tok``, default the lab tokenizer) or token-id lists; default ``drafter_prompts()``.
+    mask_token_id: default the tokenizer's MASK. Returns the shipped manifest.
+    """
+    if preset not in RECIPES:
+        raise ValueError(f"preset must be one of {sorted(RECIPES)}, got {preset!r}")
+    recipe = RECIPES[preset]
+    cfg = replace(recipe.train, max_minutes=max_minutes)
+    if target is None:
+        path = ckpt_path(arch, "target")
+        check_manifest(path, REBUILD["target"].format(arch=arch))
+        target = load_target(path)
+    if arch_of(target) != arch:
+        raise ValueError(f"target must be a {arch!r} model, got {arch_of(target)!r}")
+    if prompts is None or mask_token_id is None:
+        tok = tok or data.load_tokenizer()
+    prompts = drafter_prompts() if prompts is None else prompts
+    mask_token_id = data.special_ids(tok)["mask"] if mask_token_id is None else mask_token_id
+    rollouts = make_rollouts(target, tok, prompts, new_tokens=recipe.new_tokens, prompt_len=recipe.prompt_len,
+                             max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch, cache_dir=cache_dir)
+    train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=cfg.seed)
+    dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
+                                    block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
+    torch.manual_seed(cfg.seed)
+    drafter = DFlashDrafter(dcfg, target)
+    runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
+    st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors),
+               drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"drafter {arch}")
+    info = {"arch": arch, "preset": preset, "recipe": asdict(replace(recipe, train=cfg)), "train_state": st,
+            "target_sha256": target_digest(target),
+            "rollouts": {k: rollouts[k] for k in ("key", "num_rollouts", "prompt_len", "new_tokens", "layer_ids")}}
+    return ship_drafter(drafter, Path(out or ckpt_path(arch, "drafter")), val_r, recipe.anchors, **info)
+
+
+def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors: int, **info) -> dict:
+    """Round the drafter to bf16 in place, save it, record the metrics of what ships."""
+    out.mkdir(parents=True, exist_ok=True)
+    for p in out.glob("*"):
+        p.unlink()
+    state = {k: v.to(torch.bfloat16).contiguous() for k, v in drafter.state_dict().items()}
+    save_file(state, out / "drafter.safetensors")
+    (out / "drafter_config.json").write_text(json.dumps(asdict(drafter.cfg), indent=1))
+    drafter.load_state_dict({k: v.float() for k, v in state.items()})
+    drafter.eval()
+    bs = drafter.cfg.block_size
+    metrics = {"final_val_loss": drafter_eval_fn(val_rollouts, anchors)(drafter)}
+    for size in sorted({bs, max(2, bs // 2)}, reverse=True):
+        quality = draft_quality(drafter, val_rollouts, size)
+        metrics |= {f"agreement_block{size}": quality["agreement"], f"tau_block{size}": quality["tau"]}
+    return write_manifest(out, **metrics, train_time_s=info["train_state"]["elapsed_s"],
+                          drafter_config=asdict(drafter.cfg), **info)
+
+
+def load_drafter(path: Path, target) -> DFlashDrafter:
+    """A shipped drafter (hashes checked) in float32, on the target's embedding and LM head."""
+    path = Path(path)
+    check_manifest(path, REBUILD["drafter"].format(arch=arch_of(target)))
+    raw = json.loads((path / "drafter_config.json").read_text())
+    cfg = DrafterConfig(**{**raw, "target_layer_ids": tuple(raw["target_layer_ids"])})
+    drafter = DFlashDrafter(cfg, target)
+    drafter.load_state_dict({k: v.float() for k, v in load_file(path / "drafter.safetensors").items()})
+    return drafter.eval()

@@ -1,0 +1,104 @@
+"""A resumable results store: one JSON line per finished (config, prompt) row.
+
+Rows carry the config, the metrics, the git revision, the package versions and a code
+version (hash of the modules that compute results). A re-run skips rows whose key
+(config + prompt + code version) is already stored; an interrupted run loses no finished
+row (each row is appended and fsynced on its own; a torn last line is ignored); a changed
+config or code never reuses a stale row, because it changes the key.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from .data import DATA_DIR
+
+RESULTS_DIR = DATA_DIR / "results"
+_PKG = Path(__file__).resolve().parent
+COMPUTE_MODULES = ("adapter.py", "decode.py", "drafter.py", "gdn_tree.py", "models.py", "tree.py", "verify.py")
+
+
+def code_version() -> str:
+    """sha256 (16 hex) of the modules that compute results."""
+    h = hashlib.sha256()
+    for name in COMPUTE_MODULES:
+        p = _PKG / name
+        if p.is_file():
+            h.update(name.encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_PKG, capture_output=True,
+                             text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__}
+
+
+def row_key(config: dict, prompt_id, code: str) -> str:
+    blob = json.dumps({"config": config, "prompt": prompt_id, "code": code}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+class ResultsStore:
+    """data/results/<name>.jsonl; ``add`` appends one finished row atomically."""
+
+    def __init__(self, name: str, directory: Path = RESULTS_DIR):
+        self.path = Path(directory) / f"{name}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.code = code_version()
+        self._meta = {"git": git_revision(), "versions": versions(), "code": self.code}
+
+    def rows(self) -> list[dict]:
+        """Every complete row (a torn last line from a crash is skipped)."""
+        if not self.path.is_file():
+            return []
+        rows = []
+        for line in self.path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return rows
+
+    def done_keys(self) -> set[str]:
+        return {r["key"] for r in self.rows()}
+
+    def add(self, config: dict, prompt_id, metrics: dict) -> None:
+        row = {"key": row_key(config, prompt_id, self.code), "config": config, "prompt": prompt_id,
+               "metrics": metrics, **self._meta}
+        line = json.dumps(row, default=float) + "\n"
+        with open(self.path, "a") as f:
+            if f.tell() and not self._ends_with_newline():
+                f.write("\n")  # seal a torn line left by a crash
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _ends_with_newline(self) -> bool:
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) == b"\n"
+
+    def frame(self, current_code_only: bool = True) -> pd.DataFrame:
+        """One row per stored result: config columns, prompt, flattened scalar metrics."""
+        recs = []
+        for r in self.rows():
+            if current_code_only and r["code"] != self.code:
+                continue
+            scalars = {k: v for k, v in r["metrics"].items() if not isinstance(v, (list, dict))}
+            recs.append({**r["config"], "prompt": r["prompt"], **scalars, "_metrics": r["metrics"]})
+        return pd.DataFrame(recs)

@@ -1,0 +1,158 @@
+"""The decoding loop: lossless at T=0 (token for token) and T>0 (in distribution)."""
+import math
+
+import pytest
+import torch
+
+from ddtree_lab import decode
+from ddtree_lab import tree as tree_mod
+from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.models import build_target
+from ddtree_lab.verify import full_forward_logits
+
+
+def _pair(preset, seed=0):
+    target = build_target(preset, seed=seed)
+    cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
+                                   block_size=8)
+    torch.manual_seed(seed + 1)
+    return target, DFlashDrafter(cfg, target).eval()
+
+
+PAIRS = {p: _pair(p) for p in ("gdn-toy", "mla-toy")}
+CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
+
+
+@pytest.mark.parametrize("preset,mode", CASES, ids=[f"{p}-{m}" for p, m in CASES])
+@pytest.mark.parametrize("method,budget,block", [("dflash", 7, 8), ("ddtree", 32, 8), ("ddtree", 5, 4)],
+                         ids=["dflash", "ddtree32", "ddtree5-block4"])
+def test_greedy_speculative_equals_ar(preset, mode, method, budget, block):
+    target, drafter = PAIRS[preset]
+    g = torch.Generator().manual_seed(3)
+    accepted = 0
+    for _ in range(3):
+        prompt = torch.randint(0, 63, (int(torch.randint(1, 12, (), generator=g)),), generator=g)
+        ar = decode.generate(target, None, prompt, method="ar", max_new_tokens=16)
+        spec = decode.generate(target, drafter, prompt, method=method, budget=budget, block_size=block,
+                               max_new_tokens=16, gdn_mode=mode)
+        assert spec.tokens == ar.tokens, f"prompt {prompt.tolist()}"
+        assert len(spec.tokens) == 16 and sum(spec.acceptance_lengths) >= 16
+        accepted += sum(spec.acceptance_lengths) - len(spec.acceptance_lengths)
+    print(f"{preset} {mode} {method}: {accepted} draft tokens accepted")
+    if method == "ddtree" and budget == 32:
+        assert accepted > 0, "the test never exercised an accepted draft token"
+
+
+def test_naive_mode_is_measured_not_hidden():
+    target, drafter = PAIRS["gdn-toy"]
+    prompt = torch.arange(1, 9)
+    g = decode.generate(target, drafter, prompt, method="ddtree", budget=32, block_size=8,
+                        max_new_tokens=16, gdn_mode="naive")
+    assert len(g.tokens) == 16  # runs; whether it matches AR is what the notebooks measure
+
+
+def _chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square goodness of fit, categories with expected < 5 pooled;
+    p-value by the Wilson-Hilferty normal approximation."""
+    n = counts.sum()
+    exp = probs * n
+    order = exp.argsort()
+    small = exp[order].cumsum(0) < 5
+    pooled_c = torch.cat([counts[order][small].sum(0, keepdim=True), counts[order][~small]])
+    pooled_e = torch.cat([exp[order][small].sum(0, keepdim=True), exp[order][~small]])
+    keep = pooled_e > 0
+    stat = float(((pooled_c[keep] - pooled_e[keep]) ** 2 / pooled_e[keep]).sum())
+    df = int(keep.sum()) - 1
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def _biased_accept(tree, target_choice):
+    """Deliberately wrong: on a mismatch, accept the first child anyway."""
+    path, choice = [0], target_choice.tolist()
+    while tree.children[path[-1]]:
+        match = tree.child_by_token[path[-1]].get(choice[path[-1]])
+        path.append(match if match is not None else tree.children[path[-1]][0])
+    return path, int(choice[path[-1]])
+
+
+def _first_two_counts(target, drafter, prompt, n, temperature):
+    V = target.config.vocab_size
+    counts = torch.zeros(2, V)
+    for seed in range(n):
+        g = decode.generate(target, drafter, prompt, method="ddtree", budget=6, block_size=4,
+                            max_new_tokens=2, temperature=temperature, seed=seed)
+        counts[0, g.tokens[0]] += 1
+        counts[1, g.tokens[1]] += 1
+    return counts
+
+
+def _exact_first_two(target, prompt, temperature):
+    """Exact P(1st token) and marginal P(2nd token) under target sampling."""
+    V = target.config.vocab_size
+    p1 = torch.softmax(full_forward_logits(target, prompt).double() / temperature, -1)  # [V]
+    ext = torch.cat([prompt.expand(V, -1), torch.arange(V)[:, None]], 1)  # [V, T+1]
+    with torch.no_grad():
+        p2_given = torch.softmax(target(ext).logits[:, -1].double() / temperature, -1)  # [V, V]
+    return p1, p1 @ p2_given
+
+
+def test_sampling_is_lossless_and_the_test_has_power(monkeypatch):
+    """T>0: the first two tokens of DDTree sampling fit the target's exact distribution
+    (chi-square); a deliberately biased acceptance rule is rejected by the same test."""
+    target, drafter = PAIRS["gdn-toy"]
+    prompt, T, n = torch.tensor([5, 9, 2]), 0.5, 300
+    p1, p2 = _exact_first_two(target, prompt, T)
+    fair = _first_two_counts(target, drafter, prompt, n, T)
+    monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
+    biased = _first_two_counts(target, drafter, prompt, n, T)
+    p_fair = [_chi_square_pvalue(fair[i], p) for i, p in enumerate((p1, p2))]
+    p_biased = [_chi_square_pvalue(biased[i], p) for i, p in enumerate((p1, p2))]
+    print(f"p-values fair {p_fair}, biased {p_biased}")
+    assert min(p_fair) > 1e-3
+    assert min(p_biased) < 1e-3
+
+
+BAD = [
+    (dict(prompt_ids=[]), "prompt_ids"),
+    (dict(prompt_ids=[1] * 600), "prompt_ids"),
+    (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(budget=0), "budget"),
+    (dict(budget=1025), "budget"),
+    (dict(budget="big"), "budget"),
+    (dict(block_size=16), "block_size"),
+    (dict(temperature=-0.1), "temperature"),
+    (dict(method="beam"), "method"),
+    (dict(gdn_mode="exactish"), "gdn_mode"),
+    (dict(budget="auto"), "cost_model"),
+]
+
+
+@pytest.mark.parametrize("override,name", BAD, ids=[n + str(i) for i, (_, n) in enumerate(BAD)])
+def test_bad_input_is_refused_before_work(override, name):
+    target, drafter = PAIRS["gdn-toy"]
+    kwargs = dict(prompt_ids=[1, 2, 3], method="ddtree", budget=8, block_size=8, max_new_tokens=4)
+    kwargs.update(override)
+    with pytest.raises(ValueError, match=name):
+        decode.generate(target, drafter, **kwargs)
+
+
+def test_vocab_mismatch_is_refused():
+    from dataclasses import replace
+    from ddtree_lab.models import PRESETS
+    _, drafter = PAIRS["gdn-toy"]
+    other = build_target(replace(PRESETS["gdn-toy"], vocab_size=65))
+    with pytest.raises(ValueError, match="vocab"):
+        decode.generate(other, drafter, [1, 2], method="ddtree", budget=4, block_size=4, max_new_tokens=2)
+
+
+def test_auto_budget_picks_a_prefix_of_the_largest_tree():
+    from ddtree_lab.costs import CostModel
+    logits = torch.randn(7, 64) * 3
+    flat = CostModel(budgets=(1, 256), verify_s=(1.0, 1.0), draft_s=0.0)  # free nodes: take all
+    assert decode.auto_tree(logits, 1, flat).num_nodes == 256
+    steep = CostModel(budgets=(1, 256), verify_s=(1.0, 1e6), draft_s=0.0)  # nodes cost: take one
+    assert decode.auto_tree(logits, 1, steep).num_nodes == 1
+    t = decode.auto_tree(logits, 1, CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))
+    full = tree_mod.build_tree(logits, 1, 256)
+    assert torch.equal(t.tokens, full.tokens[:len(t)])

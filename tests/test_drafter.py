@@ -1,0 +1,188 @@
+"""Tests for the DFlash drafter (ddtree_lab.drafter, drafter_data, drafters).
+
+The training forward (all anchors in one masked pass) must equal inference (``propose`` on
+an incrementally built context cache) at the same anchor: that pins training/inference
+consistency. Toy targets (vocab 64) use a fake MASK id inside the vocab.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ddtree_lab import data
+from ddtree_lab.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels,
+                                default_target_layers, drafter_loss, position_weights)
+from ddtree_lab.drafter_data import drafter_prompts, function_prompts, make_rollouts, prompt_ids
+from ddtree_lab.drafters import RECIPES, drafter_eval_fn, drafter_loss_fn, load_drafter, train_drafter
+from ddtree_lab.models import build_target
+from ddtree_lab.train import train
+
+torch.set_num_threads(1)
+MASK = 63
+TARGETS = ["gdn-toy", "mla-toy"]
+
+
+def assert_close(name, ref, out, tol):
+    err = (ref - out).abs().max().item() if ref.numel() else 0.0
+    print(f"{name}: max abs err {err:.3e} (tol {tol:.0e})")
+    assert err <= tol, f"{name}: {err} > {tol}"
+    return err
+
+
+def make_drafter(preset="gdn-toy", **overrides):
+    target = build_target(preset)
+    torch.manual_seed(1)
+    cfg = DrafterConfig.for_target(target, MASK, num_layers=2, **overrides)
+    return target, DFlashDrafter(cfg, target).eval()
+
+
+def toy_sequences(drafter, batch=2, length=40, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, MASK, (batch, length), generator=gen)
+    return tokens, torch.randn(batch, length, drafter.cfg.feature_size, generator=gen)
+
+
+def toy_prompts(n=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, MASK, size=int(rng.integers(8, 14))).tolist() for _ in range(n)]
+
+
+# ----------------------------------------------------------------------------- model
+
+def test_default_target_layers():
+    assert default_target_layers(8) == (1, 2, 4, 5)
+    assert default_target_layers(36, n=5) == (1, 9, 17, 25, 33)
+    assert default_target_layers(4) == (1,) and default_target_layers(3) == (1,)
+
+
+@pytest.mark.parametrize("block_size", [16, 8], ids=["block16", "block8"])
+@pytest.mark.parametrize("preset", TARGETS)
+def test_propose_matches_training_forward(preset, block_size):
+    _, drafter = make_drafter(preset)
+    tokens, feats = toy_sequences(drafter)
+    anchors = torch.tensor([[0, 5, 17, 38], [1, 9, 26, 39]])  # 38, 39: labels past T ignored
+    train_logits = drafter.block_logits(tokens, feats, anchors, block_size)  # [B, A, bs-1, V]
+    for b in range(2):
+        for j, a in enumerate(anchors[b].tolist()):
+            state = drafter.new_state()
+            for lo, hi in [(0, a // 3), (a // 3, a // 2)]:  # several rounds, then the proposal
+                drafter.extend(state, feats[b, lo:hi])
+            incremental = drafter.propose(state, feats[b, a // 2:a], tokens[b, a].item(), block_size)
+            one_shot = drafter.propose(drafter.new_state(), feats[b, :a], tokens[b, a].item(), block_size)
+            assert incremental.shape == (block_size - 1, 64) and state.length == a
+            assert_close(f"incremental vs one-shot a={a}", one_shot, incremental, 1e-5)
+            assert_close(f"propose vs training a={a}", train_logits[b, j], incremental, 1e-5)
+
+
+def test_block_size_validation():
+    _, drafter = make_drafter()
+    feats = torch.randn(5, drafter.cfg.feature_size)
+    for bs in (8, 16):
+        assert drafter.propose(drafter.new_state(), feats, 3, bs).shape == (bs - 1, 64)
+    for bad in (1, 17, 0):
+        with pytest.raises(ValueError, match=r"block_size must be an int in \[2, 16\]"):
+            drafter.propose(drafter.new_state(), feats, 3, bad)
+
+
+def test_loss_weights_and_labels():
+    _, drafter = make_drafter()
+    tokens, feats = toy_sequences(drafter, batch=1, length=20)
+    anchors = torch.tensor([[3, 18]])  # anchor 18: one label (token 19)
+    labels = block_labels(tokens, anchors, 16)
+    assert labels[0, 1, 0] == tokens[0, 19] and (labels[0, 1, 1:] == -100).all()
+    logits = drafter.block_logits(tokens, feats, anchors)
+    ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none", ignore_index=-100)
+    w = position_weights(16, 7.0).repeat(2) * (labels.flatten() != -100)
+    assert_close("loss", (ce * w).sum() / w.sum(), drafter_loss(drafter, tokens, feats, anchors), 1e-6)
+    w16 = position_weights(16, 7.0)
+    assert w16[0] == 1 and abs(w16[7].item() - np.exp(-1)) < 1e-7  # k = 8: exp(-7/7)
+
+
+def test_acceptance_length_counts_leading_matches():
+    match = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    assert acceptance_length(match) == 1 + (2 + 0 + 4) / 3
+
+
+def test_state_dict_holds_no_target_weights_and_target_stays_frozen(tmp_path):
+    target, drafter = make_drafter()
+    keys = set(drafter.state_dict())
+    assert not any("embed" in k or "lm_head" in k for k in keys)
+    target_ptrs = {p.data_ptr() for p in target.parameters()}
+    assert not target_ptrs & {p.data_ptr() for p in drafter.parameters()}
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    tokens, feats = toy_sequences(drafter, batch=4, length=24)
+    rollouts = {"tokens": tokens, "features": feats, "prompt_len": 8}
+    cfg = RECIPES["toy"].train
+    train(drafter, drafter_loss_fn(rollouts, 2, 3), drafter_eval_fn(rollouts, 3), cfg, tmp_path)
+    for k, v in target.state_dict().items():
+        assert torch.equal(before[k], v), k
+    assert all(p.grad is None for p in target.parameters())
+
+
+# ----------------------------------------------------------------------------- data
+
+def test_function_prompts_cut_signature_and_docstring():
+    src = "import os\n\nX = 1\n\n@decorator\ndef f(a, b):\n    '''Add.\n\n    More.\n    '''\n    return a + b\n"
+    (prompt,) = function_prompts(src)
+    assert prompt == "import os\n\nX = 1\n\n@decorator\ndef f(a, b):\n    '''Add.\n\n    More.\n    '''\n"
+
+
+def test_no_humaneval_prompt_in_drafter_prompts():
+    prompts = drafter_prompts()
+    assert len(prompts) > 2000 and len(set(prompts)) == len(prompts)
+    corpus = "\0".join(prompts)
+    leaked = [p for p in data.humaneval_prompts() if p in corpus or p.strip() in corpus]
+    assert not leaked, f"{len(leaked)} HumanEval prompts appear in the drafter prompts"
+
+
+@pytest.mark.parametrize("preset", TARGETS)
+def test_rollouts_are_greedy_and_resume_from_chunks(preset, tmp_path):
+    target = build_target(preset)
+    kw = dict(new_tokens=6, prompt_len=8, batch_size=2, chunk_batches=1, cache_dir=tmp_path)
+    ref = make_rollouts(target, None, toy_prompts(), **kw)
+    assert ref["tokens"].shape == (8, 14) and ref["features"].dtype == torch.float16
+    logits = target(ref["tokens"].long()).logits
+    assert torch.equal(logits[:, 7:-1].argmax(-1), ref["tokens"][:, 8:].long())
+    ids = prompt_ids(None, toy_prompts(), 8, 64)
+    assert torch.equal(ref["tokens"][:, :8].long(), ids)
+    # a crash after chunk 0: its saved part is reused (marked by zeroed features), the rest redone
+    path = tmp_path / f"drafter-{preset[:3]}-{ref['key']}.pt"
+    path.unlink()
+    parts = path.with_suffix(".parts")
+    parts.mkdir()
+    torch.save((ref["tokens"][:2], torch.zeros_like(ref["features"][:2])), parts / "00000.pt")
+    resumed = make_rollouts(target, None, toy_prompts(), **kw)
+    assert (resumed["features"][:2] == 0).all() and torch.equal(resumed["features"][2:], ref["features"][2:])
+    assert path.is_file() and not parts.exists()
+
+
+# ----------------------------------------------------------------------------- train + ship
+
+def test_train_drafter_toy_ships_reloads_and_resumes(tmp_path):
+    target = build_target("gdn-toy")
+    kw = dict(target=target, prompts=toy_prompts(), mask_token_id=MASK, out=tmp_path / "ckpt",
+              runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache")
+    man = train_drafter("gdn", "toy", **kw)
+    assert set(man["files"]) == {"drafter.safetensors", "drafter_config.json"}
+    assert man["train_state"]["step"] == RECIPES["toy"].train.total_steps
+    assert len(man["agreement_block16"]) == 15 and len(man["agreement_block8"]) == 7
+    assert np.isfinite(man["final_val_loss"]) and 1 <= man["tau_block8"] <= 8 and 1 <= man["tau_block16"] <= 16
+    # reload == the trained weights rounded to bf16
+    trained = DFlashDrafter(load_drafter(kw["out"], target).cfg, target).eval()
+    saved = torch.load(kw["runs_dir"] / "train_state.pt", weights_only=False)["model"]
+    trained.load_state_dict({k: v.bfloat16().float() for k, v in saved.items()})
+    loaded = load_drafter(kw["out"], target)
+    feats = torch.randn(6, loaded.cfg.feature_size)
+    assert torch.equal(loaded.propose(loaded.new_state(), feats, 5, 16),
+                       trained.propose(trained.new_state(), feats, 5, 16))
+    # second run: cached rollouts, resumed training state, no new steps
+    log = (kw["runs_dir"] / "log.csv").read_text()
+    again = train_drafter("gdn", "toy", **kw)
+    assert again["train_state"] == man["train_state"]
+    assert (kw["runs_dir"] / "log.csv").read_text() == log
+    assert again["files"]["drafter.safetensors"] == man["files"]["drafter.safetensors"]
+    assert json.loads((kw["out"] / "manifest.json").read_text())["final_val_loss"] == man["final_val_loss"]

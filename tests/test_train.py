@@ -1,0 +1,89 @@
+"""Training: resumable loop, toy-size train commands, shipped-file checks, clean data."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ddtree_lab import data
+from ddtree_lab.checkpoints import check_manifest
+from ddtree_lab.models import build_target
+from ddtree_lab.targets import train_target
+from ddtree_lab.train import TrainConfig, lm_loss_fn, train
+
+STREAM = (np.arange(5000) * 7 % 61).astype(np.uint16)
+
+
+def _run(out_dir, interrupt_at=None):
+    torch.manual_seed(0)
+    model = build_target("gdn-toy")
+    base = lm_loss_fn(STREAM, 2, 16)
+    calls = {"n": 0}
+
+    def loss_fn(m, rng):
+        calls["n"] += 1
+        if interrupt_at is not None and calls["n"] == interrupt_at:
+            raise KeyboardInterrupt("simulated kill")
+        return base(m, rng)
+    cfg = TrainConfig(max_tokens=8 * 2 * 16, batch_size=2, seq_len=16, warmup_steps=2, eval_every=4,
+                      ckpt_every_s=0.0)
+    state = train(model, loss_fn, lambda m: 1.0, cfg, out_dir)
+    return model, state
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
+    straight, st = _run(tmp_path / "straight")
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path / "killed", interrupt_at=5)
+    saved = torch.load(tmp_path / "killed" / "train_state.pt", weights_only=False)
+    assert saved["state"]["step"] == 4  # the last finished step was checkpointed
+    resumed, st2 = _run(tmp_path / "killed")
+    assert st2["step"] == st["step"] == 8
+    for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    rows = (tmp_path / "killed" / "log.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["4", "8"]  # no duplicated log rows
+
+
+@pytest.mark.parametrize("arch", ["gdn", "mla"])
+def test_train_target_toy_ships_a_loadable_checkpoint(arch, tmp_path):
+    out = tmp_path / f"{arch}-target"
+    man = train_target(arch, "toy", out=out, runs_dir=tmp_path / "runs")
+    assert set(man["files"]) >= {"config.json", "model.safetensors"}
+    assert man["preset"] == "toy" and np.isfinite(man["final_val_loss"])
+    assert check_manifest(out)["final_val_loss"] == man["final_val_loss"]
+    again = train_target(arch, "toy", out=out, runs_dir=tmp_path / "runs")  # resumes: no new steps
+    assert again["train_state"]["step"] == man["train_state"]["step"]
+
+
+def test_corrupted_and_missing_files_are_named(tmp_path):
+    out = tmp_path / "gdn-target"
+    train_target("gdn", "toy", out=out, runs_dir=tmp_path / "runs")
+    good = (out / "config.json").read_text()
+    (out / "config.json").write_text(good + " ")
+    with pytest.raises(ValueError, match="config.json is corrupted"):
+        check_manifest(out, "ddtree-lab train-target --arch gdn")
+    (out / "config.json").write_text(good)
+    (out / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors is missing.*train-target"):
+        check_manifest(out, "ddtree-lab train-target --arch gdn")
+
+
+def test_no_humaneval_prompt_is_in_the_training_text():
+    texts = data.corpus_texts()
+    corpus = "\0".join(texts["train"] + texts["val"])
+    probs = data.humaneval_problems()
+    assert len(probs) == 164
+    leaked = [p["task_id"] for p in probs if p["prompt"].strip() in corpus]
+    assert not leaked, leaked
+
+
+def test_corpus_manifest_identifies_the_corpus():
+    split = data.corpus_texts()
+    man = data.manifest(split)
+    assert man["train"]["files"] > 500 and man["val"]["files"] > 10
+    assert 8e6 < man["train"]["bytes"] + man["val"]["bytes"] < 2e7
+    other = data.manifest({"train": split["train"][1:], "val": split["val"]})
+    assert other["train"]["sha256"] != man["train"]["sha256"]

@@ -1,0 +1,361 @@
+"""Tree verification on the real architectures == the stock full forward (RESEARCH.md section 4).
+
+Row i of ``tree_logits(model, prefix, tree, mode)`` must equal the stock forward's last logits
+over prefix + tokens[path(i)], for MLA (DeepSeek-V3) and for the exact GDN modes ``fork`` and
+``wy`` (Qwen3.5): in float32 stock classes up to rounding, and in float64 under
+``adapter.float64_harness()`` to 1e-12. ``naive`` is exact on chains only. Rounds of verify +
+commit must leave the cache as a fresh prefill of the committed sequence would. Bad input
+raises ValueError and leaves the cache untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import zlib
+
+import pytest
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
+
+from ddtree_lab import adapter
+from ddtree_lab.models import build_target
+from ddtree_lab.tree import DraftTree, build_tree, chain_tree
+from ddtree_lab.verify import GDN_MODES, commit, full_forward_logits, prefill, tree_logits, verify
+
+torch.set_num_threads(1)
+
+# float32 tolerances ~10x the measured max (printed by the tests): |dlogit| 2.1e-7 on the toy
+# presets, 1.8e-6 on the real-size ones (larger logits); cache states fork vs wy 4.8e-7
+TOL = {torch.float32: 2e-6, torch.float64: 1e-12}
+TOL_REAL_F32 = 2e-5
+TOL_STATE = {torch.float32: 5e-6, torch.float64: 1e-12}
+DTYPE_ID = {torch.float32: "f32", torch.float64: "f64"}
+KINDS = ("chain", "star", "deep", "bushy")
+BUDGETS = (1, 2, 7, 32, 128)
+ARCH_MODES = (("mla", None), ("gdn", "fork"), ("gdn", "wy"))
+
+
+def assert_close(name, ref, out, tol):
+    err = (ref - out).abs().max().item() if ref.numel() else 0.0
+    print(f"{name}: max|d|={err:.3e} (tol {tol:.0e})")
+    assert err <= tol, f"{name}: max|d|={err:.3e} > {tol:.0e}"
+    return err
+
+
+# ----------------------------------------------------------------------------- helpers
+
+@functools.lru_cache(maxsize=None)
+def target(arch: str, dtype: torch.dtype, size: str = "toy"):
+    """A randomly initialised target (seed 0), cached: "gdn-toy", "mla-toy", "gdn", "mla"."""
+    return build_target(arch if size == "real" else f"{arch}-toy", dtype=dtype)
+
+
+def precision(dtype: torch.dtype):
+    """float64 runs under the harness (dtype-preserving stock modules); float32 runs stock."""
+    return adapter.float64_harness() if dtype == torch.float64 else contextlib.nullcontext()
+
+
+def generator(*key) -> torch.Generator:
+    """A generator seeded by a stable hash of the case id."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def star_tree(tokens: torch.Tensor, root: int) -> DraftTree:
+    """All draft nodes children of the root (built by hand)."""
+    n = tokens.numel()
+    return DraftTree(tokens=torch.cat([torch.tensor([root]), tokens]),
+                     parents=torch.tensor([-1] + [0] * n), depths=torch.tensor([0] + [1] * n),
+                     log_weights=torch.zeros(n + 1, dtype=torch.float64))
+
+
+def make_tree(kind: str, budget: int, vocab: int, gen: torch.Generator) -> DraftTree:
+    """chain / star by hand; deep (peaked logits, 16 rows) and bushy (flat, 4 rows) by build_tree."""
+    root = int(torch.randint(vocab, (1,), generator=gen))
+    if kind == "chain":
+        return chain_tree(torch.randint(vocab, (budget,), generator=gen), root)
+    if kind == "star":
+        return star_tree(torch.randint(vocab, (budget,), generator=gen), root)
+    rows, scale = {"deep": (16, 6.0), "bushy": (4, 0.3)}[kind]
+    return build_tree(torch.randn(rows, vocab, generator=gen) * scale, root, budget)
+
+
+def make_prefix(vocab: int, gen: torch.Generator, low: int = 1, high: int = 20) -> list[int]:
+    length = int(torch.randint(low, high + 1, (1,), generator=gen))
+    return torch.randint(vocab, (length,), generator=gen).tolist()
+
+
+def path_logits(model, prefix: list[int], tree: DraftTree) -> torch.Tensor:
+    """The oracle [N+1, V]: row i = full_forward_logits(prefix + tokens[path(i)])."""
+    tokens = tree.tokens.tolist()
+    return torch.stack([full_forward_logits(model, prefix + [tokens[j] for j in tree.path_to(i)])
+                        for i in range(len(tree))])
+
+
+def snapshot(cache) -> dict:
+    return {"length": cache.length, "pending": cache.pending,
+            "kv": {i: (k.clone(), v.clone()) for i, (k, v) in cache.kv.items()},
+            "conv": {i: t.clone() for i, t in cache.conv.items()},
+            "rec": {i: t.clone() for i, t in cache.rec.items()}}
+
+
+def assert_untouched(cache, before: dict) -> None:
+    assert cache.length == before["length"] and cache.pending is before["pending"]
+    assert cache.kv.keys() == before["kv"].keys()
+    assert all(torch.equal(a, b) for i in cache.kv for a, b in zip(cache.kv[i], before["kv"][i]))
+    for name in ("conv", "rec"):
+        state = getattr(cache, name)
+        assert state.keys() == before[name].keys()
+        assert all(torch.equal(state[i], before[name][i]) for i in state)
+
+
+def assert_same_cache(name: str, ref, out, tol: float) -> None:
+    """Committed attention rows and GDN conv / recurrent states of two caches agree."""
+    assert ref.length == out.length
+    assert ref.kv.keys() == out.kv.keys() and ref.conv.keys() == out.conv.keys()
+    for i in ref.kv:
+        for part, a, b in zip("kv", ref.kv[i], out.kv[i]):
+            assert a.shape[-2] >= ref.length and b.shape[-2] >= ref.length
+            assert_close(f"{name} layer{i} {part}", a[..., :ref.length, :], b[..., :ref.length, :], tol)
+    for i in ref.conv:
+        assert_close(f"{name} layer{i} conv", ref.conv[i], out.conv[i], tol)
+        assert_close(f"{name} layer{i} rec", ref.rec[i], out.rec[i], tol)
+
+
+def root_path(tree: DraftTree, pick: str, gen: torch.Generator) -> list[int]:
+    """[0] ("root"), the path to the deepest node ("deepest") or to a random node ("random")."""
+    if pick == "root":
+        return [0]
+    node = int(tree.depths.argmax()) if pick == "deepest" else int(torch.randint(len(tree), (1,), generator=gen))
+    return tree.path_to(node)
+
+
+# ----------------------------------------------------------------------------- tree == full forward
+
+def _case_id(arch, mode, kind, budget, dtype, size="toy"):
+    parts = [arch] + ([mode] if mode else []) + [f"{kind}{budget}"] + (["real"] if size == "real" else [])
+    return "-".join(parts + [DTYPE_ID[dtype]])
+
+
+EXACT_CASES = [pytest.param(arch, mode, kind, budget, dtype, "toy", id=_case_id(arch, mode, kind, budget, dtype))
+               for dtype in (torch.float32, torch.float64) for arch, mode in ARCH_MODES
+               for kind in KINDS for budget in BUDGETS]
+EXACT_CASES += [pytest.param(arch, mode, kind, 32, torch.float32, "real",
+                             id=_case_id(arch, mode, kind, 32, torch.float32, "real"))
+                for arch, mode in ARCH_MODES for kind in ("bushy", "deep")]
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_case(arch, kind, budget, dtype, size):
+    """(prefix, tree, full-forward logits): shared by every mode of the same case."""
+    model = target(arch, dtype, size)
+    gen = generator(arch, kind, budget, size)
+    V = model.config.vocab_size
+    prefix, tree = make_prefix(V, gen), make_tree(kind, budget, V, gen)
+    with precision(dtype):
+        return prefix, tree, path_logits(model, prefix, tree)
+
+
+@pytest.mark.parametrize("arch,mode,kind,budget,dtype,size", EXACT_CASES)
+def test_tree_logits_equal_full_forward(arch, mode, kind, budget, dtype, size):
+    prefix, tree, ref = oracle_case(arch, kind, budget, dtype, size)
+    model = target(arch, dtype, size)
+    with precision(dtype):
+        out = tree_logits(model, prefix, tree, mode or "wy")
+    assert out.shape == ref.shape == (budget + 1, model.config.vocab_size)
+    tol = TOL_REAL_F32 if size == "real" else TOL[dtype]
+    assert_close(_case_id(arch, mode, kind, budget, dtype, size), ref, out, tol)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=DTYPE_ID.get)
+@pytest.mark.parametrize("arch,mode", ARCH_MODES, ids=lambda x: x or "")
+def test_empty_prefix(arch, mode, dtype):
+    model = target(arch, dtype)
+    tree = make_tree("bushy", 7, model.config.vocab_size, generator("empty", arch))
+    with precision(dtype):
+        cache, first = prefill(model, [])
+        assert cache.length == 0 and first is None
+        ref = path_logits(model, [], tree)
+        assert_close(f"{arch}-{mode}-empty-prefix-{DTYPE_ID[dtype]}", ref,
+                     tree_logits(model, [], tree, mode or "wy"), TOL[dtype])
+
+
+# ----------------------------------------------------------------------------- naive mode
+
+@pytest.mark.parametrize("budget", (1, 7, 32))
+def test_naive_exact_on_chains(budget):
+    prefix, tree, ref = oracle_case("gdn", "chain", budget, torch.float32, "toy")
+    assert_close(f"gdn-naive-chain{budget}-f32", ref, tree_logits(target("gdn", torch.float32), prefix, tree, "naive"),
+                 TOL[torch.float32])
+
+
+@pytest.mark.parametrize("kind,budget", [("star", 7), ("bushy", 32), ("deep", 32)])
+def test_naive_wrong_on_branched_trees(kind, budget):
+    prefix, tree, ref = oracle_case("gdn", kind, budget, torch.float64, "toy")
+    model = target("gdn", torch.float64)
+    with adapter.float64_harness():
+        err = {mode: (tree_logits(model, prefix, tree, mode) - ref).abs().max().item() for mode in GDN_MODES}
+    print(f"gdn-{kind}{budget}-f64: naive max|d|={err['naive']:.3e}, fork {err['fork']:.3e}, wy {err['wy']:.3e}")
+    assert err["naive"] > 1e3 * max(err["fork"], err["wy"]) and err["naive"] > 1e-6
+
+
+# ----------------------------------------------------------------------------- verify + commit rounds
+
+ROUND_CASES = [("gdn", mode) for mode in GDN_MODES] + [("mla", "wy")]
+PICKS = ("root", "deepest", "random", "random")
+
+
+@pytest.mark.parametrize("arch,mode", ROUND_CASES, ids=[f"{a}-{m}" for a, m in ROUND_CASES])
+def test_rounds_match_fresh_prefill(arch, mode):
+    """After 4 rounds of verify + commit, the cache == a fresh prefill of the committed sequence."""
+    model = target(arch, torch.float64)
+    V = model.config.vocab_size
+    gen = generator("rounds", arch, mode)
+    with adapter.float64_harness():
+        committed = make_prefix(V, gen)
+        cache, _ = prefill(model, committed)
+        for r, pick in enumerate(PICKS):
+            tree = make_tree(("bushy", "deep")[r % 2], 16, V, gen)
+            verify(model, cache, tree, mode)
+            path = root_path(tree, pick, gen)
+            commit(model, cache, tree, path)
+            committed += tree.tokens[path].tolist()
+            assert cache.length == len(committed) and cache.pending is None
+        fresh, _ = prefill(model, committed)
+        assert_same_cache(f"{arch}-{mode}-rounds-f64", fresh, cache, 1e-12)
+        tree = make_tree("bushy", 16, V, gen)
+        assert_close(f"{arch}-{mode}-next-round-f64", verify(model, fresh, tree, mode).logits,
+                     verify(model, cache, tree, mode).logits, 1e-12)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=DTYPE_ID.get)
+@pytest.mark.parametrize("pick", ("root", "deepest", "random"))
+def test_fork_commit_equals_wy_commit(pick, dtype):
+    model = target("gdn", dtype)
+    V = model.config.vocab_size
+    gen = generator("fork-wy", pick)
+    prefix, tree = make_prefix(V, gen), make_tree("deep", 32, V, gen)
+    path = root_path(tree, pick, gen)
+    caches = {}
+    with precision(dtype):
+        for mode in ("fork", "wy"):
+            caches[mode], _ = prefill(model, prefix)
+            verify(model, caches[mode], tree, mode)
+            commit(model, caches[mode], tree, path)
+    assert_same_cache(f"fork-vs-wy-{pick}-{DTYPE_ID[dtype]}", caches["wy"], caches["fork"], TOL_STATE[dtype])
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.fixture(params=["gdn", "mla"])
+def verified(request):
+    """(model, cache after prefill + a pending verify, tree) in float32."""
+    model = target(request.param, torch.float32)
+    gen = generator("bad", request.param)
+    cache, _ = prefill(model, make_prefix(model.config.vocab_size, gen))
+    tree = make_tree("bushy", 7, model.config.vocab_size, gen)
+    verify(model, cache, tree)
+    return model, cache, tree
+
+
+def raises_untouched(cache, fn, match: str | None = None) -> str:
+    before = snapshot(cache)
+    with pytest.raises(ValueError, match=match) as info:
+        fn()
+    print(f"ValueError: {info.value}")
+    assert_untouched(cache, before)
+    return str(info.value)
+
+
+def test_unknown_gdn_mode(verified):
+    model, cache, tree = verified
+    message = raises_untouched(cache, lambda: verify(model, cache, tree, "fast"))
+    assert all(mode in message for mode in GDN_MODES) and "fast" in message
+
+
+def test_positions_past_max_position_embeddings(verified):
+    model, cache, _ = verified
+    limit = model.config.max_position_embeddings
+    V = model.config.vocab_size
+    last_ok = limit - 1 - cache.length  # depth of a chain whose last node sits at position limit-1
+    too_deep = chain_tree(torch.randint(V, (last_ok + 1,)), 0)
+    raises_untouched(cache, lambda: verify(model, cache, too_deep), "max_position_embeddings")
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        prefill(model, torch.zeros(limit + 1, dtype=torch.long))
+
+
+def test_fits_max_position_embeddings_exactly():
+    model = target("gdn", torch.float32)
+    limit = model.config.max_position_embeddings
+    cache, _ = prefill(model, torch.randint(64, (limit - 8,)))
+    logits = verify(model, cache, chain_tree(torch.randint(64, (7,)), 1)).logits  # last position limit-1
+    assert logits.shape == (8, 64) and bool(torch.isfinite(logits).all())
+
+
+@pytest.mark.parametrize("bad", (-1, "vocab"))
+def test_token_ids_outside_vocabulary(verified, bad):
+    model, cache, tree = verified
+    V = model.config.vocab_size
+    bad = V if bad == "vocab" else bad
+    for node in (0, len(tree) - 1):  # the root, a draft node
+        tokens = tree.tokens.clone()
+        tokens[node] = bad
+        broken = DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
+        raises_untouched(cache, lambda: verify(model, cache, broken), "token ids")
+    with pytest.raises(ValueError, match="token ids"):
+        prefill(model, [0, bad, 1])
+
+
+def test_cache_from_another_model(verified):
+    model, cache, tree = verified
+    arch = "gdn" if adapter.gdn_modules(model) else "mla"
+    twin = build_target(f"{arch}-toy")  # same preset, another model object
+    other = target("mla" if arch == "gdn" else "gdn", torch.float32)
+    for wrong in (twin, other):
+        raises_untouched(cache, lambda: verify(wrong, cache, tree), "same model")
+        raises_untouched(cache, lambda: commit(wrong, cache, tree, [0]), "same model")
+
+
+def test_commit_bad_paths(verified):
+    model, cache, tree = verified
+    not_child = next(i for i in range(2, len(tree)) if int(tree.parents[i]) != 1)  # built trees: 1 is a child of 0
+    bad_paths = ([], [1], [0, 0], [0, len(tree)], [0, -1], [0, 1, not_child], [0, not_child, not_child])
+    for path in bad_paths:
+        raises_untouched(cache, lambda: commit(model, cache, tree, path), "path")
+    other = make_tree("bushy", 7, model.config.vocab_size, generator("other"))
+    raises_untouched(cache, lambda: commit(model, cache, other, [0]), "verify")
+    commit(model, cache, tree, tree.path_to(len(tree) - 1))  # the cache still works
+    raises_untouched(cache, lambda: commit(model, cache, tree, [0]), "verify")  # no pending verify
+
+
+def test_commit_without_verify():
+    model = target("gdn", torch.float32)
+    cache, _ = prefill(model, [1, 2, 3])
+    raises_untouched(cache, lambda: commit(model, cache, chain_tree(torch.tensor([4]), 3), [0]), "verify")
+
+
+# ----------------------------------------------------------------------------- adapter
+
+def test_check_internals_passes():
+    adapter.check_internals()
+
+
+def test_check_internals_catches_version_change(monkeypatch):
+    # by dotted name: importing some model classes replaces sys.modules["transformers"] (a new
+    # _LazyModule), so a module object imported at the top of this file may be stale
+    monkeypatch.setattr("transformers.__version__", "9.9.9")
+    with pytest.raises(RuntimeError, match="9.9.9") as info:
+        adapter.check_internals()
+    print(f"RuntimeError: {info.value}")
+
+
+def test_check_internals_catches_lost_attribute(monkeypatch):
+    init = qwen35.Qwen3_5GatedDeltaNet.__init__
+
+    def init_without_a_log(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        del self.A_log
+
+    monkeypatch.setattr(qwen35.Qwen3_5GatedDeltaNet, "__init__", init_without_a_log)
+    with pytest.raises(RuntimeError, match="A_log") as info:
+        adapter.check_internals()
+    print(f"RuntimeError: {info.value}")
