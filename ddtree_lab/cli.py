@@ -66,6 +66,16 @@ def _finished(path, preset) -> bool:
         return False
 
 
+def _cmd_quality(args):
+    from .quality import run_quality
+    run_quality(num_prompts=args.prompts)
+
+
+def _cmd_bench(args):
+    from .bench import run_bench
+    run_bench(num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
+
+
 def _cmd_notebooks(args):
     from .notebooks import run_all
     run_all(smoke=args.smoke)
@@ -94,6 +104,14 @@ def main(argv=None):
     s.add_argument("--retrain-tokenizer", action="store_true",
                    help="retrain data/tokenizer.json too (invalidates every checkpoint)")
     s.set_defaults(func=_cmd_train_all)
+    s = sub.add_parser("quality", help="quality table of the shipped targets and drafters")
+    s.add_argument("--prompts", type=int, default=164, help="HumanEval prompts for the decoding checks")
+    s.set_defaults(func=_cmd_quality)
+    s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
+    s.add_argument("--prompts", type=int, default=10)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
+    s.set_defaults(func=_cmd_bench)
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.set_defaults(func=_cmd_notebooks)

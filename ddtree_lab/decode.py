@@ -98,11 +98,13 @@ def check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
 @torch.no_grad()
 def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32,
              block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
-             gdn_mode: str = "wy", seed: int = 0, cost_model=None) -> Generation:
+             gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None) -> Generation:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS.
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
-    per predicted second with ``cost_model``, see ``auto_budget``).
+    per predicted second with ``cost_model``, see ``auto_tree``).
+    on_round: optional callback ``on_round(Round)`` after every speculative round (for
+    calibration and leakage studies; not timed apart from the loop).
     """
     prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
                                  max_new_tokens, temperature, gdn_mode, cost_model)
@@ -113,7 +115,7 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
         _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen)
     else:
         _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                       temperature, gdn_mode, rng, gen, cost_model)
+                       temperature, gdn_mode, rng, gen, cost_model, on_round)
     gen.timings["total"] = time.perf_counter() - t0
     gen.tokens = gen.tokens[:max_new_tokens]
     return gen
@@ -142,8 +144,20 @@ def _draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) ->
     return tree_mod.build_tree(drafter_logits, root, budget)
 
 
+@dataclass(frozen=True, eq=False)
+class Round:
+    """What one speculative round saw: draft logits [bs-1, V], the tree, the target's
+    logits [N+1, V] and choices [N+1], the accepted path and the bonus token."""
+    draft_logits: torch.Tensor
+    tree: tree_mod.DraftTree
+    target_logits: torch.Tensor
+    target_choice: torch.Tensor
+    path: list
+    bonus: int
+
+
 def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                   temperature, gdn_mode, rng, gen: Generation, cost_model) -> None:
+                   temperature, gdn_mode, rng, gen: Generation, cost_model, on_round) -> None:
     layers = tuple(drafter.cfg.target_layer_ids)
     with _timed(gen, "prefill"):
         cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
@@ -159,7 +173,8 @@ def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_
         with _timed(gen, "verify"):
             out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
         with _timed(gen, "accept"):
-            path, bonus = tree_mod.accept(tree, _choose(out.logits, temperature, rng))
+            choice = _choose(out.logits, temperature, rng)
+            path, bonus = tree_mod.accept(tree, choice)
         with _timed(gen, "commit"):
             commit(target, cache, tree, path)
             new_features = out.features[path]
@@ -167,6 +182,8 @@ def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_
         gen.acceptance_lengths.append(len(path))
         gen.tree_sizes.append(tree.num_nodes)
         root = bonus
+        if on_round is not None:
+            on_round(Round(draft_logits, tree, out.logits, choice, path, bonus))
 
 
 def auto_tree(draft_logits: torch.Tensor, root: int, cost_model) -> tree_mod.DraftTree:

@@ -211,7 +211,7 @@ def pairwise_decay(G: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> t
     return diff.masked_fill(~mask, float("-inf")).exp().to(dtype)
 
 
-def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None):
+def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None, return_aux=False):
     """Tree WY form (W1-W3): all node outputs in one parallel pass, one triangular solve.
 
     Shapes as ``gated_delta_reference``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if
@@ -228,4 +228,19 @@ def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None):
     U = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)  # (I + A) U = rhs
     attn = (q @ k.transpose(1, 2)) * pairwise_decay(G, anc, v.dtype)  # [H, N+1, N+1]
     o = eG[..., None] * (q @ S0) + attn @ U  # [H, N+1, dv]
+    if return_aux:  # what ``wy_state`` needs to form any node's state (W1) after the fact
+        return o.transpose(0, 1), {"U": U, "G": G, "k": k}
     return o.transpose(0, 1)
+
+
+def wy_state(aux: dict, S0: torch.Tensor, path: list) -> torch.Tensor:
+    """State after the last node of ``path`` (root..i) from the WY pass, by (W1):
+    S_i = e^{G_i} S0 + sum_{j in path} e^{G_i - G_j} k_j u_j^T. -> [H, dk, dv].
+
+    aux: U [H, N+1, dv], G [N+1, H] float64, k [H, N+1, dk] from ``gated_delta_wy``.
+    """
+    U, G, k = aux["U"], aux["G"], aux["k"]
+    i = path[-1]
+    w = (G[i] - G[path]).exp().to(U.dtype)  # [L, H], differences in float64
+    update = torch.einsum("lh,hlk,hlv->hkv", w, k[:, path], U[:, path])
+    return G[i].exp().to(U.dtype)[:, None, None] * S0 + update

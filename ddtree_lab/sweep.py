@@ -78,10 +78,14 @@ def _mode(cfg: dict) -> str:
 
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore,
               progress: bool = True, runner=run_config) -> pd.DataFrame:
-    """Run every (config, prompt) not yet in ``store``; returns the store's frame."""
+    """Run every (config, prompt) not yet in ``store``; returns the store's frame.
+
+    Prompts are the outer loop, so configs compared in one run are timed side by side
+    (machine noise hits them alike) and an interrupted run leaves whole prompts done.
+    """
     from .results import row_key
     done = store.done_keys()
-    todo = [(c, p) for c in configs for p in prompt_ids if row_key(c, p, store.code) not in done]
+    todo = [(c, p) for p in prompt_ids for c in configs if row_key(c, p, store.code) not in done]
     for cfg, p in tqdm(todo, desc=f"sweep {store.path.stem}", disable=not progress or not todo):
         store.add(cfg, p, runner(cfg, p))
     return store.frame()

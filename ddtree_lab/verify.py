@@ -11,9 +11,10 @@ ancestor mask, at position start + depth; Gated DeltaNet layers run one of three
 
 ``commit`` then leaves the cache exactly as an AR prefill of the committed sequence would:
 attention rows of the accepted nodes kept contiguous, GDN conv/recurrent state of the last
-accepted node (fork: its stored state; naive and wy: replay of the accepted path from the
-pre-verify snapshot, which verify never modifies; naive first re-scores the accepted path as a
-chain unless it is nodes 0..k, since its leaked hidden states corrupt K/V and GDN inputs).
+accepted node (fork: its stored state; wy: the closed form (W1) of ``gdn_tree.wy_state`` from
+the pre-verify snapshot, which verify never modifies, with ``replay_gdn`` as its plain twin;
+naive first re-scores the accepted path as a chain unless it is nodes 0..k, since its leaked
+hidden states corrupt K/V and GDN inputs).
 """
 from __future__ import annotations
 
@@ -206,8 +207,10 @@ def _bound_gdn(m, layer_idx, cache, buf, mode, records):
 def gdn_tree_forward(m, h, conv_state, S0, buf: TreeBuffers, mode: str):
     """One GDN layer on a tree. h [N+1, D] -> (out [N+1, D], record for commit).
 
-    The record holds the pre-conv inputs x [N+1, C] and gates g, beta [N+1, H] (enough to
-    replay any path), and in fork mode every node's state [N+1, H, dk, dv].
+    The record holds the pre-conv inputs x [N+1, C] and the raw gates a, b [N+1, H] (enough
+    to replay any path: ``replay_gdn``, the plain twin), plus what commit uses directly: in
+    fork mode every node's state [N+1, H, dk, dv], in wy/naive mode the WY pass's U, G, k
+    from which ``gdn_tree.wy_state`` forms the accepted node's state in one einsum.
     """
     x, z, a, b = adapter.gdn_project(m, h)
     y = gdn_tree.tree_conv(x, conv_state, adapter.gdn_conv_weight(m), buf.gdn_parents)
@@ -219,7 +222,9 @@ def gdn_tree_forward(m, h, conv_state, S0, buf: TreeBuffers, mode: str):
         o, record["states"] = gdn_tree.gated_delta_fork(q, k, v, g, beta, buf.gdn_parents,
                                                         buf.tree.depths, S0)
     else:
-        o = gdn_tree.gated_delta_wy(q, k, v, g, beta, buf.gdn_parents, S0, anc=buf.gdn_anc)
+        o, record["wy"] = gdn_tree.gated_delta_wy(q, k, v, g, beta, buf.gdn_parents, S0,
+                                                  anc=buf.gdn_anc, return_aux=True)
+        record["S0"] = S0
     return adapter.gdn_output(m, o, z, h.dtype), record
 
 
@@ -254,14 +259,10 @@ def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
     rows = torch.cat([torch.arange(cache.length), cache.length + idx])
     for i, (k, v) in cache.kv.items():
         cache.kv[i] = (k.index_select(-2, rows), v.index_select(-2, rows))
-    mods = adapter.gdn_modules(model)
     for i, rec in cache.pending["gdn"].items():
-        if "states" in rec:
-            cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx])
-            cache.rec[i] = rec["states"][idx[-1]].to(cache.rec[i].dtype).clone()
-        else:
-            cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec["x"][idx], rec["a"][idx],
-                                                     rec["b"][idx], cache.conv[i], cache.rec[i])
+        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx])
+        S = rec["states"][idx[-1]] if "states" in rec else gdn_tree.wy_state(rec["wy"], rec["S0"], idx.tolist())
+        cache.rec[i] = S.to(cache.rec[i].dtype).clone()
     cache.length += idx.numel()
     cache.pending = None
 

@@ -244,6 +244,28 @@ def test_fork_commit_equals_wy_commit(pick, dtype):
     assert_same_cache(f"fork-vs-wy-{pick}-{DTYPE_ID[dtype]}", caches["wy"], caches["fork"], TOL_STATE[dtype])
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=DTYPE_ID.get)
+@pytest.mark.parametrize("pick", ("root", "deepest", "random"))
+def test_wy_closed_form_commit_equals_plain_replay(pick, dtype):
+    """commit's state from the WY pass (W1) == the plain twin: replay the path from the snapshot."""
+    from ddtree_lab import gdn_tree
+    from ddtree_lab.verify import replay_gdn
+    model = target("gdn", dtype)
+    V = model.config.vocab_size
+    gen = generator("wy-replay", pick)
+    prefix, tree = make_prefix(V, gen), make_tree("bushy", 32, V, gen)
+    path = root_path(tree, pick, gen)
+    with precision(dtype):
+        cache, _ = prefill(model, prefix)
+        verify(model, cache, tree, "wy")
+        mods = adapter.gdn_modules(model)
+        for i, rec in cache.pending["gdn"].items():
+            conv, S = replay_gdn(mods[i], rec["x"][path], rec["a"][path], rec["b"][path], cache.conv[i], cache.rec[i])
+            assert_close(f"layer{i}-{pick}-{DTYPE_ID[dtype]}", S, gdn_tree.wy_state(rec["wy"], rec["S0"], path).to(S.dtype),
+                         TOL_STATE[dtype])
+            assert torch.equal(conv, gdn_tree.commit_conv_state(cache.conv[i], rec["x"][path]))
+
+
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.fixture(params=["gdn", "mla"])

@@ -1,0 +1,122 @@
+"""Drafter calibration: the DDTree surrogate against what the target accepts (RESEARCH.md 3, 5).
+
+The surrogate scores a draft node u by q(u), the product of the drafter's per-depth
+marginals along u's path, and assumes a node given its parent is accepted with probability
+q_cond(u) = q(u) / q(parent), the drafter's marginal of u's token at u's depth. The
+marginals ignore siblings: a rank-1 branch is only tried where the rank-0 token failed,
+so its real accept rate can sit far below q_cond. ``RoundRecorder`` logs every draft node of
+every round of ``decode.generate(..., on_round=recorder)``; the tables compare prediction
+and observation by depth, by sibling rank and in reliability bins.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+COLUMNS = ("round", "node", "depth", "rank", "q_cond", "q_path", "reached", "accepted")
+
+
+def sibling_ranks(parents: list[int], q_cond: list[float]) -> list[int]:
+    """Rank of each node among its parent's children by q_cond descending (ties: lower
+    index first); the root gets 0."""
+    ranks = [0] * len(parents)
+    kids: dict[int, list[int]] = {}
+    for node in range(1, len(parents)):
+        kids.setdefault(parents[node], []).append(node)
+    for siblings in kids.values():
+        for r, node in enumerate(sorted(siblings, key=lambda n: (-q_cond[n], n))):
+            ranks[node] = r
+    return ranks
+
+
+class RoundRecorder:
+    """``on_round`` callback: one row per draft node per speculative round.
+
+    q_cond: the drafter's probability of the node's token at its depth (softmax of the
+    round's draft logits), q_path: product of q_cond along the path (= exp(log weight) for
+    a DDTree tree), reached: the parent is on the accepted path, accepted: the node is.
+    ``labels`` (a dict) is copied into every row, e.g. ``rec.labels = {"prompt": 3}``.
+    """
+
+    def __init__(self, **labels):
+        self.labels = labels
+        self.rows: list[dict] = []
+        self.rounds = 0
+
+    def __call__(self, rnd) -> None:
+        tree = rnd.tree
+        log_q = torch.log_softmax(rnd.draft_logits.double(), dim=-1)  # [L, V]
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        node_lq = [0.0] + [float(log_q[depths[i] - 1, tokens[i]]) for i in range(1, len(tree))]
+        path_lq = [0.0] * len(tree)
+        for i in range(1, len(tree)):  # topological order: the parent is already done
+            path_lq[i] = path_lq[parents[i]] + node_lq[i]
+        q_cond = np.exp(node_lq).tolist()
+        ranks = sibling_ranks(parents, q_cond)
+        on_path = set(rnd.path)
+        for i in range(1, len(tree)):
+            self.rows.append({**self.labels, "round": self.rounds, "node": i, "depth": depths[i],
+                              "rank": ranks[i], "q_cond": q_cond[i], "q_path": float(np.exp(path_lq[i])),
+                              "reached": parents[i] in on_path, "accepted": i in on_path})
+        self.rounds += 1
+
+    def frame(self) -> pd.DataFrame:
+        """Columns: labels..., round, node, depth, rank, q_cond, q_path, reached, accepted."""
+        return pd.DataFrame(self.rows, columns=list(self.labels) + list(COLUMNS))
+
+
+def _rank_bucket(rank: pd.Series) -> pd.Series:
+    return rank.clip(upper=3).map({0: "0", 1: "1", 2: "2", 3: "3+"})
+
+
+def calibration_table(frame: pd.DataFrame, by: str = "depth", bins: int = 10) -> pd.DataFrame:
+    """Predicted vs observed accept rate of reached nodes (parent accepted).
+
+    by: "depth", "rank" (sibling rank 0, 1, 2, 3+) or "bins" (``bins`` equal-width bins of
+    q_cond on [0, 1]: a reliability diagram). Columns: the group (depth | rank | bin, plus
+    bin_low and bin_high for bins), predicted (mean q_cond), observed (accept rate), count.
+    """
+    reached = frame[frame["reached"]]
+    if by == "depth":
+        key = reached["depth"].rename("depth")
+    elif by == "rank":
+        key = _rank_bucket(reached["rank"]).rename("rank")
+    elif by == "bins":
+        key = np.minimum((reached["q_cond"] * bins).astype(int), bins - 1).rename("bin")
+    else:
+        raise ValueError(f"by must be 'depth', 'rank' or 'bins', got {by!r}")
+    table = (reached.groupby(key).agg(predicted=("q_cond", "mean"), observed=("accepted", "mean"),
+                                      count=("accepted", "size")).reset_index())
+    if by == "bins":
+        table.insert(1, "bin_low", table["bin"] / bins)
+        table.insert(2, "bin_high", (table["bin"] + 1) / bins)
+    return table
+
+
+def surrogate_gap(frame: pd.DataFrame) -> pd.DataFrame:
+    """The sibling-conditioning gap: reached rank-0 (main path) vs rank-1+ (branch) nodes.
+
+    Rows "rank0", "rank1+"; columns group, predicted (mean q_cond), observed (accept rate),
+    gap (predicted - observed), count.
+    """
+    reached = frame[frame["reached"]]
+    group = np.where(reached["rank"] == 0, "rank0", "rank1+")
+    table = reached.groupby(group).agg(predicted=("q_cond", "mean"), observed=("accepted", "mean"),
+                                       count=("accepted", "size"))
+    table = table.reindex(["rank0", "rank1+"]).rename_axis("group").reset_index()
+    table.insert(3, "gap", table["predicted"] - table["observed"])
+    return table
+
+
+def tau_cost(frame: pd.DataFrame) -> dict:
+    """Accepted draft tokens per round: the surrogate's expectation (sum of q_path over the
+    round's nodes) vs the observed count, averaged over rounds.
+
+    Returns {rounds, predicted, observed, ratio (observed / predicted)}; tau = accepted + 1.
+    """
+    keys = [c for c in frame.columns if c not in COLUMNS] + ["round"]  # labels separate runs
+    per_round = frame.groupby(keys, dropna=False).agg(predicted=("q_path", "sum"), observed=("accepted", "sum"))
+    predicted, observed = float(per_round["predicted"].mean()), float(per_round["observed"].mean())
+    return {"rounds": len(per_round), "predicted": predicted, "observed": observed,
+            "ratio": observed / predicted if predicted > 0 else float("nan")}

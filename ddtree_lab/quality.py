@@ -1,0 +1,110 @@
+"""``ddtree-lab quality``: how good the shipped targets and drafters are (HumanEval, T=0).
+
+Targets: validation loss per token (stdlib held-out files) and loss on the HumanEval
+canonical solutions (held-out code nobody here wrote). Drafters: top-1 agreement with the
+target's greedy continuation per block position, and the linear acceptance length tau at
+blocks 8 and 16 (DFlash decoding), next to DDTree-64; plus the lossless check: T=0
+speculative output equals AR on every prompt.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import torch
+
+from . import data
+from .checkpoints import check_manifest, ckpt_path
+from .results import RESULTS_DIR, ResultsStore
+from .sweep import expand_grid, run_sweep
+
+GOALS = {"val_loss": 2.6, "tau_block8": 3.0}
+
+
+@torch.no_grad()
+def humaneval_solution_loss(target, tok) -> float:
+    """Mean next-token loss (nats) on the canonical-solution tokens, given each prompt."""
+    nll, count = 0.0, 0
+    for p in data.humaneval_problems():
+        prompt = tok.encode(p["prompt"]).ids
+        full = tok.encode(p["prompt"] + p["canonical_solution"]).ids
+        start = max(1, min(len(prompt), len(full) - 1))
+        ids = torch.tensor(full)
+        logits = target(ids[None, :-1]).logits[0].float()
+        losses = torch.nn.functional.cross_entropy(logits, ids[1:], reduction="none")
+        nll += float(losses[start - 1:].sum())
+        count += len(full) - start
+    return nll / count
+
+
+def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: int = 64,
+                        new_tokens: int = 64) -> dict:
+    """Top-1 agreement per block position with the target's greedy continuation of the
+    HumanEval prompts (left-truncated to ``prompt_len`` tokens; shorter ones skipped)."""
+    from .drafter_data import make_rollouts
+    from .drafters import draft_quality
+    roll = make_rollouts(target, tok, data.humaneval_prompts(), new_tokens=new_tokens,
+                         prompt_len=prompt_len, layer_ids=drafter.cfg.target_layer_ids)
+    return {**draft_quality(drafter, roll, block_size), "prompts": int(roll["num_rollouts"])}
+
+
+def quality_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
+    """AR, DFlash at blocks 8 and 16, DDTree-64 at block 8 (GDN: exact wy verify)."""
+    common = dict(gdn_mode=["wy"], temperature=[0.0], max_new_tokens=[max_new_tokens])
+    return (expand_grid(arch=list(archs), method=["ar"], budget=[0], block_size=[0], **common)
+            + expand_grid(arch=list(archs), method=["dflash"], budget=[0], block_size=[8, 16], **common)
+            + expand_grid(arch=list(archs), method=["ddtree"], budget=[64], block_size=[8], **common))
+
+
+def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (arch, method, block, budget): mean tau, prompts, fraction identical to AR."""
+    ar = {(r.arch, r.prompt): r._metrics["tokens"] for r in frame[frame.method == "ar"].itertuples()}
+    spec = frame[frame.method != "ar"].copy()
+    spec["same_as_ar"] = [r._metrics["tokens"] == ar.get((r.arch, r.prompt)) for r in spec.itertuples()]
+    return (spec.groupby(["arch", "method", "block_size", "budget"])
+            .agg(tau=("tau", "mean"), prompts=("prompt", "count"), same_as_ar=("same_as_ar", "mean"))
+            .reset_index())
+
+
+def target_table(archs=("gdn", "mla")) -> pd.DataFrame:
+    from .pair import load_pair
+    rows = []
+    for arch in archs:
+        target, drafter, tok = load_pair(arch)
+        tman = check_manifest(ckpt_path(arch, "target"))
+        dman = check_manifest(ckpt_path(arch, "drafter"))
+        he = humaneval_agreement(target, drafter, tok, block_size=16)
+        rows.append({"arch": arch, "humaneval_agreement_block16": [round(a, 3) for a in he["agreement"]],
+                     "humaneval_offline_tau_block16": he["tau"], "params_total": tman["parameters"]["total"],
+                     "params_active": tman["parameters"]["active"], "val_loss": tman["final_val_loss"],
+                     "humaneval_solution_loss": humaneval_solution_loss(target, tok),
+                     "target_train_min": tman["train_time_s"] / 60,
+                     "drafter_val_loss": dman["final_val_loss"], "drafter_train_min": dman["train_time_s"] / 60,
+                     "agreement_block16": dman.get("agreement_block16"),
+                     "offline_tau_block16": dman.get("tau_block16"), "offline_tau_block8": dman.get("tau_block8")})
+    return pd.DataFrame(rows)
+
+
+def run_quality(num_prompts: int = 164, archs=("gdn", "mla"), max_new_tokens: int = 128) -> dict:
+    """Compute and print both tables; saves data/results/quality.json."""
+    tt = target_table(archs)
+    store = ResultsStore("quality")
+    frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store)
+    lt = lossless_and_tau(frame[frame.prompt < num_prompts])
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
+        print(tt.to_string(index=False))
+        print(lt.to_string(index=False))
+    for r in tt.itertuples():
+        print(f"{r.arch}: val loss {r.val_loss:.3f} (goal <= {GOALS['val_loss']}: "
+              f"{'PASS' if r.val_loss <= GOALS['val_loss'] else 'MISS'})")
+    for r in lt[(lt.method == "dflash") & (lt.block_size == 8)].itertuples():
+        print(f"{r.arch}: linear tau at block 8 {r.tau:.2f} (goal >= {GOALS['tau_block8']}: "
+              f"{'PASS' if r.tau >= GOALS['tau_block8'] else 'MISS'})")
+    out = {"targets": tt.to_dict("records"), "decoding": lt.to_dict("records")}
+    (RESULTS_DIR / "quality.json").write_text(json.dumps(out, indent=1, default=_jsonable))
+    return out
+
+
+def _jsonable(x):
+    return None if isinstance(x, float) and math.isnan(x) else float(x)
