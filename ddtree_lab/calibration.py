@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-COLUMNS = ("round", "node", "depth", "rank", "q_cond", "q_path", "reached", "accepted")
+COLUMNS = ("round", "node", "parent", "depth", "rank", "q_cond", "q_path", "reached", "accepted")
 
 
 def sibling_ranks(parents: list[int], q_cond: list[float]) -> list[int]:
@@ -56,13 +56,14 @@ class RoundRecorder:
         ranks = sibling_ranks(parents, q_cond)
         on_path = set(rnd.path)
         for i in range(1, len(tree)):
-            self.rows.append({**self.labels, "round": self.rounds, "node": i, "depth": depths[i],
+            self.rows.append({**self.labels, "round": self.rounds, "node": i, "parent": parents[i],
+                              "depth": depths[i],
                               "rank": ranks[i], "q_cond": q_cond[i], "q_path": float(np.exp(path_lq[i])),
                               "reached": parents[i] in on_path, "accepted": i in on_path})
         self.rounds += 1
 
     def frame(self) -> pd.DataFrame:
-        """Columns: labels..., round, node, depth, rank, q_cond, q_path, reached, accepted."""
+        """Columns: labels..., round, node, parent, depth, rank, q_cond, q_path, reached, accepted."""
         return pd.DataFrame(self.rows, columns=list(self.labels) + list(COLUMNS))
 
 
@@ -116,7 +117,8 @@ def tau_cost(frame: pd.DataFrame) -> dict:
     Returns {rounds, predicted, observed, ratio (observed / predicted)}; tau = accepted + 1.
     """
     keys = [c for c in frame.columns if c not in COLUMNS] + ["round"]  # labels separate runs
-    per_round = frame.groupby(keys, dropna=False).agg(predicted=("q_path", "sum"), observed=("accepted", "sum"))
+    per_round = frame.groupby(keys, dropna=False).agg(predicted=("q_path", "sum"),
+                                                      observed=("accepted", "sum"))
     predicted, observed = float(per_round["predicted"].mean()), float(per_round["observed"].mean())
     return {"rounds": len(per_round), "predicted": predicted, "observed": observed,
             "ratio": observed / predicted if predicted > 0 else float("nan")}

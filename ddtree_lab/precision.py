@@ -146,13 +146,15 @@ def ar_path_logits(model, prefix_ids, tokens) -> torch.Tensor:
     rows = []
     with torch.no_grad():
         if len(prefix_ids):
-            model(torch.as_tensor(list(prefix_ids), dtype=torch.long)[None], past_key_values=cache, use_cache=True)
+            prefix = torch.as_tensor(list(prefix_ids), dtype=torch.long)[None]  # [1, T]
+            model(prefix, past_key_values=cache, use_cache=True)
         for t in tokens:
             rows.append(model(torch.tensor([[int(t)]]), past_key_values=cache, use_cache=True).logits[0, -1])
     return torch.stack(rows)
 
 
-def chain_vs_tree_bf16(model, prefix_ids, tree: DraftTree, dtype=torch.bfloat16, gdn_mode: str = "wy") -> pd.DataFrame:
+def chain_vs_tree_bf16(model, prefix_ids, tree: DraftTree, dtype=torch.bfloat16,
+                       gdn_mode: str = "wy") -> pd.DataFrame:
     """Per node, in ``dtype`` (stock modules, no harness): the argmax of
 
     - tree: the tree verify row;

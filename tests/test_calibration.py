@@ -1,0 +1,108 @@
+"""The round recorder and the calibration tables (RESEARCH.md sections 3 and 5).
+
+Rows == draft nodes of every round; accepted nodes per round == acceptance length - 1;
+reached / accepted are consistent with the accept walk; every table's counts add up to the
+reached nodes and its rates lie in [0, 1].
+"""
+import math
+
+import pytest
+import torch
+
+from ddtree_lab import calibration, decode
+from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.models import build_target
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(recorder, generations): a few short greedy DDTree generations on gdn-toy."""
+    target = build_target("gdn-toy")
+    cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
+                                   block_size=8)
+    torch.manual_seed(1)
+    drafter = DFlashDrafter(cfg, target).eval()
+    rec = calibration.RoundRecorder()
+    gens = []
+    for p, (prompt, budget) in enumerate([([1, 2, 3, 4, 5], 80), ([7], 100), ([9, 8, 7, 6, 5, 4, 3], 16)]):
+        rec.labels = {"prompt": p}
+        gens.append(decode.generate(target, drafter, prompt, method="ddtree", budget=budget, block_size=6,
+                                    max_new_tokens=12, on_round=rec))
+    return rec, gens
+
+
+def test_rows_and_acceptance(runs):
+    rec, gens = runs
+    f = rec.frame()
+    sizes = [s for g in gens for s in g.tree_sizes]
+    lengths = [a for g in gens for a in g.acceptance_lengths]
+    print(f"{len(sizes)} rounds, {len(f)} nodes, {int(f.accepted.sum())} accepted")
+    assert list(f.columns) == ["prompt", "round", "node", "parent", "depth", "rank", "q_cond", "q_path",
+                               "reached", "accepted"]
+    assert len(f) == sum(sizes) and rec.rounds == len(sizes)
+    assert f.groupby("round").size().tolist() == sizes
+    assert f.groupby("round").accepted.sum().tolist() == [a - 1 for a in lengths]
+    assert f.accepted.sum() > 0, "the test never exercised an accepted draft token"
+
+
+def test_reached_accepted_consistency(runs):
+    f = runs[0].frame()
+    assert not (f.accepted & ~f.reached).any()
+    assert f[f.depth == 1].reached.all()
+    assert (f.groupby(["round", "depth"]).accepted.sum() <= 1).all()  # one path per round
+    assert f.q_cond.between(0, 1).all() and (f.q_path <= f.q_cond + 1e-12).all()
+    siblings = f.groupby(["round", "parent"])
+    assert (siblings["rank"].min() == 0).all()
+    rank0 = f[f["rank"] == 0].set_index(["round", "parent"]).q_cond
+    assert rank0.sort_index().equals(siblings.q_cond.max().sort_index())  # rank 0 = most probable sibling
+
+
+def test_sibling_ranks_by_conditional_probability():
+    parents = [-1, 0, 0, 1, 0, 1]
+    q = [1.0, 0.2, 0.5, 0.3, 0.2, 0.6]
+    assert calibration.sibling_ranks(parents, q) == [0, 1, 0, 1, 2, 0]
+
+
+@pytest.mark.parametrize("by", ["depth", "rank", "bins"])
+def test_calibration_table(runs, by):
+    f = runs[0].frame()
+    t = calibration.calibration_table(f, by=by)
+    print(t.to_string())
+    assert t["count"].sum() == f.reached.sum()
+    assert t.predicted.between(0, 1).all() and t.observed.between(0, 1).all()
+    if by == "bins":
+        assert (t.predicted >= t.bin_low - 1e-12).all() and (t.predicted <= t.bin_high + 1e-12).all()
+    if by == "rank":
+        assert set(t["rank"]) <= {"0", "1", "2", "3+"}
+
+
+def test_surrogate_gap_and_tau_cost(runs):
+    rec, gens = runs
+    f = rec.frame()
+    gap = calibration.surrogate_gap(f)
+    print(gap.to_string())
+    assert gap.group.tolist() == ["rank0", "rank1+"] and gap["count"].sum() == f.reached.sum()
+    tau = calibration.tau_cost(f)
+    print(tau)
+    observed = sum(sum(g.acceptance_lengths) - len(g.acceptance_lengths) for g in gens) / rec.rounds
+    assert tau["rounds"] == rec.rounds and math.isclose(tau["observed"], observed)
+    assert tau["predicted"] > 0
+    with pytest.raises(ValueError, match="by must be"):
+        calibration.calibration_table(f, by="width")
+
+
+def test_recorder_on_a_hand_made_round():
+    from ddtree_lab.tree import build_tree
+    logits = torch.randn(3, 16, generator=torch.Generator().manual_seed(0)) * 3
+    tree = build_tree(logits, 2, 12)
+    deepest = int(tree.depths.argmax())
+    path = tree.path_to(deepest)
+    rec = calibration.RoundRecorder(run="x")
+    rec(decode.Round(logits, tree, torch.zeros(len(tree), 16), torch.zeros(len(tree), dtype=torch.long),
+                     path, 0))
+    f = rec.frame()
+    assert f.node.tolist() == list(range(1, len(tree))) and (f.run == "x").all()
+    assert torch.allclose(torch.tensor(f.q_path.to_numpy()), tree.log_weights[1:].exp())
+    assert f.accepted.tolist() == [i in path for i in range(1, len(tree))]
+    assert f.reached.tolist() == [int(tree.parents[i]) in path for i in range(1, len(tree))]
+    assert (f.depth > 1).any() and f[f.accepted]["rank"].eq(0).all()  # the deepest path follows rank 0
