@@ -55,14 +55,12 @@ def gdn_qkv(m, y: torch.Tensor):
     """Post-conv y [T, C] -> q, k [T, H, dk] (l2-normalised, q scaled, expanded to H value
     heads) and v [T, H, dv], as transformers' kernels see them."""
     T = y.shape[0]
-    q, k, v = torch.split(y, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
-    q, k = (t.reshape(T, m.num_k_heads, m.head_k_dim) for t in (q, k))
-    v = v.reshape(T, m.num_v_heads, m.head_v_dim)
-    rep = m.num_v_heads // m.num_k_heads
-    q, k = (qwen35.l2norm(t, dim=-1, eps=1e-6).repeat_interleave(rep, dim=1) for t in (q, k))
     if not _STATE["preserve_dtype"]:  # the stock kernels run in float32 whatever the model dtype
-        q, k, v = q.float(), k.float(), v.float()
-    return q * m.head_k_dim ** -0.5, k, v
+        y = y.float()
+    q, k, v = torch.split(y, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
+    q, k = gdn_tree.normalize_qk(q.reshape(T, m.num_k_heads, m.head_k_dim),
+                                 k.reshape(T, m.num_k_heads, m.head_k_dim), m.num_v_heads)
+    return q, k, v.reshape(T, m.num_v_heads, m.head_v_dim)
 
 
 def gdn_gates(m, a: torch.Tensor, b: torch.Tensor):
@@ -142,9 +140,7 @@ def _router(self, h):
 def _chunk_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
                 use_qk_l2norm_in_kernel=False, **kwargs):
     """Dtype-preserving stand-in for transformers' GDN kernels (batch 1), via gdn_tree."""
-    rep = value.shape[2] // key.shape[2]
-    q, k = (qwen35.l2norm(t[0], dim=-1, eps=1e-6).repeat_interleave(rep, dim=1) for t in (query, key))
-    q = q * q.shape[-1] ** -0.5
+    q, k = gdn_tree.normalize_qk(query[0], key[0], value.shape[2])
     S0 = initial_state[0] if initial_state is not None else q.new_zeros(q.shape[1], q.shape[2], value.shape[-1])
     o, S = gdn_tree.gated_delta_chain(q, k, value[0], g[0].to(q.dtype), beta[0].to(q.dtype), S0.to(q.dtype))
     return o[None], (S[None] if output_final_state else None)

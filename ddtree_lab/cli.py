@@ -76,6 +76,18 @@ def _cmd_bench(args):
     run_bench(num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
 
 
+def _cmd_sweep(args):
+    from .plots import summarize
+    from .results import ResultsStore
+    from .sweep import expand_grid, run_sweep
+    budgets = [b if b == "auto" else int(b) for b in args.budgets]
+    grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
+                       block_size=args.block_sizes, temperature=args.temperatures,
+                       max_new_tokens=[args.max_new_tokens])
+    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store))
+    print(summarize(frame).round(3).to_string(index=False))
+
+
 def _cmd_notebooks(args):
     from .notebooks import run_all
     run_all(smoke=args.smoke)
@@ -112,6 +124,17 @@ def main(argv=None):
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
     s.set_defaults(func=_cmd_bench)
+    s = sub.add_parser("sweep", help="grid of decoding runs on HumanEval, into a resumable results store")
+    s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
+    s.add_argument("--methods", nargs="+", default=["ar", "dflash", "ddtree"], choices=["ar", "dflash", "ddtree"])
+    s.add_argument("--gdn-modes", nargs="+", default=["wy"], choices=["naive", "fork", "wy"])
+    s.add_argument("--budgets", nargs="+", default=["1", "4", "16", "64", "256"], help="ints in 1..1024 or auto")
+    s.add_argument("--block-sizes", nargs="+", type=int, default=[8])
+    s.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--prompts", type=int, default=10, help="HumanEval prompts 0..N-1")
+    s.add_argument("--store", default="sweeps", help="results store name under data/results/")
+    s.set_defaults(func=_cmd_sweep)
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.set_defaults(func=_cmd_notebooks)

@@ -35,6 +35,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .tree import ancestor_mask_from_parents, tree_path
+
 
 # ----------------------------------------------------------------------------- tree buffers
 
@@ -45,31 +47,6 @@ def chain_parents(n: int) -> torch.Tensor:
     N+1 nodes: each node then follows the previous node in sequence order, siblings included.
     """
     return torch.arange(-1, n)
-
-
-def tree_depths(parents: torch.Tensor) -> torch.Tensor:
-    """Depth of every node (root 0) from ``parents`` [N+1] -> LongTensor[N+1]."""
-    depths = torch.zeros_like(parents)
-    for i in range(1, parents.numel()):  # parents[i] < i, so the parent's depth is known
-        depths[i] = depths[parents[i]] + 1
-    return depths
-
-
-def tree_path(parents: torch.Tensor, i: int) -> list[int]:
-    """Node indices of the path root..i (both included), walking ``parents``."""
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(int(parents[path[-1]]))
-    return path[::-1]
-
-
-def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
-    """anc [N+1, N+1] bool: anc[i, j] iff j == i or j is an ancestor of i (lower triangular)."""
-    n = parents.numel()
-    anc = torch.eye(n, dtype=torch.bool)
-    for i in range(1, n):  # topological order: the parent's row is complete
-        anc[i] |= anc[parents[i]]
-    return anc
 
 
 # ----------------------------------------------------------------------------- conv (C)
@@ -146,9 +123,10 @@ def normalize_qk(q: torch.Tensor, k: torch.Tensor, num_heads: int) -> tuple[torc
 def delta_step(S, q, k, v, g, beta):
     """One step of (R) for any leading batch: S [..., H, dk, dv], q, k [..., H, dk],
     v [..., H, dv], g, beta [..., H] -> (o [..., H, dv], S_new [..., H, dk, dv])."""
-    S = S * g.exp()[..., None, None]
+    S = S * g.exp()[..., None, None]  # a fresh tensor: the caller's S is never modified
     delta = beta[..., None] * (v - torch.einsum("...kv,...k->...v", S, k))  # [..., H, dv]
-    S = S + k[..., :, None] * delta[..., None, :]
+    dk, dv = S.shape[-2:]
+    S.view(-1, dk, dv).baddbmm_(k.reshape(-1, dk, 1), delta.reshape(-1, 1, dv))  # S += k delta^T, in place
     return torch.einsum("...kv,...k->...v", S, q), S
 
 
@@ -218,7 +196,7 @@ def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None, return_aux=False):
     None). Returns o [N+1, H, dv]. No per-node state is formed: commit by replaying the
     accepted path with ``gated_delta_chain``.
     """
-    anc = ancestor_mask(parents) if anc is None else anc
+    anc = ancestor_mask_from_parents(parents) if anc is None else anc
     q, k, v = (x.transpose(0, 1) for x in (q, k, v))  # [H, N+1, dk|dv]
     beta, G = beta.T, path_log_gates(g, anc)  # [H, N+1], [N+1, H] float64
     eG = G.T.exp().to(v.dtype)  # [H, N+1]

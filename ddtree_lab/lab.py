@@ -33,3 +33,25 @@ def prompt_tokens(tok, index: int) -> list[int]:
     """Token ids of HumanEval prompt ``index``."""
     from .data import humaneval_prompts
     return tok.encode(humaneval_prompts()[index]).ids
+
+
+def cached_table(name: str, config: dict, smoke: bool, compute):
+    """A DataFrame computed once per (config, code version) and stored as CSV under the
+    results folder; a rerun reads it back (the notebook then only redraws)."""
+    import hashlib
+    import json
+
+    import pandas as pd
+    from .results import code_version
+    key = hashlib.sha256(json.dumps({"config": config, "code": code_version()}, sort_keys=True,
+                                    default=str).encode()).hexdigest()[:12]
+    folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
+    path = folder / f"{name}-{key}.csv.gz"
+    if path.is_file():
+        return pd.read_csv(path)
+    frame = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    frame.to_csv(tmp, index=False, compression="gzip")
+    tmp.replace(path)
+    return frame

@@ -23,6 +23,7 @@ import seaborn as sns
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
+from .leakage import first_divergence
 from .sweep import AXES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,15 +66,6 @@ def _new_axes(ax, n: int, panel: tuple[float, float]) -> tuple[Figure, list]:
 
 # ----------------------------------------------------------------------------- summary
 
-def first_divergence(tokens: list[int], reference: list[int], max_new_tokens: int) -> int:
-    """Index of the first token that differs from ``reference``; ``max_new_tokens`` when the
-    two are identical; the shorter length when one is a strict prefix of the other."""
-    for i, (a, b) in enumerate(zip(tokens, reference)):
-        if a != b:
-            return i
-    return max_new_tokens if len(tokens) == len(reference) else min(len(tokens), len(reference))
-
-
 def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (config, prompt) row: tokens, seconds, tree-size sum/count, match with AR."""
     ref_key = ["arch", "temperature", "max_new_tokens", "prompt"]
@@ -82,12 +74,14 @@ def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
     stats = []
     for key, m, mnt in zip(frame[ref_key].itertuples(index=False), frame["_metrics"], frame["max_new_tokens"]):
         ref = ar_tokens.get(tuple(key))
-        div = np.nan if ref is None else first_divergence(m["tokens"], ref, mnt)
+        div = np.nan if ref is None else first_divergence(ref, m["tokens"])
+        div = mnt if div is None else div  # identical: counts as diverging after the last token
         sizes = m.get("tree_sizes") or []
         stats.append({"_n_tokens": len(m["tokens"]), "_seconds": m["timings"]["total"],
                       "_size_sum": float(sum(sizes)), "_size_n": len(sizes),
                       "_match": np.nan if ref is None else float(m["tokens"] == ref), "_div": div})
-    return pd.DataFrame(stats, index=frame.index)
+    columns = ["_n_tokens", "_seconds", "_size_sum", "_size_n", "_match", "_div"]
+    return pd.DataFrame(stats, index=frame.index, columns=columns)
 
 
 def _sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
@@ -210,14 +204,14 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
     """One panel: curves, peaks, references, the auto star, the mark_budget line."""
     curves = budget_curves(rows, metric, gdn_modes)
     peaks = _peaks(curves)
-    for mode, curve in curves.items():
+    for k, (mode, curve) in enumerate(curves.items()):
         color = MODE_COLORS[mode]
         ax.plot(curve["budget"], curve["value"], marker="o", ms=3.5, lw=1.6, color=color, label=_mode_label(mode))
         if mode in peaks:
             b, v = peaks[mode]
             ax.plot([b], [v], "o", ms=9, mfc="none", mec=color, mew=1.8)
-            ax.annotate(f"{v:.3g} @ {b}", (b, v), xytext=(0, 7), textcoords="offset points",
-                        ha="center", fontsize=8, color=color)
+            ax.annotate(f"{v:.3g} @ {b}", (b, v), xytext=(0, 7 + 11 * k),
+                        textcoords="offset points", ha="center", fontsize=8, color=color)
         auto = rows[(rows["method"] == "ddtree") & (rows["gdn_mode"] == mode) & (rows["budget"] == "auto")]
         if len(auto) and np.isfinite(auto["mean_tree_size"].iloc[0]):
             ax.plot([auto["mean_tree_size"].iloc[0]], [auto[metric].iloc[0]], "*", ms=13, color=color,
@@ -232,6 +226,7 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
         ax.minorticks_off()
     else:
         ax.text(0.5, 0.5, "no DDTree rows", transform=ax.transAxes, ha="center", va="center")
+    ax.margins(y=0.15)
     ax.set_xlabel("budget (draft nodes)")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     return peaks
@@ -253,8 +248,9 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
         fig, axes = _new_axes(ax, len(metrics), panel=(3.7, 3.0))
         for a, metric in zip(axes, metrics):
             _draw_metric(a, rows, metric, gdn_modes, mark_budget)
-        if axes[0].get_legend_handles_labels()[0]:
-            axes[0].legend(loc="best", framealpha=0.85)
+        handles, labels = axes[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="outside right upper")
         fig.suptitle(f"{arch}: block {chosen['block_size']}, T = {chosen['temperature']}, "
                      f"{chosen['max_new_tokens']} new tokens")
     return fig
@@ -347,14 +343,18 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
                        title: str | None = None, floor: float = 1e-12) -> Figure:
     """Scatter of per-node errors on a log y axis (leakage study).
 
-    x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each, in
-    order of first appearance). Errors below ``floor`` (exact zeros) are drawn at ``floor``.
+    x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each,
+    sorted). Errors below ``floor`` (exact zeros) are drawn at ``floor``.
     """
     x, y = np.asarray(x, dtype=float), np.clip(np.asarray(y, dtype=float), floor, None)
     hue = np.zeros(len(x), dtype=int) if hue is None else np.asarray(hue)
     with mpl.rc_context(STYLE):
         fig, (ax,) = _new_axes(ax, 1, panel=(4.8, 3.2))
         groups = list(dict.fromkeys(hue.tolist()))
+        try:
+            groups.sort()
+        except TypeError:  # mixed kinds: keep the order of first appearance
+            pass
         for group in groups:
             sel = hue == group
             ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=str(group) if len(groups) > 1 else None)

@@ -21,7 +21,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkR
 
 from . import adapter
 from .tree import DraftTree, chain_tree
-from .verify import full_forward_logits, prefill, tree_logits, verify
+from .verify import commit, full_forward_logits, prefill, tree_logits, verify
 
 
 def in_dtype(model, dtype):
@@ -184,3 +184,18 @@ def chain_vs_tree_bf16(model, prefix_ids, tree: DraftTree, dtype=torch.bfloat16,
         "tree_eq_chain": (tree_arg == chain_arg).numpy(), "tree_eq_ar": (tree_arg == ar_arg).numpy(),
         "chain_eq_ar": (chain_arg == ar_arg).numpy(), "margin": top2_margin(ar).numpy(),
     })
+
+
+def commit_state_error(model, prefix_ids, tree: DraftTree, path: list, gdn_mode: str = "wy") -> dict:
+    """Max |difference| between the cache after verify + commit(path) and a fresh prefill of
+    prefix + tokens[path]: attention rows ('kv'), GDN conv ('conv') and recurrent ('rec') states."""
+    cache, _ = prefill(model, prefix_ids)
+    verify(model, cache, tree, gdn_mode)
+    commit(model, cache, tree, path)
+    fresh, _ = prefill(model, list(prefix_ids) + tree.tokens[path].tolist())
+
+    def err(a: dict, b: dict) -> float:
+        pairs = [(x, y) for k in a for x, y in zip(a[k] if isinstance(a[k], tuple) else (a[k],),
+                                                    b[k] if isinstance(b[k], tuple) else (b[k],))]
+        return max((float((x.double() - y.double()).abs().max()) for x, y in pairs), default=0.0)
+    return {"kv": err(cache.kv, fresh.kv), "conv": err(cache.conv, fresh.conv), "rec": err(cache.rec, fresh.rec)}

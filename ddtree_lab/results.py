@@ -60,7 +60,7 @@ class ResultsStore:
         self.path = Path(directory) / f"{name}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.code = code_version()
-        self._meta = {"git": git_revision(), "versions": versions(), "code": self.code}
+        self._meta = {"git": git_revision(), "versions": versions()}
 
     def rows(self) -> list[dict]:
         """Every complete row (a torn last line from a crash is skipped)."""
@@ -79,7 +79,7 @@ class ResultsStore:
 
     def add(self, config: dict, prompt_id, metrics: dict) -> None:
         row = {"key": row_key(config, prompt_id, self.code), "config": config, "prompt": prompt_id,
-               "metrics": metrics, **self._meta}
+               "metrics": metrics, **self._meta, "code": self.code}
         line = json.dumps(row, default=float) + "\n"
         with open(self.path, "a") as f:
             if f.tell() and not self._ends_with_newline():

@@ -75,11 +75,7 @@ class DraftTree:
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root (0) down to ``node``."""
-        parents = self.parents.tolist()
-        path = [node]
-        while path[-1] != 0:
-            path.append(parents[path[-1]])
-        return path[::-1]
+        return tree_path(self.parents, node)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -260,21 +256,43 @@ def chain_tree(draft_tokens: torch.Tensor, root_token: int,
 # ----------------------------------------------------------------------------- buffers
 
 def ancestor_mask(tree: DraftTree) -> torch.Tensor:
-    """BoolTensor[N+1, N+1]: [i, j] true iff j == i or j is an ancestor of i.
+    """BoolTensor[N+1, N+1]: [i, j] true iff j == i or j is an ancestor of i."""
+    return ancestor_mask_from_parents(tree.parents)
 
-    Vectorised: walk every node up one level per step for max-depth steps; the root is its
-    own parent here, which only re-marks the root column.
+
+def ancestor_mask_from_parents(parents: torch.Tensor) -> torch.Tensor:
+    """``ancestor_mask`` from parents [N+1] alone (also for non-DDTree parent lists).
+
+    Vectorised: walk every node up one level per step until all sit at the root (max-depth
+    steps); the root is its own parent here, which only re-marks the root column.
     """
-    size = len(tree)
+    size = parents.numel()
     rows = torch.arange(size)  # [N+1]
-    up = tree.parents.clamp(min=0)  # [N+1], root -> itself
+    up = parents.clamp(min=0)  # [N+1], root -> itself
     mask = torch.zeros(size, size, dtype=torch.bool)
     mask[rows, rows] = True
     node = rows
-    for _ in range(int(tree.depths.max())):
+    while bool((node > 0).any()):
         node = up[node]  # [N+1] ancestor one level higher
         mask[rows, node] = True
     return mask
+
+
+def tree_depths(parents: torch.Tensor) -> torch.Tensor:
+    """Depth of every node (root 0) from ``parents`` [N+1] -> LongTensor[N+1]."""
+    depths = torch.zeros_like(parents)
+    for i in range(1, parents.numel()):  # parents[i] < i, so the parent's depth is known
+        depths[i] = depths[parents[i]] + 1
+    return depths
+
+
+def tree_path(parents: torch.Tensor, node: int) -> list[int]:
+    """Node indices of the path root..node (both included), walking ``parents``."""
+    up = parents.tolist()
+    path = [node]
+    while up[path[-1]] >= 0:
+        path.append(up[path[-1]])
+    return path[::-1]
 
 
 def ancestor_mask_reference(tree: DraftTree) -> torch.Tensor:

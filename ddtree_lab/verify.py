@@ -25,7 +25,7 @@ import torch
 
 from . import adapter, gdn_tree
 from .models import arch_of
-from .tree import DraftTree, ancestor_mask, chain_tree, position_ids
+from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
 GDN_MODES = ("naive", "fork", "wy")
 
@@ -48,7 +48,7 @@ def tree_buffers(tree: DraftTree, start: int, gdn_mode: str = "wy") -> TreeBuffe
     anc = ancestor_mask(tree)
     if gdn_mode == "naive":
         chain = gdn_tree.chain_parents(tree.num_nodes)
-        return TreeBuffers(tree, position_ids(tree, start), anc, chain, gdn_tree.ancestor_mask(chain))
+        return TreeBuffers(tree, position_ids(tree, start), anc, chain, ancestor_mask_from_parents(chain))
     return TreeBuffers(tree, position_ids(tree, start), anc, tree.parents, anc)
 
 

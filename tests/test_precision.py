@@ -77,3 +77,16 @@ def test_chain_vs_tree_bf16(case):
                                "tree_eq_ar", "chain_eq_ar", "margin"]
     assert len(f) == len(tree) and (f.margin >= 0).all()
     assert f.tree_eq_chain.mean() > 0.5  # measured 1.0 on both toys
+
+
+@pytest.mark.parametrize("mode", ["fork", "wy"])
+def test_commit_state_error_is_rounding_only(mode):
+    from ddtree_lab import adapter
+    from ddtree_lab.precision import commit_state_error
+    model = build_target("gdn-toy", dtype=torch.float64)
+    tree = build_tree(torch.randn(4, 64) * 2, 3, 12)
+    path = tree.path_to(int(tree.depths.argmax()))
+    with adapter.float64_harness():
+        err = commit_state_error(model, [1, 2, 3, 4, 5], tree, path, mode)
+    print(err)
+    assert max(err.values()) < 1e-12

@@ -1,0 +1,326 @@
+"""Cost of exact tree verification: GDN naive / fork / wy and MLA (RESEARCH.md section 4).
+
+Everything is timed on one prefilled cache (``prefix_len`` random tokens) with trees from
+``build_tree`` over randn(16, V) * 3 draft logits; the tree of a budget depends on
+(seed, budget) only, so tables with different budget lists share their trees. Modes (and, for
+MLA, budgets and the stock decode) are interleaved per repeat with one warm-up repeat, and
+medians are reported, with the minimum beside them as a noise check.
+
+Memory is MEASURED with ``LiveBytes``, a dispatch-mode counter of live tensor storage over
+every aten output (views counted once per storage, freed when the last tensor dies), except
+the fork state, which is counted directly: sum over GDN layers of the per-node states that
+fork keeps from verify until commit, (N+1) x H x dk x dv x itemsize each. naive runs the same
+WY kernel on chain parents, so wy's N x N matrices cost naive as much (peak wy == peak nv).
+
+    table = gdn_cost_table(build_target("gdn"))      # one row per budget
+    print("\\n".join(goal_lines(table, budget=64)))   # PASS / MISS per goal
+"""
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+import weakref
+import zlib
+
+import pandas as pd
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from . import adapter, gdn_tree
+from . import verify as verify_module
+from .tree import ancestor_mask, build_tree, chain_tree
+from .verify import GDN_MODES, TreeCache, commit, prefill, verify
+
+DEPTH_ROWS, PEAKEDNESS = 16, 3.0
+GDN_BUDGETS = (1, 8, 16, 32, 64, 128, 256)
+MLA_BUDGETS = (0, 1, 8, 16, 32, 64, 128, 256)
+GDN_COLUMNS = ("budget", "depth", "naive_ms", "fork_ms", "wy_ms", "fork/naive", "wy/naive",
+               "commit_fork_ms", "commit_wy_ms", "commit/fork", "commit/wy",
+               "naive_min_ms", "fork_min_ms", "wy_min_ms", "commit_fork_min_ms", "commit_wy_min_ms",
+               "fork_state_bytes", "wy_nxn_bytes", "peak_naive_bytes", "peak_fork_bytes", "peak_wy_bytes")
+MLA_COLUMNS = ("budget", "depth", "verify_ms", "verify_min_ms", "verify/root", "verify/hf",
+               "hf_ms", "hf_min_ms")
+# goal: (ratio column, comparison, limit, numerator and denominator of its fastest-run twin)
+GOALS = (("wy/naive", "<=", 1.1, "wy_min_ms", "naive_min_ms"),
+         ("fork/naive", "<=", 2.0, "fork_min_ms", "naive_min_ms"),
+         ("commit/fork", "<", 0.1, "commit_fork_min_ms", "fork_min_ms"),
+         ("commit/wy", "<", 0.1, "commit_wy_min_ms", "wy_min_ms"))
+
+
+# ----------------------------------------------------------------------------- measuring
+
+def copy_cache(cache: TreeCache) -> TreeCache:
+    """A cache to spend on one verify + commit: verify and commit replace dict entries, never
+    write tensors in place, so shallow copies of the dicts keep ``cache`` intact."""
+    return TreeCache(cache.model_key, cache.length, dict(cache.kv), dict(cache.conv), dict(cache.rec))
+
+
+def timed(fn) -> tuple[float, object]:
+    """(milliseconds, result) of ``fn()``."""
+    start = time.perf_counter()
+    out = fn()
+    return 1e3 * (time.perf_counter() - start), out
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of tensor storage allocated (and still alive) inside the mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.refs: dict[int, list] = {}  # storage ptr -> [live tensors, nbytes]
+        self.live = self.peak = 0
+
+    def _release(self, ptr):
+        entry = self.refs[ptr]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= entry[1]
+            del self.refs[ptr]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
+                ptr = t.untyped_storage().data_ptr()
+                if ptr not in self.refs:
+                    if any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr
+                           for a in tree_leaves((args, kwargs))):
+                        continue  # a view or in-place result of an input made outside the mode
+                    self.refs[ptr] = [0, t.untyped_storage().nbytes()]
+                    self.live += self.refs[ptr][1]
+                    self.peak = max(self.peak, self.live)
+                self.refs[ptr][0] += 1
+                weakref.finalize(t, self._release, ptr)
+        return out
+
+
+def peak_extra_bytes(model, cache: TreeCache, tree, mode: str) -> int:
+    """Peak live bytes allocated during one whole ``verify`` in ``mode``."""
+    with LiveBytes() as counter:
+        verify(model, copy_cache(cache), tree, mode)
+    return counter.peak
+
+
+def wy_kernel_peak_bytes(model, tree) -> int:
+    """Peak live bytes inside one gated_delta_wy call with this target's GDN shapes on ``tree``
+    (its (N+1)^2 x H decay / A / attention matrices, ~32 B * H * (N+1)^2; one layer at a time)."""
+    m = next(iter(adapter.gdn_modules(model).values()))
+    n, H, dk, dv = len(tree), m.num_v_heads, m.head_k_dim, m.head_v_dim
+    q, k = (torch.nn.functional.normalize(torch.randn(n, H, dk), dim=-1) for _ in range(2))
+    v, g, beta, S0 = torch.randn(n, H, dv), -torch.rand(n, H), torch.rand(n, H), torch.randn(H, dk, dv)
+    anc = ancestor_mask(tree)  # a tree buffer, made before verify
+    with LiveBytes() as counter:
+        gdn_tree.gated_delta_wy(q, k, v, g, beta, tree.parents, S0, anc)
+    return counter.peak
+
+
+def fork_state_bytes(cache: TreeCache) -> int:
+    """Bytes of the per-node states [N+1, H, dk, dv] a pending fork verify holds, all layers."""
+    return sum(r["states"].numel() * r["states"].element_size() for r in cache.pending["gdn"].values())
+
+
+# ----------------------------------------------------------------------------- setup
+
+def _generator(seed: int, salt: str) -> torch.Generator:
+    return torch.Generator().manual_seed(zlib.crc32(f"{seed}/{salt}".encode()))
+
+
+def random_tree(vocab_size: int, budget: int, seed: int = 0):
+    """A ``build_tree`` tree of ``budget`` nodes over peaked random logits [16, V] (budget 0:
+    the root only); the same (budget, seed) always gives the same tree."""
+    gen = _generator(seed, f"tree{budget}")
+    root = int(torch.randint(vocab_size, (1,), generator=gen))
+    if budget == 0:
+        return chain_tree(torch.empty(0, dtype=torch.long), root)
+    logits = torch.randn(DEPTH_ROWS, vocab_size, generator=gen) * PEAKEDNESS  # [16, V]
+    return build_tree(logits, root, budget)
+
+
+def random_prefix(model, prefix_len: int, seed: int = 0) -> torch.Tensor:
+    """[prefix_len] random token ids."""
+    return torch.randint(model.config.vocab_size, (prefix_len,), generator=_generator(seed, "prefix"))
+
+
+# ----------------------------------------------------------------------------- GDN target
+
+def _time_gdn_modes(model, cache, tree, repeats: int) -> dict:
+    """{(mode, "verify" | "commit"): [ms] * repeats}, modes interleaved in a rotating order;
+    commit keeps the deepest root path (worst case for replay); naive has no commit time."""
+    path = tree.path_to(int(tree.depths.argmax()))
+    times = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit")}
+    for r in range(repeats + 1):  # repeat 0 warms up
+        for mode in GDN_MODES[r % 3:] + GDN_MODES[:r % 3]:
+            work = copy_cache(cache)
+            t_verify, _ = timed(lambda: verify(model, work, tree, mode))
+            t_commit, _ = timed(lambda: commit(model, work, tree, path)) if mode != "naive" else (None, None)
+            if r:
+                times[(mode, "verify")].append(t_verify)
+                times[(mode, "commit")].append(t_commit)
+    return times
+
+
+def _gdn_row(model, cache, tree, repeats: int) -> dict:
+    times = _time_gdn_modes(model, cache, tree, repeats)
+    med = {k: statistics.median(v) for k, v in times.items() if v[0] is not None}
+    low = {k: min(v) for k, v in times.items() if v[0] is not None}
+    work = copy_cache(cache)
+    verify(model, work, tree, "fork")
+    row = {"depth": int(tree.depths.max()),
+           **{f"{m}_ms": med[(m, "verify")] for m in GDN_MODES},
+           "fork/naive": med[("fork", "verify")] / med[("naive", "verify")],
+           "wy/naive": med[("wy", "verify")] / med[("naive", "verify")],
+           **{f"commit_{m}_ms": med[(m, "commit")] for m in ("fork", "wy")},
+           **{f"commit/{m}": med[(m, "commit")] / med[(m, "verify")] for m in ("fork", "wy")},
+           **{f"{m}_min_ms": low[(m, "verify")] for m in GDN_MODES},
+           **{f"commit_{m}_min_ms": low[(m, "commit")] for m in ("fork", "wy")},
+           "fork_state_bytes": fork_state_bytes(work), "wy_nxn_bytes": wy_kernel_peak_bytes(model, tree)}
+    row.update({f"peak_{m}_bytes": peak_extra_bytes(model, cache, tree, m) for m in GDN_MODES})
+    return row
+
+
+def _check_gdn(model) -> None:
+    if not adapter.gdn_modules(model):
+        raise ValueError("gdn_cost_table needs a GDN target, e.g. build_target('gdn')")
+
+
+def gdn_cost_table(model, budgets=GDN_BUDGETS, prefix_len: int = 128, repeats: int = 5,
+                   seed: int = 0) -> pd.DataFrame:
+    """One row per budget (median over ``repeats`` of all three GDN modes, interleaved):
+
+    budget, depth             draft nodes N and the tree's depth
+    naive_ms fork_ms wy_ms    ``verify`` ms per mode; fork/naive, wy/naive their ratios
+    commit_fork_ms commit_wy_ms  ``commit`` ms of the deepest root path after that verify
+                              (fork: pick the stored state; wy: the closed form from U, G, k);
+                              commit/fork, commit/wy: over the same mode's verify
+    *_min_ms                  the fastest run of each of the five timings above
+    fork_state_bytes          per-node states fork holds until commit, = (N+1) x GDN layers x
+                              H x dk x dv x itemsize
+    wy_nxn_bytes              measured peak inside one ``gated_delta_wy`` call (N x N matrices)
+    peak_{naive,fork,wy}_bytes  measured peak live bytes allocated during a whole verify
+    """
+    _check_gdn(model)
+    cache, _ = prefill(model, random_prefix(model, prefix_len, seed))
+    V = model.config.vocab_size
+    rows = [{"budget": b, **_gdn_row(model, cache, random_tree(V, b, seed), repeats)} for b in budgets]
+    return pd.DataFrame(rows, columns=list(GDN_COLUMNS))
+
+
+def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
+    """'PASS  ...' or 'MISS  ...' per goal at ``budget``: wy <= 1.1x naive, fork <= 2x naive,
+    commit < 10% of a verify (fork and wy), with the same ratio of the fastest runs beside."""
+    match = gdn_table[gdn_table["budget"] == budget]
+    if match.empty:
+        raise ValueError(f"budget {budget} is not in the table (budgets {gdn_table['budget'].tolist()})")
+    row, lines = match.iloc[0], []
+    for name, op, limit, num, den in GOALS:
+        ok = row[name] <= limit if op == "<=" else row[name] < limit
+        lines.append(f"{'PASS' if ok else 'MISS'}  {name} = {row[name]:.3f} (goal {op} {limit}; "
+                     f"ratio of the fastest runs: {row[num] / row[den]:.3f})")
+    return lines
+
+
+KERNELS = ((gdn_tree, "tree_conv"), (gdn_tree, "gated_delta_fork"), (gdn_tree, "gated_delta_wy"),
+           (gdn_tree, "gated_delta_chain"), (verify_module, "replay_gdn"))
+
+
+@contextlib.contextmanager
+def _timed_kernels(spent: dict):
+    """Wrap every function of ``KERNELS`` with a timer adding its ms to ``spent[name]``."""
+    saved = [(mod, name, getattr(mod, name)) for mod, name in KERNELS]
+
+    def wrap(fn, name):
+        def timed_kernel(*args, **kwargs):
+            ms, out = timed(lambda: fn(*args, **kwargs))
+            spent[name] += ms
+            return out
+        return timed_kernel
+    try:
+        for mod, name, fn in saved:
+            setattr(mod, name, wrap(fn, name))
+        yield
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
+
+
+def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int = 5,
+                  seed: int = 0) -> pd.DataFrame:
+    """Where a verify (and a commit of the deepest path) spends its time, per mode: one row per
+    (mode, part) with median ms total, inside each GDN kernel of ``KERNELS`` (all GDN layers;
+    replay includes its chain and tree_conv) and rest = outside the GDN kernels. Same tree
+    and prefix as ``gdn_cost_table`` at this budget and seed."""
+    _check_gdn(model)
+    cache, _ = prefill(model, random_prefix(model, prefix_len, seed))
+    tree = random_tree(model.config.vocab_size, budget, seed)
+    path, spent = tree.path_to(int(tree.depths.argmax())), {name: 0.0 for _, name in KERNELS}
+
+    def measure(fn) -> dict:  # {"total": ms, kernel: ms inside fn}
+        before = dict(spent)
+        ms, _ = timed(fn)
+        return {"total": ms, **{k: spent[k] - before[k] for k in spent}}
+    runs = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit") if (m, part) != ("naive", "commit")}
+    with _timed_kernels(spent):
+        for _ in range(repeats):
+            for mode in GDN_MODES:
+                work = copy_cache(cache)
+                runs[(mode, "verify")].append(measure(lambda: verify(model, work, tree, mode)))
+                if mode != "naive":
+                    runs[(mode, "commit")].append(measure(lambda: commit(model, work, tree, path)))
+    return pd.DataFrame([_breakdown_row(mode, part, parts) for (mode, part), parts in runs.items()])
+
+
+def _breakdown_row(mode: str, part: str, parts: list[dict]) -> dict:
+    t = {k: statistics.median(p[k] for p in parts) for k in parts[0]}
+    inner = t["replay_gdn"] if part == "commit" else t["tree_conv"] + t["gated_delta_fork"] + t["gated_delta_wy"]
+    return {"mode": mode, "part": part, "total_ms": t["total"], "tree_conv_ms": t["tree_conv"],
+            "fork_ms": t["gated_delta_fork"], "wy_ms": t["gated_delta_wy"], "chain_ms": t["gated_delta_chain"],
+            "replay_ms": t["replay_gdn"], "rest_ms": t["total"] - inner}
+
+
+# ----------------------------------------------------------------------------- MLA target
+
+def hf_decoder(model, prefix: torch.Tensor):
+    """() -> ms of the stock forward of 1 token on a DynamicCache holding ``prefix`` (cropped
+    back after each call)."""
+    from transformers import DynamicCache
+    hf_cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(prefix[None], past_key_values=hf_cache, use_cache=True)
+
+    @torch.no_grad()
+    def decode():
+        ms, _ = timed(lambda: model(prefix[-1:][None], past_key_values=hf_cache, use_cache=True))
+        hf_cache.crop(-1)
+        return ms
+    return decode
+
+
+def mla_cost_table(model, budgets=MLA_BUDGETS, prefix_len: int = 128, repeats: int = 5,
+                   seed: int = 0) -> pd.DataFrame:
+    """One row per budget (0 = root only), medians over ``repeats`` interleaved with the decode:
+
+    budget, depth           draft nodes N and the tree's depth
+    verify_ms, verify_min_ms  ``verify`` ms (median, fastest run)
+    verify/root             over a root-only ``verify`` (a 1-token decode on the tree path)
+    verify/hf               over the stock HF forward of 1 token with a DynamicCache
+    hf_ms, hf_min_ms        that stock decode (median, fastest run)
+    """
+    prefix = random_prefix(model, prefix_len, seed)
+    cache, _ = prefill(model, prefix)
+    trees = {b: random_tree(model.config.vocab_size, b, seed) for b in dict.fromkeys((0, *budgets))}
+    hf_decode = hf_decoder(model, prefix)
+    times = {b: [] for b in [*trees, "hf"]}
+    for r in range(repeats + 1):  # repeat 0 warms up
+        for b, tree in trees.items():
+            ms, _ = timed(lambda: verify(model, copy_cache(cache), tree))
+            times[b] += [ms] if r else []
+        ms = hf_decode()
+        times["hf"] += [ms] if r else []
+    root_ms, hf_ms = statistics.median(times[0]), statistics.median(times["hf"])
+    rows = [{"budget": b, "depth": int(trees[b].depths.max()), "verify_ms": statistics.median(times[b]),
+             "verify_min_ms": min(times[b]), "verify/root": statistics.median(times[b]) / root_ms,
+             "verify/hf": statistics.median(times[b]) / hf_ms, "hf_ms": hf_ms, "hf_min_ms": min(times["hf"])}
+            for b in budgets]
+    return pd.DataFrame(rows, columns=list(MLA_COLUMNS))

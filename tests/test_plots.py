@@ -1,0 +1,224 @@
+"""plots.py: summary numbers checked exactly on a hand-built results frame; every figure
+builds, saves under a small size, and marks what it claims to mark."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ddtree_lab import plots
+from ddtree_lab import tree as tree_mod
+
+MAX_PNG_BYTES = 200_000
+
+
+def make_frame():
+    """A hand-built results frame: 2 archs, AR / DFlash / DDTree, 3 prompts, 8 new tokens.
+
+    Every prompt gets 8 tokens; a config's seconds per prompt are fixed below, so its
+    tokens/s is 8 / seconds, except mla AR (1, 2, 1 s: 24 tokens / 4 s = 6 tok/s, where a
+    mean of per-prompt rates would give 6.67). gdn AR: 8 tok/s. Peaks of tokens/s: gdn wy at
+    budget 7, gdn naive at 3, mla at 15. gdn naive budget 15 diverges from AR on prompt 1 at
+    position 5. One gdn wy 'auto' row (mean tree size 7) and one T = 1 row with no AR twin.
+    Self-contained (imports inside): the browser test pastes its source into a notebook.
+    """
+    import pandas as pd
+
+    def row(arch, method, mode, budget, block, prompt, seconds, temperature=0.0, diverge=None, sizes=None):
+        tokens = [100 * prompt + i for i in range(8)]
+        if diverge is not None:
+            tokens[diverge] = 99
+        tau = 1.0 if method == "ar" else 1.0 + math.log2(int(block if budget == "auto" else budget) + 1) / 2 + 0.1 * prompt
+        metrics = {"tokens": tokens, "acceptance_lengths": [2] * 4, "tree_sizes": sizes if sizes is not None else [],
+                   "timings": {"draft": 0.0, "tree": 0.0, "verify": seconds, "accept": 0.0, "commit": 0.0,
+                               "prefill": 0.0, "total": seconds},
+                   "tau": tau, "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10}
+        return {"arch": arch, "method": method, "gdn_mode": mode, "budget": budget, "block_size": block,
+                "temperature": temperature, "max_new_tokens": 8, "prompt": prompt, "tau": tau,
+                "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10, "_metrics": metrics}
+
+    import math
+    ddtree_seconds = {("gdn", "wy"): {1: 0.5, 3: 0.4, 7: 0.25, 15: 0.32},
+                      ("gdn", "naive"): {1: 0.8, 3: 0.5, 7: 0.64, 15: 1.0},
+                      ("mla", "-"): {1: 0.5, 3: 0.4, 7: 0.32, 15: 0.25}}
+    dflash_seconds = {("gdn", "wy"): 0.5, ("gdn", "naive"): 0.8, ("mla", "-"): 0.4}
+    auto_sizes = {0: [5, 9], 1: [7], 2: [7, 7]}
+    rows = []
+    for p in range(3):
+        rows.append(row("gdn", "ar", "-", 0, 0, p, 1.0))
+        rows.append(row("mla", "ar", "-", 0, 0, p, [1.0, 2.0, 1.0][p]))
+        for (arch, mode), secs in dflash_seconds.items():
+            rows.append(row(arch, "dflash", mode, 3, 4, p, secs, sizes=[3] * 4))
+        for (arch, mode), by_budget in ddtree_seconds.items():
+            for budget, secs in by_budget.items():
+                diverge = 5 if (mode, budget, p) == ("naive", 15, 1) else None
+                rows.append(row(arch, "ddtree", mode, budget, 4, p, secs, diverge=diverge, sizes=[budget] * 4))
+        rows.append(row("gdn", "ddtree", "wy", "auto", 4, p, 0.2, sizes=auto_sizes[p]))
+        rows.append(row("gdn", "ddtree", "wy", 7, 4, p, 0.5, temperature=1.0, sizes=[7] * 4))
+    return pd.DataFrame(rows)
+
+
+def _one(summary, **where):
+    sel = summary
+    for k, v in where.items():
+        sel = sel[sel[k].apply(lambda x, v=v: x == v)]
+    assert len(sel) == 1, f"expected one row for {where}, got {len(sel)}"
+    return sel.iloc[0]
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return plots.summarize(make_frame())
+
+
+@pytest.fixture
+def figdir(tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "FIGURES_DIR", tmp_path / "figures")
+    return tmp_path / "figures"
+
+
+def _saved_ok(fig, name):
+    path = plots.save_figure(fig, name)
+    assert path.is_file() and path.suffix == ".png"
+    assert path.stat().st_size < MAX_PNG_BYTES, f"{name}.png is {path.stat().st_size} bytes"
+    return path
+
+
+# ----------------------------------------------------------------------------- summarize
+
+def test_summarize_shape_and_order(summary):
+    # 2 AR + 3 DFlash + 12 DDTree + auto + T=1 configs
+    assert len(summary) == 19
+    assert (summary["n_prompts"] == 3).all()
+    assert list(summary["method"].iloc[:3]) == ["ar", "dflash", "dflash"]  # gdn first, ar first
+    gdn_wy = summary[(summary["arch"] == "gdn") & (summary["gdn_mode"] == "wy")
+                     & (summary["method"] == "ddtree") & (summary["temperature"] == 0.0)]
+    assert list(gdn_wy["budget"]) == [1, 3, 7, 15, "auto"]
+
+
+def test_summarize_speedup_is_total_tokens_over_total_time(summary):
+    ar_mla = _one(summary, arch="mla", method="ar")
+    assert ar_mla["tokens_per_s"] == pytest.approx(6.0)  # 24 tokens / 4 s, not mean(8, 4, 8)
+    assert ar_mla["speedup"] == pytest.approx(1.0)
+    expected = {1: 2.0, 3: 2.5, 7: 4.0, 15: 3.125, "auto": 5.0}
+    for budget, speedup in expected.items():
+        r = _one(summary, arch="gdn", gdn_mode="wy", method="ddtree", budget=budget, temperature=0.0)
+        assert r["speedup"] == pytest.approx(speedup), budget
+    assert _one(summary, arch="mla", method="ddtree", budget=15)["speedup"] == pytest.approx(32 / 6)
+    assert _one(summary, arch="mla", method="dflash")["speedup"] == pytest.approx(20 / 6)
+    hot = _one(summary, arch="gdn", method="ddtree", budget=7, temperature=1.0)
+    assert hot["tokens_per_s"] == pytest.approx(16.0) and math.isnan(hot["speedup"])
+
+
+def test_summarize_matches_ar_and_divergence(summary):
+    bad = _one(summary, arch="gdn", gdn_mode="naive", method="ddtree", budget=15)
+    assert bad["matches_ar"] == pytest.approx(2 / 3)
+    assert bad["first_divergence"] == pytest.approx((8 + 5 + 8) / 3)
+    good = summary[(summary["temperature"] == 0.0) & ~((summary["gdn_mode"] == "naive") & (summary["budget"] == 15))]
+    assert (good["matches_ar"] == 1.0).all() and (good["first_divergence"] == 8.0).all()
+    hot = _one(summary, arch="gdn", method="ddtree", budget=7, temperature=1.0)
+    assert math.isnan(hot["matches_ar"]) and math.isnan(hot["first_divergence"])
+
+
+def test_summarize_tau_and_tree_size(summary):
+    r = _one(summary, arch="gdn", gdn_mode="wy", method="ddtree", budget=7, temperature=0.0)
+    assert r["tau"] == pytest.approx(1.0 + 3 / 2 + 0.1)  # mean over prompts of 2.5 + 0.1 p
+    assert r["mean_tree_size"] == pytest.approx(7.0)
+    auto = _one(summary, arch="gdn", gdn_mode="wy", budget="auto")
+    assert auto["mean_tree_size"] == pytest.approx(35 / 5)
+    assert math.isnan(_one(summary, arch="gdn", method="ar")["mean_tree_size"])
+
+
+# ----------------------------------------------------------------------------- budget curves
+
+def test_curve_peaks(summary):
+    assert plots.curve_peaks(summary, "gdn", "tokens_per_s") == {
+        "wy": (7, pytest.approx(32.0)), "naive": (3, pytest.approx(16.0))}
+    assert plots.curve_peaks(summary, "gdn", "speedup", gdn_modes=["naive"]) == {"naive": (3, pytest.approx(2.0))}
+    assert plots.curve_peaks(summary, "mla", "speedup") == {"-": (15, pytest.approx(32 / 6))}
+    assert plots.curve_peaks(summary, "gdn", "tokens_per_s", temperature=1.0) == {"wy": (7, pytest.approx(16.0))}
+
+
+def test_plot_budget_curves_marks_peaks_auto_and_references(summary, figdir):
+    fig = plots.plot_budget_curves(summary, "gdn")
+    assert len(fig.axes) == 3
+    speed_ax = fig.axes[1]
+    notes = [t.get_text() for t in speed_ax.texts]
+    assert "32 @ 7" in notes and "16 @ 3" in notes
+    stars = [l for l in speed_ax.lines if l.get_marker() == "*"]
+    assert len(stars) == 1 and list(stars[0].get_xdata()) == [7.0] and stars[0].get_ydata()[0] == pytest.approx(40.0)
+    labels = speed_ax.get_legend_handles_labels()[1]
+    assert {"ddtree wy", "ddtree naive", "dflash wy", "dflash naive", "ar"} <= set(labels)
+    assert any(l.startswith("budget 31 = 32-token") for l in labels)
+    assert speed_ax.get_xscale() == "log"
+    _saved_ok(fig, "budget_gdn")
+
+
+def test_plot_budget_curves_one_mode_one_metric(summary, figdir):
+    fig = plots.plot_budget_curves(summary, "mla", metrics=("speedup",), gdn_modes=["wy"], mark_budget=None)
+    (ax,) = fig.axes
+    curves = [l for l in ax.lines if l.get_label() == "ddtree"]
+    assert len(curves) == 1 and list(curves[0].get_xdata()) == [1, 3, 7, 15]
+    assert "5.33 @ 15" in [t.get_text() for t in ax.texts]
+    _saved_ok(fig, "budget_mla")
+
+
+# ----------------------------------------------------------------------------- trees
+
+def test_tree_layout_small():
+    x, y = plots.tree_layout([-1, 0, 0, 1])
+    assert x == [0.0, 1.0, 1.0, 2.0]
+    assert y == [-0.5, 0.0, -1.0, 0.0]
+
+
+def test_draw_built_tree_with_path(figdir):
+    torch.manual_seed(0)
+    tree = tree_mod.build_tree(torch.randn(5, 30) * 2, root_token=3, budget=63)
+    choice = tree.tokens.clone()
+    path = tree.path_to(int(tree.depths.argmax()))
+    for parent, child in zip(path, path[1:]):
+        choice[parent] = tree.tokens[child]
+    accepted, _ = tree_mod.accept(tree, choice)
+    assert accepted == path
+    labels = [f"t{t} $x " for t in tree.tokens.tolist()]
+    fig = plots.draw_tree(tree, labels=labels, path=accepted)
+    ax = fig.axes[0]
+    assert len(ax.texts) == len(tree)
+    (edges,) = ax.collections
+    assert len(edges.get_linewidths()) == tree.num_nodes
+    _saved_ok(fig, "tree_built")
+
+
+def test_draw_chain_and_truncation(figdir):
+    chain = tree_mod.chain_tree(torch.arange(10), root_token=0, log_probs=torch.full((10,), -0.3))
+    fig = plots.draw_tree(chain, path=[0, 1, 2, 3])
+    assert len(fig.axes[0].texts) == 11
+    _saved_ok(fig, "tree_chain")
+    big = tree_mod.build_tree(torch.randn(6, 50), root_token=0, budget=200)
+    deep = int(big.depths.argmax())
+    fig = plots.draw_tree(big, path=big.path_to(deep), max_nodes=40)
+    assert 40 <= len(fig.axes[0].texts) < len(big)
+    assert "shown" in fig.axes[0].get_title()
+
+
+# ----------------------------------------------------------------------------- studies
+
+def test_error_scatter_and_reliability(figdir):
+    rng = np.random.default_rng(0)
+    x = np.arange(40)
+    y = np.abs(rng.normal(size=40)) * 1e-6
+    y[:3] = 0.0  # exact zeros are drawn at the floor
+    fig = plots.plot_error_scatter(x, y, hue=np.where(x % 2, "fork", "wy"), title="leakage")
+    assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].collections) == 2
+    _saved_ok(fig, "errors")
+    pred = np.linspace(0.05, 0.95, 10)
+    fig = plots.plot_reliability(pred, pred, np.r_[np.zeros(1), np.full(9, 50)])
+    assert "ECE 0.000" in fig.axes[0].get_title()
+    _saved_ok(fig, "reliability")
+
+
+def test_use_style_sets_dpi():
+    import matplotlib as mpl
+    with mpl.rc_context():
+        plots.use_style()
+        assert mpl.rcParams["figure.dpi"] == plots.DPI

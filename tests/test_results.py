@@ -1,0 +1,82 @@
+"""The results store and sweeps: resumable, never stale, nothing lost on a crash."""
+import json
+
+import pytest
+
+from ddtree_lab.results import ResultsStore, code_version, row_key
+from ddtree_lab.sweep import expand_grid, normalise, run_sweep
+
+GRID = dict(arch=["gdn", "mla"], method=["ar", "ddtree"], gdn_mode=["naive", "wy"], budget=[4, 16],
+            block_size=[8], temperature=[0.0], max_new_tokens=[8])
+
+
+def fake_runner(calls, crash_at=None):
+    def run(cfg, prompt):
+        calls.append((tuple(cfg.values()), prompt))
+        if crash_at is not None and len(calls) == crash_at:
+            raise KeyboardInterrupt("simulated crash")
+        return {"tokens": [prompt] * 3, "tau": 1.5, "tokens_per_s": 10.0,
+                "timings": {"total": 0.3}, "acceptance_lengths": [2, 1], "tree_sizes": [4, 4]}
+    return run
+
+
+def test_grid_normalises_ignored_axes():
+    grid = expand_grid(**GRID)
+    ar = [g for g in grid if g["method"] == "ar"]
+    assert len(ar) == 2 and all(g["budget"] == 0 and g["gdn_mode"] == "-" for g in ar)
+    mla = [g for g in grid if g["arch"] == "mla" and g["method"] == "ddtree"]
+    assert len(mla) == 2 and {g["gdn_mode"] for g in mla} == {"-"}
+    assert len(grid) == 2 + 4 + 2
+    assert normalise({**grid[0], "extra": 1}) == grid[0]
+    with pytest.raises(ValueError, match="axis"):
+        expand_grid(arch=["gdn"])
+
+
+def test_rerun_skips_finished_rows(tmp_path):
+    store, calls = ResultsStore("s", tmp_path), []
+    grid = expand_grid(**GRID)
+    run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls))
+    assert len(calls) == len(grid) * 2
+    run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls))
+    assert len(calls) == len(grid) * 2  # nothing recomputed
+    run_sweep(grid, [0, 1, 2], store, progress=False, runner=fake_runner(calls))
+    assert len(calls) == len(grid) * 3  # only the new prompt
+    assert len(store.rows()) == len(grid) * 3
+
+
+def test_crash_loses_no_finished_row_and_resume_finishes(tmp_path):
+    store, calls = ResultsStore("s", tmp_path), []
+    grid = expand_grid(**GRID)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls, crash_at=5))
+    assert len(store.rows()) == 4
+    with open(store.path, "a") as f:
+        f.write('{"key": "torn')  # a row torn mid-write by a kill
+    assert len(store.rows()) == 4
+    more = []
+    frame = run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(more))
+    assert len(more) == len(grid) * 2 - 4 and len(frame) == len(grid) * 2
+    lines = store.path.read_text().splitlines()
+    assert sum(1 for line in lines if line.startswith('{"key": "torn')) == 1  # sealed, not merged
+    json.loads(lines[-1])
+
+
+def test_changed_config_or_code_is_never_reused(tmp_path):
+    store, calls = ResultsStore("s", tmp_path), []
+    cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
+    run_sweep(cfg, [0], store, progress=False, runner=fake_runner(calls))
+    changed = [{**cfg[0], "max_new_tokens": 9}]
+    run_sweep(changed, [0], store, progress=False, runner=fake_runner(calls))
+    assert len(calls) == 2
+    store.code = "another-revision"
+    frame = run_sweep(cfg, [0], store, progress=False, runner=fake_runner(calls))
+    assert len(calls) == 3 and len(frame) == 1  # stale rows are not shown either
+    assert row_key(cfg[0], 0, "a") != row_key(cfg[0], 0, "b")
+
+
+def test_rows_carry_provenance(tmp_path):
+    store = ResultsStore("s", tmp_path)
+    store.add({"arch": "gdn"}, 3, {"tau": 2.0})
+    row = store.rows()[0]
+    assert row["code"] == code_version() and set(row["versions"]) == {"torch", "transformers"}
+    assert row["git"] and row["prompt"] == 3 and row["metrics"] == {"tau": 2.0}

@@ -1,0 +1,93 @@
+"""widgets.py: the explorer's plain functions (spec, select, render) and its wiring, with
+no browser: setting a control's value must redraw the Output."""
+import ipywidgets as w
+import pytest
+from matplotlib.figure import Figure
+
+from ddtree_lab import plots, widgets
+from test_plots import make_frame
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return make_frame()
+
+
+def _curve_x(fig, label):
+    """x data of the line labelled ``label`` in the figure's first panel."""
+    (line,) = [l for l in fig.axes[0].lines if l.get_label() == label]
+    return [int(x) for x in line.get_xdata()]
+
+
+def test_controls_spec(frame):
+    spec = widgets.sweep_controls_spec(frame)
+    assert spec["arch"] == ["gdn", "mla"]
+    assert spec["gdn_mode"] == ["all", "naive", "wy"]
+    assert spec["block_size"] == [4] and spec["temperature"] == [0.0, 1.0]
+    assert spec["prompt"] == ["all", 0, 1, 2]
+    assert spec["budgets"] == [1, 3, 7, 15] and spec["budget"] == (1, 15)
+    assert widgets.sweep_controls_spec(plots.summarize(frame))["prompt"] == ["all"]
+
+
+def test_select_filters(frame):
+    rows = widgets.select(frame, "gdn", "wy", 4, 0.0, (3, 7))
+    assert set(rows["arch"]) == {"gdn"} and set(rows["temperature"]) == {0.0}
+    assert set(rows["gdn_mode"]) == {"wy", "-"}  # AR ('-') stays
+    ddtree = rows[rows["method"] == "ddtree"]
+    assert list(ddtree["budget"]) == [3, 7, "auto"]  # auto is never cut by the range
+    assert set(rows["method"]) == {"ar", "dflash", "ddtree"}
+    everything = widgets.select(frame, "gdn", "all", None, 0.0, None)
+    assert len(everything) == 1 + 2 + 8 + 1
+    same = widgets.select(plots.summarize(frame), "gdn", "wy", 4, 0.0, (3, 7))
+    assert same.drop(columns=["n_prompts"]).equals(rows.drop(columns=["n_prompts"]))
+
+
+def test_select_one_prompt(frame):
+    rows = widgets.select(frame, "gdn", "naive", 4, 0.0, None, prompt=1)
+    bad = rows[(rows["method"] == "ddtree") & (rows["budget"] == 15)].iloc[0]
+    assert bad["n_prompts"] == 1 and bad["matches_ar"] == 0.0 and bad["first_divergence"] == 5
+    mla = widgets.select(frame, "mla", "all", 4, 0.0, None, prompt=1)
+    assert mla[mla["method"] == "ar"]["tokens_per_s"].iloc[0] == pytest.approx(4.0)  # 8 tokens / 2 s
+    with pytest.raises(ValueError, match="raw results frame"):
+        widgets.select(plots.summarize(frame), "gdn", "all", 4, 0.0, None, prompt=1)
+
+
+def test_render_follows_budget_range(frame):
+    wide = widgets.render(frame, arch="gdn", gdn_mode="wy", block_size=4, temperature=0.0, budget_range=(1, 15))
+    narrow = widgets.render(frame, arch="gdn", gdn_mode="wy", block_size=4, temperature=0.0, budget_range=(3, 7))
+    assert isinstance(wide, Figure)
+    assert _curve_x(wide, "ddtree wy") == [1, 3, 7, 15]
+    assert _curve_x(narrow, "ddtree wy") == [3, 7]
+
+
+def _find(widget, kind, description=None):
+    """Depth-first search of a widget tree for the first ``kind`` (with ``description``)."""
+    if isinstance(widget, kind) and (description is None or widget.description == description):
+        return widget
+    for child in getattr(widget, "children", ()):
+        found = _find(child, kind, description)
+        if found is not None:
+            return found
+    return None
+
+
+def test_explorer_redraws_on_change(frame):
+    box = widgets.explorer(frame)
+    assert isinstance(box, w.VBox)
+    slider = _find(box, w.SelectionRangeSlider, "budget")
+    out = _find(box, w.Output)
+    assert slider.options == (1, 3, 7, 15) and slider.value == (1, 15)
+    assert "ddtree-figure" in out._dom_classes
+    (first,) = out.outputs
+    assert first["output_type"] == "display_data" and first["data"]["image/png"]
+    slider.value = (3, 7)
+    (second,) = out.outputs
+    assert second["data"]["image/png"] != first["data"]["image/png"]
+    _find(box, w.Dropdown, "arch").value = "mla"
+    assert out.outputs[0]["data"]["image/png"] != second["data"]["image/png"]
+
+
+def test_render_empty_selection(frame):
+    assert widgets.select(frame, "mla", "all", 4, 1.0, None).empty  # no mla run at T = 1
+    fig = widgets.render(frame, arch="mla", temperature=1.0)
+    assert [ax.texts[0].get_text() for ax in fig.axes] == ["no DDTree rows"] * 3
