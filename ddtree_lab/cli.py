@@ -68,7 +68,7 @@ def _finished(path, preset) -> bool:
 
 def _cmd_quality(args):
     from .quality import run_quality
-    run_quality(num_prompts=args.prompts)
+    run_quality(num_prompts=args.prompts, archs=tuple(args.archs))
 
 
 def _cmd_bench(args):
@@ -118,6 +118,7 @@ def main(argv=None):
     s.set_defaults(func=_cmd_train_all)
     s = sub.add_parser("quality", help="quality table of the shipped targets and drafters")
     s.add_argument("--prompts", type=int, default=164, help="HumanEval prompts for the decoding checks")
+    s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.set_defaults(func=_cmd_quality)
     s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
     s.add_argument("--prompts", type=int, default=10)

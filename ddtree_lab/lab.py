@@ -25,8 +25,28 @@ def check(claim: str, expected, got, ok: bool) -> bool:
 
 
 def store(name: str, smoke: bool) -> ResultsStore:
-    """The notebook's results store; SMOKE runs write to data/results/smoke/ (not committed)."""
+    """The notebook's results store; SMOKE runs write to data/results/smoke/ (not committed);
+    runs on other checkpoints than the shipped ones get their own store (name + tag)."""
+    from .sweep import pair_tag
+    name = f"{name}-{pair_tag()}" if pair_tag() else name
     return ResultsStore(name, RESULTS_DIR / "smoke") if smoke else ResultsStore(name)
+
+
+def load_pair(arch: str, checkpoints: dict | None = None):
+    """(target, drafter, tokenizer): the shipped pair, or ``checkpoints[arch] = (target_dir,
+    drafter_dir)`` (a real Qwen3.6 / Kimi-class checkpoint and a drafter trained for it).
+    The pair is registered for sweeps, so every result in the notebook comes from it."""
+    import hashlib
+    from . import pair as pair_mod
+    from .sweep import use_pair
+    dirs = (checkpoints or {}).get(arch)
+    if dirs is None:
+        loaded, tag = pair_mod.load_pair(arch), "shipped"
+    else:
+        loaded = pair_mod.load_pair(arch, target_path=dirs[0], drafter_path=dirs[1])
+        tag = hashlib.sha256(repr(tuple(map(str, dirs))).encode()).hexdigest()[:8]
+    use_pair(arch, loaded, tag)
+    return loaded
 
 
 def prompt_tokens(tok, index: int) -> list[int]:

@@ -102,7 +102,7 @@ def run_quality(num_prompts: int = 164, archs=("gdn", "mla"), max_new_tokens: in
         print(f"{r.arch}: linear tau at block 8 {r.tau:.2f} (goal >= {GOALS['tau_block8']}: "
               f"{'PASS' if r.tau >= GOALS['tau_block8'] else 'MISS'})")
     out = {"targets": tt.to_dict("records"), "decoding": lt.to_dict("records")}
-    (RESULTS_DIR / "quality.json").write_text(json.dumps(out, indent=1, default=_jsonable))
+    (RESULTS_DIR / f"quality-{'-'.join(archs)}.json").write_text(json.dumps(out, indent=1, default=_jsonable))
     return out
 
 

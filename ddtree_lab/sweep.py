@@ -41,10 +41,28 @@ def expand_grid(**axes) -> list[dict]:
     return out
 
 
-@lru_cache(maxsize=4)
+_PAIRS: dict = {}  # arch -> (target, drafter, tokenizer) registered by use_pair
+_TAGS: dict = {}
+
+
+def use_pair(arch: str, pair: tuple, tag: str) -> None:
+    """Make sweeps of ``arch`` run on ``pair`` (e.g. a real checkpoint); ``tag`` names it in
+    store names, so rows of different models never mix."""
+    _PAIRS[arch] = pair
+    _TAGS[arch] = tag
+    _prompt_ids.cache_clear()
+
+
+def pair_tag() -> str:
+    """'' for the shipped models, else the registered tags (for store names)."""
+    return "-".join(f"{a}_{t}" for a, t in sorted(_TAGS.items()) if t != "shipped")
+
+
 def _pair(arch: str):
-    from .pair import load_pair
-    return load_pair(arch)
+    if arch not in _PAIRS:
+        from .pair import load_pair
+        use_pair(arch, load_pair(arch), "shipped")
+    return _PAIRS[arch]
 
 
 @lru_cache(maxsize=8)

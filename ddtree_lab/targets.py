@@ -5,7 +5,6 @@ fair; sizes are matched on ACTIVE parameters (the MoE target has more in total).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, replace
 from pathlib import Path
 

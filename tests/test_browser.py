@@ -11,7 +11,6 @@ Selenium is pointed at /usr/bin/chromedriver so Selenium Manager never downloads
 import inspect
 import os
 import secrets
-import shutil
 import signal
 import socket
 import subprocess

@@ -10,18 +10,13 @@ import pytest
 import torch
 
 from ddtree_lab import calibration, decode
-from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
-from ddtree_lab.models import build_target
+from conftest import toy_pair
 
 
 @pytest.fixture(scope="module")
 def runs():
     """(recorder, generations): a few short greedy DDTree generations on gdn-toy."""
-    target = build_target("gdn-toy")
-    cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
-                                   block_size=8)
-    torch.manual_seed(1)
-    drafter = DFlashDrafter(cfg, target).eval()
+    target, drafter = toy_pair("gdn-toy")
     rec = calibration.RoundRecorder()
     gens = []
     for p, (prompt, budget) in enumerate([([1, 2, 3, 4, 5], 80), ([7], 100), ([9, 8, 7, 6, 5, 4, 3], 16)]):

@@ -6,20 +6,14 @@ import torch
 
 from ddtree_lab import decode
 from ddtree_lab import tree as tree_mod
-from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
+from conftest import toy_pair
 from ddtree_lab.models import build_target
 from ddtree_lab.verify import full_forward_logits
 
 
-def _pair(preset, seed=0):
-    target = build_target(preset, seed=seed)
-    cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
-                                   block_size=8)
-    torch.manual_seed(seed + 1)
-    return target, DFlashDrafter(cfg, target).eval()
 
 
-PAIRS = {p: _pair(p) for p in ("gdn-toy", "mla-toy")}
+PAIRS = {p: toy_pair(p) for p in ("gdn-toy", "mla-toy")}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from ddtree_lab import leakage
-from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
-from ddtree_lab.models import build_target
+from conftest import toy_pair
 from ddtree_lab.tree import build_tree, chain_tree
 
 EXACT_TOL = 1e-5   # float32 rounding between modes, measured ~2e-7
@@ -19,11 +18,7 @@ LEAK_MIN = 1e-4    # leaked nodes, measured >= 4e-3 on gdn-toy
 
 @pytest.fixture(scope="module")
 def pair():
-    target = build_target("gdn-toy")
-    cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
-                                   block_size=8)
-    torch.manual_seed(1)
-    return target, DFlashDrafter(cfg, target).eval()
+    return toy_pair("gdn-toy")
 
 
 def prompts(n=3, seed=0):

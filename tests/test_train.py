@@ -1,7 +1,4 @@
 """Training: resumable loop, toy-size train commands, shipped-file checks, clean data."""
-import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
