@@ -124,10 +124,10 @@ def delta_step(S, q, k, v, g, beta):
     """One step of (R) for any leading batch: S [..., H, dk, dv], q, k [..., H, dk],
     v [..., H, dv], g, beta [..., H] -> (o [..., H, dv], S_new [..., H, dk, dv])."""
     S = S * g.exp()[..., None, None]  # a fresh tensor: the caller's S is never modified
-    delta = beta[..., None] * (v - torch.einsum("...kv,...k->...v", S, k))  # [..., H, dv]
+    delta = beta[..., None] * (v - (k[..., None, :] @ S).squeeze(-2))  # [..., H, dv]; S^T k as a matmul
     dk, dv = S.shape[-2:]
     S.view(-1, dk, dv).baddbmm_(k.reshape(-1, dk, 1), delta.reshape(-1, 1, dv))  # S += k delta^T, in place
-    return torch.einsum("...kv,...k->...v", S, q), S
+    return (q[..., None, :] @ S).squeeze(-2), S
 
 
 def gated_delta_chain(q, k, v, g, beta, S0):
@@ -160,18 +160,27 @@ def gated_delta_reference(q, k, v, g, beta, parents, S0):
 def gated_delta_fork(q, k, v, g, beta, parents, depths, S0):
     """Per-node state fork: node i steps (R) from its parent's state (root from S0).
 
-    One batched ``delta_step`` per depth level. Returns o [N+1, H, dv] and
-    states [N+1, H, dk, dv] (each node's state after its own update).
+    One batched ``delta_step`` per depth level; nodes are laid out level by level once
+    (a stable sort by depth), so each level reads its parents' states with one gather and
+    writes its own as one contiguous slice. Returns o [N+1, H, dv] and states
+    [N+1, H, dk, dv] (each node's state after its own update), in node order.
     """
     n, H, dk = k.shape
-    o = v.new_empty(v.shape)
-    padded = S0.new_empty(n + 1, H, dk, v.shape[-1])  # [N+2, H, dk, dv]: row 0 = S0, row i+1 = node i
-    padded[0] = S0
-    for d in range(int(depths.max()) + 1 if n else 0):
-        nodes = (depths == d).nonzero().squeeze(1)  # [n_d]
-        S_par = padded[parents[nodes] + 1]  # [n_d, H, dk, dv]
-        o[nodes], padded[nodes + 1] = delta_step(S_par, q[nodes], k[nodes], v[nodes], g[nodes], beta[nodes])
-    return o, padded[1:]
+    order = torch.argsort(depths, stable=True)  # [N+1] slot -> node, level by level
+    slot = torch.empty_like(order)
+    slot[order] = torch.arange(n)  # node -> slot
+    par = parents[order]
+    par_slot = torch.where(par >= 0, slot[par.clamp(min=0)] + 1, torch.zeros_like(par))  # 0 = S0
+    states = S0.new_empty(n + 1, H, dk, v.shape[-1])  # [N+2 slots]: 0 = S0, s+1 = slot s
+    states[0] = S0
+    o = v.new_empty(v.shape)  # [N+1, H, dv] in slot order
+    lo = 0
+    for count in torch.bincount(depths).tolist():
+        hi, nodes = lo + count, order[lo:lo + count]
+        o[lo:hi], states[lo + 1:hi + 1] = delta_step(states.index_select(0, par_slot[lo:hi]), q[nodes],
+                                                     k[nodes], v[nodes], g[nodes], beta[nodes])
+        lo = hi
+    return o.index_select(0, slot), states[1:].index_select(0, slot)
 
 
 def path_log_gates(g: torch.Tensor, anc: torch.Tensor) -> torch.Tensor:
