@@ -53,7 +53,7 @@ def _choose(logits: torch.Tensor, temperature: float, rng: torch.Generator | Non
     """The target's token at every row of logits [n, V]: argmax (T=0) or a sample."""
     if temperature == 0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)  # the seeded generator is on the host
     return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
 
 
@@ -125,8 +125,9 @@ def _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen: Generati
     """Plain decoding with transformers' own cache: one target forward per token."""
     from transformers import DynamicCache
     cache = DynamicCache(config=target.config)
+    device = next(target.parameters()).device
     with _timed(gen, "prefill"):
-        logits = target(prompt[None], past_key_values=cache, use_cache=True).logits[0, -1]
+        logits = target(prompt[None].to(device), past_key_values=cache, use_cache=True).logits[0, -1]
     while len(gen.tokens) < max_new_tokens:
         token = int(_choose(logits[None], temperature, rng)[0])
         gen.tokens.append(token)
@@ -135,7 +136,8 @@ def _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen: Generati
         if len(gen.tokens) == max_new_tokens:
             break
         with _timed(gen, "verify"):
-            logits = target(torch.tensor([[token]]), past_key_values=cache, use_cache=True).logits[0, -1]
+            logits = target(torch.tensor([[token]], device=device), past_key_values=cache,
+                            use_cache=True).logits[0, -1]
 
 
 def _draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:

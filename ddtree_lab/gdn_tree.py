@@ -77,7 +77,7 @@ def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
     """
     K = weight.shape[1]
     rows = torch.cat([conv_state.T, x])  # [K+N+1, C]
-    windows = rows[ancestor_windows(parents, K)]  # [N+1, K, C]
+    windows = rows[ancestor_windows(parents.cpu(), K).to(rows.device)]  # [N+1, K, C]
     return F.silu(torch.einsum("nkc,ck->nc", windows, weight))
 
 
@@ -166,6 +166,7 @@ def gated_delta_fork(q, k, v, g, beta, parents, depths, S0):
     [N+1, H, dk, dv] (each node's state after its own update), in node order.
     """
     n, H, dk = k.shape
+    parents, depths = parents.cpu(), depths.cpu()  # tree structure on the host, one copy below
     order = torch.argsort(depths, stable=True)  # [N+1] slot -> node, level by level
     slot = torch.empty_like(order)
     slot[order] = torch.arange(n)  # node -> slot
@@ -174,8 +175,10 @@ def gated_delta_fork(q, k, v, g, beta, parents, depths, S0):
     states = S0.new_empty(n + 1, H, dk, v.shape[-1])  # [N+2 slots]: 0 = S0, s+1 = slot s
     states[0] = S0
     o = v.new_empty(v.shape)  # [N+1, H, dv] in slot order
+    counts = torch.bincount(depths).tolist()
+    order, slot, par_slot = (t.to(q.device) for t in (order, slot, par_slot))
     lo = 0
-    for count in torch.bincount(depths).tolist():
+    for count in counts:
         hi, nodes = lo + count, order[lo:lo + count]
         o[lo:hi], states[lo + 1:hi + 1] = delta_step(states.index_select(0, par_slot[lo:hi]), q[nodes],
                                                      k[nodes], v[nodes], g[nodes], beta[nodes])
@@ -205,11 +208,11 @@ def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None, return_aux=False):
     None). Returns o [N+1, H, dv]. No per-node state is formed: commit by replaying the
     accepted path with ``gated_delta_chain``.
     """
-    anc = ancestor_mask_from_parents(parents) if anc is None else anc
+    anc = (ancestor_mask_from_parents(parents.cpu()) if anc is None else anc).to(q.device)
     q, k, v = (x.transpose(0, 1) for x in (q, k, v))  # [H, N+1, dk|dv]
     beta, G = beta.T, path_log_gates(g, anc)  # [H, N+1], [N+1, H] float64
     eG = G.T.exp().to(v.dtype)  # [H, N+1]
-    strict = anc & ~torch.eye(anc.shape[0], dtype=torch.bool)
+    strict = anc & ~torch.eye(anc.shape[0], dtype=torch.bool, device=anc.device)
     A = beta[..., None] * (k @ k.transpose(1, 2)) * pairwise_decay(G, strict, v.dtype)  # [H, N+1, N+1]
     rhs = beta[..., None] * (v - eG[..., None] * (k @ S0))  # [H, N+1, dv]
     U = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)  # (I + A) U = rhs

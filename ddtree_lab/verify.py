@@ -89,7 +89,7 @@ def _empty_cache(model) -> TreeCache:
     p = next(model.parameters())
     for i, m in adapter.gdn_modules(model).items():
         cache.conv[i] = p.new_zeros(m.conv_dim, m.conv_kernel_size)
-        cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=_state_dtype(p))
+        cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=_state_dtype(p), device=p.device)
     return cache
 
 
@@ -119,7 +119,7 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     _check_positions(model, ids.numel() - 1)
     from transformers import DynamicCache
     hf_cache = DynamicCache(config=model.config)
-    out = model(ids[None], past_key_values=hf_cache, use_cache=True,
+    out = model(ids[None].to(next(model.parameters()).device), past_key_values=hf_cache, use_cache=True,
                 output_hidden_states=bool(feature_layers))
     state = adapter.read_hf_cache(model, hf_cache)
     cache = _empty_cache(model)
@@ -154,11 +154,11 @@ def _check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode: str) 
     _check_positions(model, cache.length + int(tree.depths.max()))
 
 
-def attention_bias(buf: TreeBuffers, past: int, dtype) -> torch.Tensor:
+def attention_bias(buf: TreeBuffers, past: int, dtype, device=None) -> torch.Tensor:
     """Additive mask [1, 1, N+1, past+N+1]: prefix visible, inside the tree ancestors only."""
     n = buf.anc.shape[0]
-    allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), buf.anc], dim=1)
-    bias = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), buf.anc], dim=1).to(device)
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
     return bias[None, None]
 
 
@@ -172,12 +172,12 @@ def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode: str = "wy",
     """
     _check_verify_args(model, cache, tree, gdn_mode)
     buf = tree_buffers(tree, cache.length, gdn_mode)
-    dtype = next(model.parameters()).dtype
-    bias = attention_bias(buf, cache.length, dtype)
+    p = next(model.parameters())
+    bias = attention_bias(buf, cache.length, p.dtype, p.device)
     mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
     records: dict = {}
     with _tree_gdn(model, cache, buf, gdn_mode, records):
-        out = model(tree.tokens[None], attention_mask=mask, position_ids=buf.positions[None],
+        out = model(tree.tokens[None].to(p.device), attention_mask=mask, position_ids=buf.positions[None].to(p.device),
                     past_key_values=cache, use_cache=True, output_hidden_states=bool(feature_layers))
     cache.pending = {"tree": tree, "mode": gdn_mode, "gdn": records}
     return Forward(out.logits[0], _features(out.hidden_states, feature_layers))
@@ -258,9 +258,9 @@ def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
         idx = torch.arange(idx.numel())
     rows = torch.cat([torch.arange(cache.length), cache.length + idx])
     for i, (k, v) in cache.kv.items():
-        cache.kv[i] = (k.index_select(-2, rows), v.index_select(-2, rows))
+        cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
     for i, rec in cache.pending["gdn"].items():
-        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx])
+        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx.to(rec["x"].device)])
         S = rec["states"][idx[-1]] if "states" in rec else gdn_tree.wy_state(rec["wy"], rec["S0"], idx.tolist())
         cache.rec[i] = S.to(cache.rec[i].dtype).clone()
     cache.length += idx.numel()
