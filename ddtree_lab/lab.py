@@ -16,6 +16,14 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
+    """Every notebook's first call: seeds, and CPU threads (1 by default: the tiny models run
+    fastest on one thread, and a busy second core then never stalls them)."""
+    seed_everything(seed)
+    if cpu_threads:
+        torch.set_num_threads(cpu_threads)
+
+
 def check(claim: str, expected, got, ok: bool) -> bool:
     """Print ``expected / got / match`` for a notebook claim and fail loudly if false."""
     print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")

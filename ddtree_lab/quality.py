@@ -59,9 +59,10 @@ def quality_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
 
 def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (arch, method, block, budget): mean tau, prompts, fraction identical to AR."""
-    ar = {(r.arch, r.prompt): r._metrics["tokens"] for r in frame[frame.method == "ar"].itertuples()}
+    ar_rows = frame[frame.method == "ar"]
+    ar = {(a, p): m["tokens"] for a, p, m in zip(ar_rows.arch, ar_rows.prompt, ar_rows["_metrics"])}
     spec = frame[frame.method != "ar"].copy()
-    spec["same_as_ar"] = [r._metrics["tokens"] == ar.get((r.arch, r.prompt)) for r in spec.itertuples()]
+    spec["same_as_ar"] = [m["tokens"] == ar.get((a, p)) for a, p, m in zip(spec.arch, spec.prompt, spec["_metrics"])]
     return (spec.groupby(["arch", "method", "block_size", "budget"])
             .agg(tau=("tau", "mean"), prompts=("prompt", "count"), same_as_ar=("same_as_ar", "mean"))
             .reset_index())
