@@ -22,6 +22,8 @@ def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
     seed_everything(seed)
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
+    from transformers.utils import logging as hf_logging
+    hf_logging.set_verbosity_error()  # the kernel fallback notices: the README explains the kernels once
 
 
 def check(claim: str, expected, got, ok: bool) -> bool:
@@ -30,6 +32,13 @@ def check(claim: str, expected, got, ok: bool) -> bool:
     if not ok:
         raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
     return True
+
+
+def compare(claim: str, expected, got, reproduced: bool) -> bool:
+    """Print a PUBLISHED claim next to what this lab measured, without failing: the lab's
+    answer may be that it does not reproduce here (the notebook then says so)."""
+    print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {bool(reproduced)}")
+    return bool(reproduced)
 
 
 def store(name: str, smoke: bool) -> ResultsStore:

@@ -6,6 +6,8 @@ under ``data/results/executed/`` so the committed notebooks stay stripped.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -14,6 +16,21 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 EXECUTED_DIR = ROOT / "data" / "results" / "executed"
+SMOKE_FIGURES_DIR = ROOT / "data" / "results" / "smoke" / "figures"
+
+
+@contextlib.contextmanager
+def _environ(**values):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def notebook_paths(directory: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -37,8 +54,10 @@ def run_notebook(path: Path, timeout: int = 3600, **params):
     from nbclient import NotebookClient
     path = Path(path)
     nb = parameterize(nbformat.read(path, as_version=4), **params)
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    smoke_figures = {"DDTREE_LAB_FIGURES": str(SMOKE_FIGURES_DIR)} if params.get("SMOKE") else {}
+    with _environ(**smoke_figures):  # the kernel inherits it: SMOKE figures never replace real ones
+        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, EXECUTED_DIR / path.name)
     return nb

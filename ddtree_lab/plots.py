@@ -14,6 +14,7 @@ prompt)) into one row per config: tau, tokens/s, speedup over AR (DDTree paper, 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import matplotlib as mpl
@@ -27,7 +28,8 @@ from .leakage import first_divergence
 from .sweep import AXES
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES_DIR = ROOT / "figures"
+# SMOKE runs (tests) set DDTREE_LAB_FIGURES so they never overwrite the real figures
+FIGURES_DIR = Path(os.environ.get("DDTREE_LAB_FIGURES", ROOT / "figures"))
 DPI = 110
 STYLE = {
     **sns.axes_style("whitegrid"),

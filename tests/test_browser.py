@@ -87,7 +87,8 @@ def _server_up(url: str) -> bool:
 
 def start_lab(root_dir: Path, home: Path, port: int, token: str) -> subprocess.Popen:
     """jupyter lab in its own process group, settings isolated under ``home``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    env = {**os.environ, "DDTREE_LAB_FIGURES": str(home / "figures"),  # never the real figures/
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
            "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
            "IPYTHONDIR": str(home / "ipython"), "MPLBACKEND": "agg", "OMP_NUM_THREADS": "1"}
