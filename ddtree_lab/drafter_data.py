@@ -106,8 +106,10 @@ def target_features(target, tokens: torch.Tensor, layer_ids) -> torch.Tensor:
 
 
 def target_digest(target) -> str:
-    """sha256 of the target's config and every weight: identifies the model exactly."""
-    h = hashlib.sha256(target.config.to_json_string(use_diff=False).encode())
+    """sha256 of the target's config and every weight: identifies the model exactly, wherever
+    its files live (the config's ``_name_or_path`` is left out)."""
+    cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}
+    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
     for name, t in sorted(target.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

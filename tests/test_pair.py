@@ -38,6 +38,7 @@ def test_missing_and_corrupted_files_say_what_to_do(tmp_path):
     root = tmp_path / "ckpts"
     shutil.copytree(ckpt_path("mla", "target"), root / "mla-target")
     shutil.copytree(ckpt_path("mla", "drafter"), root / "mla-drafter")
+    load_pair("mla", root=root)  # moved elsewhere, the drafter still knows its target
     (root / "mla-drafter" / "drafter.safetensors").write_bytes(b"broken")
     with pytest.raises(ValueError, match="drafter.safetensors is corrupted"):
         load_pair("mla", root=root)
