@@ -50,11 +50,13 @@ def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: 
 
 
 def quality_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
-    """AR, DFlash at blocks 8 and 16, DDTree-64 at block 8 (GDN: exact wy verify)."""
-    common = dict(gdn_mode=["wy"], temperature=[0.0], max_new_tokens=[max_new_tokens])
-    return (expand_grid(arch=list(archs), method=["ar"], budget=[0], block_size=[0], **common)
-            + expand_grid(arch=list(archs), method=["dflash"], budget=[0], block_size=[8, 16], **common)
-            + expand_grid(arch=list(archs), method=["ddtree"], budget=[64], block_size=[8], **common))
+    """AR, DFlash at blocks 8 and 16, DDTree-64 at block 8 (GDN: both exact modes, wy and fork)."""
+    common = dict(temperature=[0.0], max_new_tokens=[max_new_tokens])
+    return (expand_grid(arch=list(archs), method=["ar"], budget=[0], block_size=[0], gdn_mode=["wy"], **common)
+            + expand_grid(arch=list(archs), method=["dflash"], budget=[0], block_size=[8, 16], gdn_mode=["wy"],
+                          **common)
+            + expand_grid(arch=list(archs), method=["ddtree"], budget=[64], block_size=[8],
+                          gdn_mode=["wy", "fork"], **common))
 
 
 def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +65,7 @@ def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
     ar = {(a, p): m["tokens"] for a, p, m in zip(ar_rows.arch, ar_rows.prompt, ar_rows["_metrics"])}
     spec = frame[frame.method != "ar"].copy()
     spec["same_as_ar"] = [m["tokens"] == ar.get((a, p)) for a, p, m in zip(spec.arch, spec.prompt, spec["_metrics"])]
-    return (spec.groupby(["arch", "method", "block_size", "budget"])
+    return (spec.groupby(["arch", "method", "gdn_mode", "block_size", "budget"])
             .agg(tau=("tau", "mean"), prompts=("prompt", "count"), same_as_ar=("same_as_ar", "mean"))
             .reset_index())
 
