@@ -78,7 +78,8 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
 
 
 def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
-    cfg = {"target": target.config.to_dict(), "drafter": asdict(drafter.cfg), "block": block_size,
+    target_cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}  # not where it lives
+    cfg = {"target": target_cfg, "drafter": asdict(drafter.cfg), "block": block_size,
            "mode": gdn_mode, "threads": torch.get_num_threads()}
     return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
