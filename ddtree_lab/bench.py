@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .decode import PHASES
 from .results import RESULTS_DIR, ResultsStore
 from .sweep import expand_grid, run_sweep
 
 BUDGETS = (1, 4, 16, 32, 64, 128, 256)
-PHASES = ("draft", "tree", "verify", "accept", "commit")
 
 
 def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8,

@@ -116,11 +116,6 @@ def draft_quality(drafter, rollouts: dict, block_size: int) -> dict:
     return {"agreement": agreement, "tau": acceptance_length(match[valid.all(-1)])}
 
 
-def per_position_agreement(drafter, rollouts: dict, block_size: int) -> list[float]:
-    """Top-1 agreement with the target's greedy token at block positions 1..bs-1."""
-    return draft_quality(drafter, rollouts, block_size)["agreement"]
-
-
 def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: list | None = None,
                   tok=None, mask_token_id: int | None = None, out: Path | None = None,
                   runs_dir: Path | None = None, cache_dir: Path | None = data.CACHE_DIR,

@@ -67,9 +67,8 @@ def _pair(arch: str):
 
 @lru_cache(maxsize=8)
 def _prompt_ids(arch: str, prompt_id: int) -> tuple:
-    from .data import humaneval_prompts
-    _, _, tok = _pair(arch)
-    return tuple(tok.encode(humaneval_prompts()[prompt_id]).ids)
+    from .lab import prompt_tokens
+    return tuple(prompt_tokens(_pair(arch)[2], prompt_id))
 
 
 def run_config(cfg: dict, prompt_id: int, pair=None, prompt_ids=None) -> dict:

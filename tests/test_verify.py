@@ -227,14 +227,19 @@ def test_rounds_match_fresh_prefill(arch, mode):
                      verify(model, cache, tree, mode).logits, 1e-12)
 
 
+def commit_case(tag: str, kind: str, pick: str, dtype):
+    """(GDN model, prefix, 32-node tree of ``kind``, a root path picked by ``pick``)."""
+    model = target("gdn", dtype)
+    V = model.config.vocab_size
+    gen = generator(tag, pick)
+    prefix, tree = make_prefix(V, gen), make_tree(kind, 32, V, gen)
+    return model, prefix, tree, root_path(tree, pick, gen)
+
+
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=DTYPE_ID.get)
 @pytest.mark.parametrize("pick", ("root", "deepest", "random"))
 def test_fork_commit_equals_wy_commit(pick, dtype):
-    model = target("gdn", dtype)
-    V = model.config.vocab_size
-    gen = generator("fork-wy", pick)
-    prefix, tree = make_prefix(V, gen), make_tree("deep", 32, V, gen)
-    path = root_path(tree, pick, gen)
+    model, prefix, tree, path = commit_case("fork-wy", "deep", pick, dtype)
     caches = {}
     with precision(dtype):
         for mode in ("fork", "wy"):
@@ -250,11 +255,7 @@ def test_wy_closed_form_commit_equals_plain_replay(pick, dtype):
     """commit's state from the WY pass (W1) == the plain twin: replay the path from the snapshot."""
     from ddtree_lab import gdn_tree
     from ddtree_lab.verify import replay_gdn
-    model = target("gdn", dtype)
-    V = model.config.vocab_size
-    gen = generator("wy-replay", pick)
-    prefix, tree = make_prefix(V, gen), make_tree("bushy", 32, V, gen)
-    path = root_path(tree, pick, gen)
+    model, prefix, tree, path = commit_case("wy-replay", "bushy", pick, dtype)
     with precision(dtype):
         cache, _ = prefill(model, prefix)
         verify(model, cache, tree, "wy")
