@@ -1,0 +1,17 @@
+"""ddtree_lab: DFlash drafting, DDTree trees and exact tree verification on real architectures.
+
+The layers, each a folder: ``core`` (tree, GDN tree maths, cache + commit, verify, adapter,
+drafter, decode, model presets), ``train`` (corpus, tokenizer, training loop, recipes,
+checkpoints, ``load_pair``), ``experiments`` (results store, sweeps, analyses), ``app``
+(plots, widgets, notebook helpers, CLI). The names below are the public API.
+"""
+from .core.cache import TreeCache, commit, commit_reference
+from .core.decode import Generation, generate
+from .core.models import load_target
+from .core.tree import DraftTree, build_tree, build_tree_reference, chain_tree
+from .core.verify import GDN_MODES, prefill, tree_logits, verify
+from .train.pair import load_pair
+
+__all__ = ["DraftTree", "GDN_MODES", "Generation", "TreeCache", "build_tree", "build_tree_reference",
+           "chain_tree", "commit", "commit_reference", "generate", "load_pair", "load_target", "prefill",
+           "tree_logits", "verify"]

@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule
 
-from ddtree_lab.tree import ancestor_mask_from_parents as ancestor_mask, tree_depths
-from ddtree_lab.gdn_tree import (chain_parents, gated_delta_fork, gated_delta_wy, normalize_qk)
+from ddtree_lab.core.tree import ancestor_mask_from_parents as ancestor_mask, tree_depths
+from ddtree_lab.core.gdn_tree import (chain_parents, gated_delta_fork, gated_delta_wy, normalize_qk)
 
 REPEATS = 7
 BUDGETS = (16, 64, 256)

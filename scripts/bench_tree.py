@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from ddtree_lab.tree import (_best_first, _log_normaliser, _top_ranks, accept,
+from ddtree_lab.core.tree import (_best_first, _log_normaliser, _top_ranks, accept,
                              ancestor_mask, build_tree)
 
 DEPTH, VOCAB = 16, 4096  # block size L, vocabulary V

@@ -2,8 +2,8 @@
 never oversubscribes a machine that is also training), and one toy target + drafter pair."""
 import torch
 
-from ddtree_lab.drafter import DFlashDrafter, DrafterConfig
-from ddtree_lab.models import build_target
+from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.core.models import build_target
 
 torch.set_num_threads(1)
 

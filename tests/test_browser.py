@@ -51,7 +51,7 @@ def synthetic_notebook():
 def notebook_under_test(directory: Path) -> Path:
     """Write the notebook to open into ``directory``: the real one (SMOKE) if shipped."""
     if BROWSER_NOTEBOOK.exists():
-        from ddtree_lab.notebooks import parameterize
+        from ddtree_lab.app.notebooks import parameterize
         nb = parameterize(nbformat.read(BROWSER_NOTEBOOK, as_version=4), SMOKE=True)
     else:
         nb = synthetic_notebook()

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from ddtree_lab import calibration, decode
+from ddtree_lab.experiments import calibration
+from ddtree_lab.core import decode
 from conftest import toy_pair
 
 
@@ -87,7 +88,7 @@ def test_surrogate_gap_and_tau_cost(runs):
 
 
 def test_recorder_on_a_hand_made_round():
-    from ddtree_lab.tree import build_tree
+    from ddtree_lab.core.tree import build_tree
     logits = torch.randn(3, 16, generator=torch.Generator().manual_seed(0)) * 3
     tree = build_tree(logits, 2, 12)
     deepest = int(tree.depths.argmax())

@@ -4,11 +4,11 @@ import math
 import pytest
 import torch
 
-from ddtree_lab import decode
-from ddtree_lab import tree as tree_mod
+from ddtree_lab.core import decode
+from ddtree_lab.core import tree as tree_mod
 from conftest import toy_pair
-from ddtree_lab.models import build_target
-from ddtree_lab.verify import full_forward_logits
+from ddtree_lab.core.models import build_target
+from ddtree_lab.core.verify import full_forward_logits
 
 
 
@@ -133,7 +133,7 @@ def test_bad_input_is_refused_before_work(override, name):
 
 def test_vocab_mismatch_is_refused():
     from dataclasses import replace
-    from ddtree_lab.models import PRESETS
+    from ddtree_lab.core.models import PRESETS
     _, drafter = PAIRS["gdn-toy"]
     other = build_target(replace(PRESETS["gdn-toy"], vocab_size=65))
     with pytest.raises(ValueError, match="vocab"):
@@ -141,7 +141,7 @@ def test_vocab_mismatch_is_refused():
 
 
 def test_auto_budget_picks_a_prefix_of_the_largest_tree():
-    from ddtree_lab.costs import CostModel
+    from ddtree_lab.experiments.costs import CostModel
     logits = torch.randn(7, 64) * 3
     flat = CostModel(budgets=(1, 256), verify_s=(1.0, 1.0), draft_s=0.0)  # free nodes: take all
     assert decode.auto_tree(logits, 1, flat).num_nodes == 256

@@ -1,4 +1,4 @@
-"""Tests for the DFlash drafter (ddtree_lab.drafter, drafter_data, drafters).
+"""Tests for the DFlash drafter (ddtree_lab.core.drafter, drafter_data, drafters).
 
 The training forward (all anchors in one masked pass) must equal inference (``propose`` on
 an incrementally built context cache) at the same anchor: that pins training/inference
@@ -13,13 +13,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddtree_lab import data
-from ddtree_lab.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels,
+from ddtree_lab.train import data
+from ddtree_lab.core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels,
                                 default_target_layers, drafter_loss, position_weights)
-from ddtree_lab.drafter_data import drafter_prompts, function_prompts, make_rollouts, prompt_ids
-from ddtree_lab.drafters import RECIPES, drafter_eval_fn, drafter_loss_fn, load_drafter, train_drafter
-from ddtree_lab.models import build_target
-from ddtree_lab.train import train
+from ddtree_lab.train.rollouts import drafter_prompts, function_prompts, make_rollouts, prompt_ids
+from ddtree_lab.train.drafters import RECIPES, drafter_eval_fn, drafter_loss_fn, load_drafter, train_drafter
+from ddtree_lab.core.models import build_target
+from ddtree_lab.train.loop import train
 
 torch.set_num_threads(1)
 MASK = 63

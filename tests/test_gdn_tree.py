@@ -5,10 +5,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_update, torch_recurrent_gated_delta_rule
 
-from ddtree_lab.gdn_tree import (ancestor_windows, chain_parents, commit_conv_state, gated_delta_chain,
+from ddtree_lab.core.gdn_tree import (ancestor_windows, chain_parents, commit_conv_state, gated_delta_chain,
                                  gated_delta_fork, gated_delta_reference, gated_delta_wy, normalize_qk,
                                  tree_conv, tree_conv_reference)
-from ddtree_lab.tree import tree_depths, tree_path
+from ddtree_lab.core.tree import tree_depths, tree_path
 
 torch.set_num_threads(1)
 H, NK, DK, DV, C, K = 4, 2, 8, 12, 10, 4

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab import leakage
+from ddtree_lab.experiments import leakage
 from conftest import toy_pair
-from ddtree_lab.tree import build_tree, chain_tree
+from ddtree_lab.core.tree import build_tree, chain_tree
 
 EXACT_TOL = 1e-5   # float32 rounding between modes, measured ~2e-7
 LEAK_MIN = 1e-4    # leaked nodes, measured >= 4e-3 on gdn-toy

@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from ddtree_lab.notebooks import notebook_paths, parameterize, run_notebook
+from ddtree_lab.app.notebooks import notebook_paths, parameterize, run_notebook
 
 NOTEBOOKS = notebook_paths()
 

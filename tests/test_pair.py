@@ -5,10 +5,10 @@ import shutil
 import pytest
 import torch
 
-from ddtree_lab import lab
-from ddtree_lab.checkpoints import ckpt_path
-from ddtree_lab.decode import generate
-from ddtree_lab.pair import load_pair
+from ddtree_lab.app import lab
+from ddtree_lab.train.checkpoints import ckpt_path
+from ddtree_lab.core.decode import generate
+from ddtree_lab.train.pair import load_pair
 
 
 @pytest.mark.parametrize("arch", ["gdn", "mla"])
@@ -28,7 +28,7 @@ def test_a_local_checkpoint_directory_loads_through_the_same_path(tmp_path):
     shipped, _, _ = load_pair("gdn")
     ids = torch.arange(5, 25)
     assert torch.equal(target(ids[None]).logits, shipped(ids[None]).logits)
-    from ddtree_lab.sweep import pair_tag
+    from ddtree_lab.experiments.sweep import pair_tag
     assert pair_tag().startswith("gdn_")  # results of this model go to their own store
     lab.load_pair("gdn")  # back to the shipped pair for the other tests
     assert pair_tag() == ""

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ddtree_lab import plots
-from ddtree_lab import tree as tree_mod
+from ddtree_lab.app import plots
+from ddtree_lab.core import tree as tree_mod
 
 MAX_PNG_BYTES = 200_000
 

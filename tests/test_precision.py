@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab import precision
-from ddtree_lab.models import build_target
-from ddtree_lab.tree import build_tree
+from ddtree_lab.experiments import precision
+from ddtree_lab.core.models import build_target
+from ddtree_lab.core.tree import build_tree
 
 PRESETS = ("mla-toy", "gdn-toy")
 TOL = {(torch.float64, True): 1e-12, (torch.float32, False): 1e-5}
@@ -81,8 +81,8 @@ def test_chain_vs_tree_bf16(case):
 
 @pytest.mark.parametrize("mode", ["fork", "wy"])
 def test_commit_state_error_is_rounding_only(mode):
-    from ddtree_lab import adapter
-    from ddtree_lab.precision import commit_state_error
+    from ddtree_lab.core import adapter
+    from ddtree_lab.experiments.precision import commit_state_error
     model = build_target("gdn-toy", dtype=torch.float64)
     tree = build_tree(torch.randn(4, 64) * 2, 3, 12)
     path = tree.path_to(int(tree.depths.argmax()))

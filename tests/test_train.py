@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from ddtree_lab import data
-from ddtree_lab.checkpoints import check_manifest
-from ddtree_lab.models import build_target
-from ddtree_lab.targets import train_target
-from ddtree_lab.train import TrainConfig, lm_loss_fn, train
+from ddtree_lab.train import data
+from ddtree_lab.train.checkpoints import check_manifest
+from ddtree_lab.core.models import build_target
+from ddtree_lab.train.targets import train_target
+from ddtree_lab.train.loop import TrainConfig, lm_loss_fn, train
 
 STREAM = (np.arange(5000) * 7 % 61).astype(np.uint16)
 

@@ -1,4 +1,4 @@
-"""Tests for ddtree_lab.tree (DDTree, arXiv 2604.12989, sections 3-4).
+"""Tests for ddtree_lab.core.tree (DDTree, arXiv 2604.12989, sections 3-4).
 
 The heap builder must equal its brute-force twin exactly (ties included), built trees must
 be valid prefix-closed trees whose buffers and acceptance walk match brute-force versions,
@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddtree_lab.tree import (DraftTree, accept, ancestor_mask, ancestor_mask_reference,
+from ddtree_lab.core.tree import (DraftTree, accept, ancestor_mask, ancestor_mask_reference,
                              build_tree, build_tree_reference, chain_tree,
                              expected_acceptance, expected_acceptance_prefixes,
                              position_ids)

@@ -17,10 +17,11 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab import adapter
-from ddtree_lab.models import build_target
-from ddtree_lab.tree import DraftTree, build_tree, chain_tree
-from ddtree_lab.verify import GDN_MODES, commit, full_forward_logits, prefill, tree_logits, verify
+from ddtree_lab.core import adapter
+from ddtree_lab.core.models import build_target
+from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree
+from ddtree_lab.core.verify import GDN_MODES, full_forward_logits, prefill, tree_logits, verify
+from ddtree_lab.core.cache import commit
 
 torch.set_num_threads(1)
 
@@ -253,8 +254,8 @@ def test_fork_commit_equals_wy_commit(pick, dtype):
 @pytest.mark.parametrize("pick", ("root", "deepest", "random"))
 def test_wy_closed_form_commit_equals_plain_replay(pick, dtype):
     """commit's state from the WY pass (W1) == the plain twin: replay the path from the snapshot."""
-    from ddtree_lab import gdn_tree
-    from ddtree_lab.verify import replay_gdn
+    from ddtree_lab.core import gdn_tree
+    from ddtree_lab.core.cache import replay_gdn
     model, prefix, tree, path = commit_case("wy-replay", "bushy", pick, dtype)
     with precision(dtype):
         cache, _ = prefill(model, prefix)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from ddtree_lab.models import build_target
-from ddtree_lab.verify_cost import (GDN_COLUMNS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table, goal_lines,
+from ddtree_lab.core.models import build_target
+from ddtree_lab.experiments.verify_cost import (GDN_COLUMNS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table, goal_lines,
                                     mla_cost_table)
 
 torch.set_num_threads(1)

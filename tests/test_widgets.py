@@ -4,7 +4,8 @@ import ipywidgets as w
 import pytest
 from matplotlib.figure import Figure
 
-from ddtree_lab import plots, widgets
+from ddtree_lab.app import plots
+from ddtree_lab.app import widgets
 from test_plots import make_frame
 
 

@@ -13,8 +13,8 @@ import torch
 
 from . import data
 from .checkpoints import ckpt_path, write_manifest
-from .models import PRESETS, build_target, count_parameters, load_target
-from .train import TrainConfig, lm_eval_loss, lm_loss_fn, train
+from ..core.models import PRESETS, build_target, count_parameters, load_target
+from .loop import TrainConfig, lm_eval_loss, lm_loss_fn, train
 
 # token budgets per training preset (same for both archs)
 TARGET_TRAIN = {

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .tree import DraftTree, build_tree
-from .verify import prefill, tree_logits
+from ..core.tree import DraftTree, build_tree
+from ..core.verify import prefill, tree_logits
 
 
 def node_errors(model, prefix_ids, tree: DraftTree) -> pd.DataFrame:

@@ -8,42 +8,42 @@ import torch
 
 
 def _cmd_train_tokenizer(args):
-    from . import data
+    from ..train import data
     tok = data.train_tokenizer(data.corpus_texts()["train"], vocab_size=args.vocab_size)
     print(f"tokenizer: {tok.get_vocab_size()} tokens -> {data.TOKENIZER_PATH}")
 
 
 def _cmd_train_target(args):
-    from .targets import train_target
-    from .checkpoints import ckpt_path
+    from ..train.targets import train_target
+    from ..train.checkpoints import ckpt_path
     man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
                        out=ckpt_path(args.arch, "target", _ckpt_root(args)))
     print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
 
 
 def _cmd_train_drafter(args):
-    from .drafters import train_drafter
+    from ..train.drafters import train_drafter
     root = _ckpt_root(args)
-    from .checkpoints import ckpt_path
-    from .models import load_target
+    from ..train.checkpoints import ckpt_path
+    from ..core.models import load_target
     man = train_drafter(args.arch, args.preset, target=load_target(ckpt_path(args.arch, "target", root)),
                         out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
 
 
 def _ckpt_root(args):
-    from .checkpoints import CKPT_DIR
-    from .data import DATA_DIR
+    from ..train.checkpoints import CKPT_DIR
+    from ..common import DATA_DIR
     return DATA_DIR / "checkpoints-quick" if args.preset == "quick" else CKPT_DIR
 
 
 def _cmd_train_all(args):
     """Tokenizer, both targets, both drafters; finished stages (same preset) are skipped."""
-    from . import data
-    from .checkpoints import ckpt_path
-    from .drafters import train_drafter
-    from .models import load_target
-    from .targets import train_target
+    from ..train import data
+    from ..train.checkpoints import ckpt_path
+    from ..train.drafters import train_drafter
+    from ..core.models import load_target
+    from ..train.targets import train_target
     args.preset = "quick" if args.quick else "default"
     root = _ckpt_root(args)
     if args.retrain_tokenizer or not data.TOKENIZER_PATH.is_file():
@@ -59,7 +59,7 @@ def _cmd_train_all(args):
 
 def _finished(path, preset) -> bool:
     """A shipped checkpoint of this preset whose files all match their hashes."""
-    from .checkpoints import check_manifest
+    from ..train.checkpoints import check_manifest
     try:
         return check_manifest(path).get("preset") == preset
     except (FileNotFoundError, ValueError):
@@ -67,19 +67,19 @@ def _finished(path, preset) -> bool:
 
 
 def _cmd_quality(args):
-    from .quality import run_quality
+    from ..experiments.quality import run_quality
     run_quality(num_prompts=args.prompts, archs=tuple(args.archs))
 
 
 def _cmd_bench(args):
-    from .bench import run_bench
+    from ..experiments.bench import run_bench
     run_bench(num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
     from .plots import summarize
-    from .results import ResultsStore
-    from .sweep import expand_grid, run_sweep
+    from ..experiments.results import ResultsStore
+    from ..experiments.sweep import expand_grid, run_sweep
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,

@@ -9,23 +9,19 @@ ancestor mask, at position start + depth; Gated DeltaNet layers run one of three
 - ``"fork"``: per-node conv windows from ancestors and per-node states from the parent's;
 - ``"wy"``: the single-pass tree WY form (no per-node states).
 
-``commit`` then leaves the cache exactly as an AR prefill of the committed sequence would:
-attention rows of the accepted nodes kept contiguous, GDN conv/recurrent state of the last
-accepted node (fork: its stored state; wy: the closed form (W1) of ``gdn_tree.wy_state`` from
-the pre-verify snapshot, which verify never modifies, with ``replay_gdn`` as its plain twin;
-naive first re-scores the accepted path as a chain unless it is nodes 0..k, since its leaked
-hidden states corrupt K/V and GDN inputs).
+``cache.commit`` then keeps the accepted path (see ``cache.py``).
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from . import adapter, gdn_tree
+from .cache import TreeCache, check_cache, empty_cache
 from .models import arch_of
-from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
+from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, position_ids
 
 GDN_MODES = ("naive", "fork", "wy")
 
@@ -52,51 +48,6 @@ def tree_buffers(tree: DraftTree, start: int, gdn_mode: str = "wy") -> TreeBuffe
     return TreeBuffers(tree, position_ids(tree, start), anc, tree.parents, anc)
 
 
-@dataclass(eq=False)
-class TreeCache:
-    """The target's cache between rounds: committed rows plus the pending verify.
-
-    kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
-    conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
-    Implements the ``update`` call transformers' attention layers make on a cache.
-    """
-    model_key: tuple
-    length: int = 0
-    kv: dict = field(default_factory=dict)
-    conv: dict = field(default_factory=dict)
-    rec: dict = field(default_factory=dict)
-    pending: dict | None = None
-
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if layer_idx in self.kv:
-            k, v = self.kv[layer_idx]
-            key_states = torch.cat([k[:, :, :self.length], key_states], dim=-2)
-            value_states = torch.cat([v[:, :, :self.length], value_states], dim=-2)
-        self.kv[layer_idx] = (key_states, value_states)
-        return key_states, value_states
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.length
-
-
-def _model_key(model) -> tuple:
-    c = model.config
-    return (id(model), arch_of(model), c.vocab_size, c.hidden_size, c.num_hidden_layers)
-
-
-def _empty_cache(model) -> TreeCache:
-    cache = TreeCache(_model_key(model))
-    p = next(model.parameters())
-    for i, m in adapter.gdn_modules(model).items():
-        cache.conv[i] = p.new_zeros(m.conv_dim, m.conv_kernel_size)
-        cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=_state_dtype(p), device=p.device)
-    return cache
-
-
-def _state_dtype(p):
-    return p.dtype if adapter._STATE["preserve_dtype"] else torch.float32
-
-
 @dataclass(frozen=True, eq=False)
 class Forward:
     """logits [T, V]; features [T, F] (hidden states of ``feature_layers``, concatenated)."""
@@ -115,14 +66,14 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     """Run the stock forward over ``ids`` [T] with transformers' own cache; T may be 0."""
     ids = _check_ids(model, ids, "ids")
     if ids.numel() == 0:
-        return _empty_cache(model), None
+        return empty_cache(model), None
     _check_positions(model, ids.numel() - 1)
     from transformers import DynamicCache
     hf_cache = DynamicCache(config=model.config)
     out = model(ids[None].to(next(model.parameters()).device), past_key_values=hf_cache, use_cache=True,
                 output_hidden_states=bool(feature_layers))
     state = adapter.read_hf_cache(model, hf_cache)
-    cache = _empty_cache(model)
+    cache = empty_cache(model)
     cache.kv = state["kv"]
     cache.conv.update(state["conv"])
     cache.rec.update(state["rec"])
@@ -148,8 +99,7 @@ def _check_positions(model, last_position: int) -> None:
 def _check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode: str) -> None:
     if gdn_mode not in GDN_MODES:
         raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
-    if not isinstance(cache, TreeCache) or cache.model_key != _model_key(model):
-        raise ValueError("cache must be a TreeCache made by prefill() with this same model")
+    check_cache(model, cache)
     _check_ids(model, tree.tokens, "tree.tokens")
     _check_positions(model, cache.length + int(tree.depths.max()))
 
@@ -179,7 +129,8 @@ def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode: str = "wy",
     with _tree_gdn(model, cache, buf, gdn_mode, records):
         out = model(tree.tokens[None].to(p.device), attention_mask=mask, position_ids=buf.positions[None].to(p.device),
                     past_key_values=cache, use_cache=True, output_hidden_states=bool(feature_layers))
-    cache.pending = {"tree": tree, "mode": gdn_mode, "gdn": records}
+    cache.pending = {"tree": tree, "mode": gdn_mode, "gdn": records,
+                     "rescore": lambda chain: verify(model, cache, chain, "naive")}
     return Forward(out.logits[0], _features(out.hidden_states, feature_layers))
 
 
@@ -208,7 +159,7 @@ def gdn_tree_forward(m, h, conv_state, S0, buf: TreeBuffers, mode: str):
     """One GDN layer on a tree. h [N+1, D] -> (out [N+1, D], record for commit).
 
     The record holds the pre-conv inputs x [N+1, C] and the raw gates a, b [N+1, H] (enough
-    to replay any path: ``replay_gdn``, the plain twin), plus what commit uses directly: in
+    to replay any path: ``cache.replay_gdn``, the plain twin), plus what commit uses directly: in
     fork mode every node's state [N+1, H, dk, dv], in wy/naive mode the WY pass's U, G, k
     from which ``gdn_tree.wy_state`` forms the accepted node's state in one einsum.
     """
@@ -226,45 +177,6 @@ def gdn_tree_forward(m, h, conv_state, S0, buf: TreeBuffers, mode: str):
                                                   anc=buf.gdn_anc, return_aux=True)
         record["S0"] = S0
     return adapter.gdn_output(m, o, z, h.dtype), record
-
-
-def replay_gdn(m, x_path, a_path, b_path, conv_state, S0):
-    """Run a GDN layer's state along a committed chain: -> (conv_state [C, K], S [H, dk, dv])."""
-    y = gdn_tree.tree_conv(x_path, conv_state, adapter.gdn_conv_weight(m),
-                           gdn_tree.chain_parents(x_path.shape[0] - 1))
-    q, k, v = adapter.gdn_qkv(m, y)
-    g, beta = adapter.gdn_gates(m, a_path, b_path)
-    _, S = gdn_tree.gated_delta_chain(q, k, v, g, beta, S0.to(v.dtype))
-    return gdn_tree.commit_conv_state(conv_state, x_path), S.to(S0.dtype)
-
-
-@torch.no_grad()
-def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
-    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
-    if not isinstance(cache, TreeCache) or cache.model_key != _model_key(model):
-        raise ValueError("cache must be a TreeCache made by prefill() with this same model")
-    if cache.pending is None or cache.pending["tree"] is not tree:
-        raise ValueError("commit needs the tree of the last verify() on this cache")
-    idx = torch.as_tensor(path, dtype=torch.long)
-    if idx.numel() == 0 or int(idx[0]) != 0 or not bool(((idx >= 0) & (idx < len(tree))).all()) \
-            or not bool((tree.parents[idx[1:]] == idx[:-1]).all()):
-        raise ValueError(f"path must be a root path of the tree starting at node 0, got {list(path)}")
-    if cache.pending["mode"] == "naive" and cache.pending["gdn"] and not torch.equal(idx, torch.arange(idx.numel())):
-        # naive verify leaked sibling state into the hidden states of every layer above the first
-        # GDN layer (attention K/V and GDN inputs alike): re-score the accepted path as a chain,
-        # where naive is exact, and commit that
-        tree = chain_tree(tree.tokens[idx[1:]], int(tree.tokens[0]))
-        verify(model, cache, tree, "naive")
-        idx = torch.arange(idx.numel())
-    rows = torch.cat([torch.arange(cache.length), cache.length + idx])
-    for i, (k, v) in cache.kv.items():
-        cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
-    for i, rec in cache.pending["gdn"].items():
-        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx.to(rec["x"].device)])
-        S = rec["states"][idx[-1]] if "states" in rec else gdn_tree.wy_state(rec["wy"], rec["S0"], idx.tolist())
-        cache.rec[i] = S.to(cache.rec[i].dtype).clone()
-    cache.length += idx.numel()
-    cache.pending = None
 
 
 def tree_logits(model, prefix_ids, tree: DraftTree, gdn_mode: str = "wy") -> torch.Tensor:

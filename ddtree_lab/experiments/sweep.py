@@ -60,21 +60,21 @@ def pair_tag() -> str:
 
 def _pair(arch: str):
     if arch not in _PAIRS:
-        from .pair import load_pair
+        from ..train.pair import load_pair
         use_pair(arch, load_pair(arch), "shipped")
     return _PAIRS[arch]
 
 
 @lru_cache(maxsize=8)
 def _prompt_ids(arch: str, prompt_id: int) -> tuple:
-    from .lab import prompt_tokens
+    from ..app.lab import prompt_tokens
     return tuple(prompt_tokens(_pair(arch)[2], prompt_id))
 
 
 def run_config(cfg: dict, prompt_id: int, pair=None, prompt_ids=None) -> dict:
     """Generate one (config, prompt) row; returns its metrics."""
     from .costs import cost_model
-    from .decode import generate
+    from ..core.decode import generate
     target, drafter, _ = pair or _pair(cfg["arch"])
     ids = list(prompt_ids or _prompt_ids(cfg["arch"], prompt_id))
     kwargs = {}

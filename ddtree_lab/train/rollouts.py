@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from . import data
-from .drafter import default_target_layers, stack_features
-from .models import arch_of
+from ..core.drafter import default_target_layers, stack_features
+from ..core.models import arch_of
 
 CONTEXT_CHARS = 256
 

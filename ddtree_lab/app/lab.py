@@ -6,7 +6,8 @@ import random
 import numpy as np
 import torch
 
-from .results import RESULTS_DIR, ResultsStore
+from ..common import RESULTS_DIR
+from ..experiments.results import ResultsStore
 
 
 def seed_everything(seed: int = 0) -> None:
@@ -44,7 +45,7 @@ def compare(claim: str, expected, got, reproduced: bool) -> bool:
 def store(name: str, smoke: bool) -> ResultsStore:
     """The notebook's results store; SMOKE runs write to data/results/smoke/ (not committed);
     runs on other checkpoints than the shipped ones get their own store (name + tag)."""
-    from .sweep import pair_tag
+    from ..experiments.sweep import pair_tag
     name = f"{name}-{pair_tag()}" if pair_tag() else name
     return ResultsStore(name, RESULTS_DIR / "smoke") if smoke else ResultsStore(name)
 
@@ -54,8 +55,8 @@ def load_pair(arch: str, checkpoints: dict | None = None):
     drafter_dir)`` (a real Qwen3.6 / Kimi-class checkpoint and a drafter trained for it).
     The pair is registered for sweeps, so every result in the notebook comes from it."""
     import hashlib
-    from . import pair as pair_mod
-    from .sweep import use_pair
+    from ..train import pair as pair_mod
+    from ..experiments.sweep import use_pair
     dirs = (checkpoints or {}).get(arch)
     if dirs is None:
         loaded, tag = pair_mod.load_pair(arch), "shipped"
@@ -68,7 +69,7 @@ def load_pair(arch: str, checkpoints: dict | None = None):
 
 def prompt_tokens(tok, index: int) -> list[int]:
     """Token ids of HumanEval prompt ``index``."""
-    from .data import humaneval_prompts
+    from ..train.data import humaneval_prompts
     return tok.encode(humaneval_prompts()[index]).ids
 
 
@@ -79,7 +80,7 @@ def cached_table(name: str, config: dict, smoke: bool, compute):
     import json
 
     import pandas as pd
-    from .results import code_version
+    from ..experiments.results import code_version
     key = hashlib.sha256(json.dumps({"config": config, "code": code_version()}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:12]
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .decode import PHASES
-from .results import RESULTS_DIR, ResultsStore
+from ..core.decode import PHASES
+from ..common import RESULTS_DIR
+from .results import ResultsStore
 from .sweep import expand_grid, run_sweep
 
 BUDGETS = (1, 4, 16, 32, 64, 128, 256)
@@ -35,7 +36,7 @@ def tree_share(frame: pd.DataFrame) -> pd.Series:
 
 
 def bench_table(frame: pd.DataFrame) -> pd.DataFrame:
-    from .plots import summarize
+    from ..app.plots import summarize
     frame = frame.assign(tree_share=tree_share(frame))
     table = summarize(frame)
     share = frame.groupby(["arch", "method", "gdn_mode", "budget"], dropna=False)["tree_share"].mean()

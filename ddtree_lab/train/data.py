@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from ..common import DATA_DIR
+
 TOKENIZER_PATH = DATA_DIR / "tokenizer.json"
 CACHE_DIR = DATA_DIR / "cache"
 EOT, MASK = "<|endoftext|>", "<|mask|>"

@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from .data import DATA_DIR
+from ..common import DATA_DIR
 
 CKPT_DIR = DATA_DIR / "checkpoints"
 REBUILD = {"target": "ddtree-lab train-target --arch {arch}",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from . import data
 from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path
-from .models import ARCHS, arch_of, load_target
+from ..core.models import ARCHS, arch_of, load_target
 
 
 def load_pair(arch: str, root: Path = CKPT_DIR, target_path: Path | None = None,
@@ -17,7 +17,7 @@ def load_pair(arch: str, root: Path = CKPT_DIR, target_path: Path | None = None,
     directories (a real Qwen3.6 / Kimi checkpoint: ``target_kwargs`` go to ``load_target``,
     e.g. ``dtype=torch.bfloat16, device_map="auto"``).
     """
-    from .drafter_data import target_digest
+    from .rollouts import target_digest
     from .drafters import load_drafter
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")

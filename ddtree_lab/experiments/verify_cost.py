@@ -28,10 +28,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from . import adapter, gdn_tree
-from . import verify as verify_module
-from .tree import ancestor_mask, build_tree, chain_tree
-from .verify import GDN_MODES, TreeCache, commit, prefill, verify
+from ..core import adapter, gdn_tree
+from ..core import cache as cache_module
+from ..core.tree import ancestor_mask, build_tree, chain_tree
+from ..core.verify import GDN_MODES, prefill, verify
+from ..core.cache import TreeCache, commit
 
 DEPTH_ROWS, PEAKEDNESS = 16, 3.0
 GDN_BUDGETS = (1, 8, 16, 32, 64, 128, 256)
@@ -50,12 +51,6 @@ GOALS = (("wy/naive", "<=", 1.1, "wy_min_ms", "naive_min_ms"),
 
 
 # ----------------------------------------------------------------------------- measuring
-
-def copy_cache(cache: TreeCache) -> TreeCache:
-    """A cache to spend on one verify + commit: verify and commit replace dict entries, never
-    write tensors in place, so shallow copies of the dicts keep ``cache`` intact."""
-    return TreeCache(cache.model_key, cache.length, dict(cache.kv), dict(cache.conv), dict(cache.rec))
-
 
 def timed(fn) -> tuple[float, object]:
     """(milliseconds, result) of ``fn()``."""
@@ -99,7 +94,7 @@ class LiveBytes(TorchDispatchMode):
 def peak_extra_bytes(model, cache: TreeCache, tree, mode: str) -> int:
     """Peak live bytes allocated during one whole ``verify`` in ``mode``."""
     with LiveBytes() as counter:
-        verify(model, copy_cache(cache), tree, mode)
+        verify(model, cache.snapshot(), tree, mode)
     return counter.peak
 
 
@@ -152,7 +147,7 @@ def _time_gdn_modes(model, cache, tree, repeats: int) -> dict:
     times = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit")}
     for r in range(repeats + 1):  # repeat 0 warms up
         for mode in GDN_MODES[r % 3:] + GDN_MODES[:r % 3]:
-            work = copy_cache(cache)
+            work = cache.snapshot()
             t_verify, _ = timed(lambda: verify(model, work, tree, mode))
             t_commit, _ = timed(lambda: commit(model, work, tree, path)) if mode != "naive" else (None, None)
             if r:
@@ -165,7 +160,7 @@ def _gdn_row(model, cache, tree, repeats: int) -> dict:
     times = _time_gdn_modes(model, cache, tree, repeats)
     med = {k: statistics.median(v) for k, v in times.items() if v[0] is not None}
     low = {k: min(v) for k, v in times.items() if v[0] is not None}
-    work = copy_cache(cache)
+    work = cache.snapshot()
     verify(model, work, tree, "fork")
     row = {"depth": int(tree.depths.max()),
            **{f"{m}_ms": med[(m, "verify")] for m in GDN_MODES},
@@ -222,7 +217,7 @@ def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
 
 
 KERNELS = ((gdn_tree, "tree_conv"), (gdn_tree, "gated_delta_fork"), (gdn_tree, "gated_delta_wy"),
-           (gdn_tree, "gated_delta_chain"), (verify_module, "replay_gdn"))
+           (gdn_tree, "gated_delta_chain"), (cache_module, "replay_gdn"))
 
 
 @contextlib.contextmanager
@@ -264,7 +259,7 @@ def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int =
     with _timed_kernels(spent):
         for _ in range(repeats):
             for mode in GDN_MODES:
-                work = copy_cache(cache)
+                work = cache.snapshot()
                 runs[(mode, "verify")].append(measure(lambda: verify(model, work, tree, mode)))
                 if mode != "naive":
                     runs[(mode, "commit")].append(measure(lambda: commit(model, work, tree, path)))
@@ -314,7 +309,7 @@ def mla_cost_table(model, budgets=MLA_BUDGETS, prefix_len: int = 128, repeats: i
     times = {b: [] for b in [*trees, "hf"]}
     for r in range(repeats + 1):  # repeat 0 warms up
         for b, tree in trees.items():
-            ms, _ = timed(lambda: verify(model, copy_cache(cache), tree))
+            ms, _ = timed(lambda: verify(model, cache.snapshot(), tree))
             times[b] += [ms] if r else []
         ms = hf_decode()
         times["hf"] += [ms] if r else []

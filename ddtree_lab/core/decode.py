@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import tree as tree_mod
-from .verify import GDN_MODES, commit, prefill, verify
+from .verify import GDN_MODES, prefill, verify
+from .cache import commit
 
 METHODS = ("ar", "dflash", "ddtree")
 MAX_BUDGET = 1024

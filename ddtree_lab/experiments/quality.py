@@ -14,9 +14,10 @@ import math
 import pandas as pd
 import torch
 
-from . import data
-from .checkpoints import check_manifest, ckpt_path
-from .results import RESULTS_DIR, ResultsStore
+from ..train import data
+from ..train.checkpoints import check_manifest, ckpt_path
+from ..common import RESULTS_DIR
+from .results import ResultsStore
 from .sweep import expand_grid, run_sweep
 
 GOALS = {"val_loss": 2.6, "tau_block8": 3.0}
@@ -42,8 +43,8 @@ def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: 
                         new_tokens: int = 64) -> dict:
     """Top-1 agreement per block position with the target's greedy continuation of the
     HumanEval prompts (left-truncated to ``prompt_len`` tokens; shorter ones skipped)."""
-    from .drafter_data import make_rollouts
-    from .drafters import draft_quality
+    from ..train.rollouts import make_rollouts
+    from ..train.drafters import draft_quality
     roll = make_rollouts(target, tok, data.humaneval_prompts(), new_tokens=new_tokens,
                          prompt_len=prompt_len, layer_ids=drafter.cfg.target_layer_ids)
     return {**draft_quality(drafter, roll, block_size), "prompts": int(roll["num_rollouts"])}
@@ -71,7 +72,7 @@ def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def target_table(archs=("gdn", "mla")) -> pd.DataFrame:
-    from .pair import load_pair
+    from ..train.pair import load_pair
     rows = []
     for arch in archs:
         target, drafter, tok = load_pair(arch)

@@ -16,26 +16,22 @@ from pathlib import Path
 
 import pandas as pd
 
-from .data import DATA_DIR
+from ..common import RESULTS_DIR, ROOT
 
-RESULTS_DIR = DATA_DIR / "results"
-_PKG = Path(__file__).resolve().parent
-COMPUTE_MODULES = ("adapter.py", "decode.py", "drafter.py", "gdn_tree.py", "models.py", "tree.py", "verify.py")
+CORE_DIR = ROOT / "ddtree_lab" / "core"   # every module here computes results
 
 
 def code_version() -> str:
     """sha256 (16 hex) of the modules that compute results."""
     h = hashlib.sha256()
-    for name in COMPUTE_MODULES:
-        p = _PKG / name
-        if p.is_file():
-            h.update(name.encode() + b"\0" + p.read_bytes())
+    for p in sorted(CORE_DIR.glob("*.py")):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()[:16]
 
 
 def git_revision() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=_PKG, capture_output=True,
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                              text=True, timeout=5)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):

@@ -24,12 +24,12 @@ import seaborn as sns
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from .leakage import first_divergence
-from .sweep import AXES
+from ..common import FIGURES_DIR as ROOT_FIGURES
+from ..experiments.leakage import first_divergence
+from ..experiments.sweep import AXES
 
-ROOT = Path(__file__).resolve().parent.parent
 # SMOKE runs (tests) set DDTREE_LAB_FIGURES so they never overwrite the real figures
-FIGURES_DIR = Path(os.environ.get("DDTREE_LAB_FIGURES", ROOT / "figures"))
+FIGURES_DIR = Path(os.environ.get("DDTREE_LAB_FIGURES", ROOT_FIGURES))
 DPI = 110
 STYLE = {
     **sns.axes_style("whitegrid"),

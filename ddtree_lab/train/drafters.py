@@ -19,11 +19,11 @@ from safetensors.torch import load_file, save_file
 
 from . import data
 from .checkpoints import REBUILD, check_manifest, ckpt_path, write_manifest
-from .drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
-from .drafter_data import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, split_rollouts,
+from ..core.drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
+from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, split_rollouts,
                            target_digest)
-from .models import arch_of, load_target
-from .train import TrainConfig, train
+from ..core.models import arch_of, load_target
+from .loop import TrainConfig, train
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,10 @@ import pandas as pd
 import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
-from . import adapter
-from .tree import DraftTree, chain_tree
-from .verify import commit, full_forward_logits, prefill, tree_logits, verify
+from ..core import adapter
+from ..core.tree import DraftTree, chain_tree
+from ..core.verify import full_forward_logits, prefill, tree_logits, verify
+from ..core.cache import commit
 
 
 def in_dtype(model, dtype):

@@ -15,11 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import tree as tree_mod
-from .data import DATA_DIR
-from .verify import commit, prefill, verify
+from ..core import tree as tree_mod
+from ..common import RESULTS_DIR
+from ..core.verify import prefill, verify
+from ..core.cache import commit
 
-COST_DIR = DATA_DIR / "results" / "costs"
+COST_DIR = RESULTS_DIR / "costs"
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 

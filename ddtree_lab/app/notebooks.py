@@ -13,10 +13,11 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
+from ..common import RESULTS_DIR, ROOT
+
 NOTEBOOK_DIR = ROOT / "notebooks"
-EXECUTED_DIR = ROOT / "data" / "results" / "executed"
-SMOKE_FIGURES_DIR = ROOT / "data" / "results" / "smoke" / "figures"
+EXECUTED_DIR = RESULTS_DIR / "executed"
+SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"
 
 
 @contextlib.contextmanager

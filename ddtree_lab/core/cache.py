@@ -1,0 +1,146 @@
+"""The target's cache between rounds, its snapshot, and the commit after acceptance.
+
+``TreeCache`` holds the committed rows (attention K/V or MLA latents, GDN conv windows and
+recurrent states) plus the record of the last verify. ``commit`` keeps the accepted path
+(DDTree, arXiv 2604.12989, section 4: "keep the rows of the accepted nodes, contiguous") and
+leaves every GDN layer exactly as an AR prefill of the committed sequence would:
+
+- fork mode: the accepted node's stored state;
+- wy / naive mode: the closed form (W1) of ``gdn_tree.wy_state`` from the pre-verify state,
+  which verify never modifies;
+- naive mode with a path that is not nodes 0..k: the leaked hidden states corrupt K/V and GDN
+  inputs, so the accepted path is re-scored as a chain (exact in naive mode) first.
+
+``commit_reference`` is the plain twin: the GDN state by replaying the accepted path one
+token at a time from the pre-verify state (``replay_gdn``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from . import adapter, gdn_tree
+from .tree import DraftTree, chain_tree
+
+
+@dataclass(eq=False)
+class TreeCache:
+    """The target's cache between rounds: committed rows plus the pending verify.
+
+    kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
+    conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
+    pending: what the last verify left for ``commit`` (tree, mode, per-layer GDN records,
+    and the re-score function naive mode needs)
+    Implements the ``update`` call transformers' attention layers make on a cache.
+    """
+    model_key: tuple
+    length: int = 0
+    kv: dict = field(default_factory=dict)
+    conv: dict = field(default_factory=dict)
+    rec: dict = field(default_factory=dict)
+    pending: dict | None = None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if layer_idx in self.kv:
+            k, v = self.kv[layer_idx]
+            key_states = torch.cat([k[:, :, :self.length], key_states], dim=-2)
+            value_states = torch.cat([v[:, :, :self.length], value_states], dim=-2)
+        self.kv[layer_idx] = (key_states, value_states)
+        return key_states, value_states
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def snapshot(self) -> "TreeCache":
+        """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: verify
+        and commit replace dict entries and never write a tensor in place."""
+        return TreeCache(self.model_key, self.length, dict(self.kv), dict(self.conv), dict(self.rec))
+
+
+def model_key(model) -> tuple:
+    """What ties a cache to its model."""
+    c = model.config
+    return (id(model), type(model).__name__, c.vocab_size, c.hidden_size, c.num_hidden_layers)
+
+
+def empty_cache(model) -> TreeCache:
+    """A cache with no rows: zero conv windows and recurrent states for every GDN layer."""
+    cache = TreeCache(model_key(model))
+    p = next(model.parameters())
+    state_dtype = p.dtype if adapter.harness_active() else torch.float32
+    for i, m in adapter.gdn_modules(model).items():
+        cache.conv[i] = p.new_zeros(m.conv_dim, m.conv_kernel_size)
+        cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=state_dtype, device=p.device)
+    return cache
+
+
+def check_cache(model, cache) -> None:
+    if not isinstance(cache, TreeCache) or cache.model_key != model_key(model):
+        raise ValueError("cache must be a TreeCache made by prefill() with this same model")
+
+
+def _check_path(cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
+    if cache.pending is None or cache.pending["tree"] is not tree:
+        raise ValueError("commit needs the tree of the last verify() on this cache")
+    idx = torch.as_tensor(path, dtype=torch.long)
+    if idx.numel() == 0 or int(idx[0]) != 0 or not bool(((idx >= 0) & (idx < len(tree))).all()) \
+            or not bool((tree.parents[idx[1:]] == idx[:-1]).all()):
+        raise ValueError(f"path must be a root path of the tree starting at node 0, got {list(path)}")
+    return idx
+
+
+def _rescore_if_leaked(cache: TreeCache, tree: DraftTree, idx: torch.Tensor) -> torch.Tensor:
+    """Naive mode with a branched path: verify the accepted path again as a chain; -> new idx."""
+    if cache.pending["mode"] == "naive" and cache.pending["gdn"] and not torch.equal(idx, torch.arange(idx.numel())):
+        cache.pending["rescore"](chain_tree(tree.tokens[idx[1:]], int(tree.tokens[0])))
+        return torch.arange(idx.numel())
+    return idx
+
+
+def _keep_rows(cache: TreeCache, idx: torch.Tensor) -> None:
+    rows = torch.cat([torch.arange(cache.length), cache.length + idx])
+    for i, (k, v) in cache.kv.items():
+        cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
+
+
+@torch.no_grad()
+def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
+    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
+    check_cache(model, cache)
+    idx = _rescore_if_leaked(cache, tree, _check_path(cache, tree, path))
+    _keep_rows(cache, idx)
+    for i, rec in cache.pending["gdn"].items():
+        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx.to(rec["x"].device)])
+        S = rec["states"][idx[-1]] if "states" in rec else gdn_tree.wy_state(rec["wy"], rec["S0"], idx.tolist())
+        cache.rec[i] = S.to(cache.rec[i].dtype).clone()
+    cache.length += idx.numel()
+    cache.pending = None
+
+
+@torch.no_grad()
+def commit_reference(model, cache: TreeCache, tree: DraftTree, path) -> None:
+    """``commit``'s plain twin: each GDN layer's state replayed token by token along the path."""
+    check_cache(model, cache)
+    idx = _rescore_if_leaked(cache, tree, _check_path(cache, tree, path))
+    _keep_rows(cache, idx)
+    mods = adapter.gdn_modules(model)
+    for i, rec in cache.pending["gdn"].items():
+        at = idx.to(rec["x"].device)
+        cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec["x"][at], rec["a"][at], rec["b"][at],
+                                                 cache.conv[i], cache.rec[i])
+    cache.length += idx.numel()
+    cache.pending = None
+
+
+def replay_gdn(m, x_path, a_path, b_path, conv_state, S0):
+    """Run a GDN layer's state along a committed chain: -> (conv_state [C, K], S [H, dk, dv]).
+
+    x_path [P, C] pre-conv inputs, a_path / b_path [P, H] raw gates of the path's nodes.
+    """
+    y = gdn_tree.tree_conv(x_path, conv_state, adapter.gdn_conv_weight(m),
+                           gdn_tree.chain_parents(x_path.shape[0] - 1))
+    q, k, v = adapter.gdn_qkv(m, y)
+    g, beta = adapter.gdn_gates(m, a_path, b_path)
+    _, S = gdn_tree.gated_delta_chain(q, k, v, g, beta, S0.to(v.dtype))
+    return gdn_tree.commit_conv_state(conv_state, x_path), S.to(S0.dtype)
