@@ -5,13 +5,14 @@ drafter, decode, model presets), ``train`` (corpus, tokenizer, training loop, re
 checkpoints, ``load_pair``), ``experiments`` (results store, sweeps, analyses), ``app``
 (plots, widgets, notebook helpers, CLI). The names below are the public API.
 """
+from .core.batch import generate_batch
 from .core.cache import TreeCache, commit, commit_reference
 from .core.decode import Generation, generate
 from .core.models import load_target
 from .core.tree import DraftTree, build_tree, build_tree_reference, chain_tree
 from .core.verify import GDN_MODES, prefill, tree_logits, verify
-from .train.pair import load_pair
+from .train.pair import Pair, load_pair
 
-__all__ = ["DraftTree", "GDN_MODES", "Generation", "TreeCache", "build_tree", "build_tree_reference",
-           "chain_tree", "commit", "commit_reference", "generate", "load_pair", "load_target", "prefill",
+__all__ = ["DraftTree", "GDN_MODES", "Generation", "Pair", "TreeCache", "build_tree", "build_tree_reference",
+           "chain_tree", "commit", "commit_reference", "generate", "generate_batch", "load_pair", "load_target", "prefill",
            "tree_logits", "verify"]

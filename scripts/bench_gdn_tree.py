@@ -1,4 +1,4 @@
-"""CPU timing of the GDN tree modes (RESEARCH.md section 4) on random draft trees.
+"""CPU timing of the GDN tree modes (TreeWY, arXiv 2608.20961; docs/background.md section 4) on random draft trees.
 
 Trees of `budget` draft nodes plus the root: "bushy" (parent of i uniform in [0, i//4]: wide,
 depth ~3) and "beam16" (budget/16 chains of depth 16 from the root: as deep as a 16-token

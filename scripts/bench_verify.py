@@ -1,4 +1,5 @@
-"""Cost of exact tree verification on the real-size random-init targets (RESEARCH.md section 4).
+"""Cost of exact tree verification on the real-size random-init targets (TreeWY, arXiv
+2608.20961; docs/background.md section 4).
 
 A thin wrapper over ``ddtree_lab.experiments.verify_cost`` (its docstrings define every column): the GDN
 target (``build_target("gdn")``, float32, one thread) times verify + commit in naive / fork /

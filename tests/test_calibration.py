@@ -1,4 +1,4 @@
-"""The round recorder and the calibration tables (RESEARCH.md sections 3 and 5).
+"""The round recorder and the calibration tables (docs/background.md sections 3 and 5).
 
 Rows == draft nodes of every round; accepted nodes per round == acceptance length - 1;
 reached / accepted are consistent with the accept walk; every table's counts add up to the
@@ -6,6 +6,7 @@ reached nodes and its rates lie in [0, 1].
 """
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -33,8 +34,8 @@ def test_rows_and_acceptance(runs):
     sizes = [s for g in gens for s in g.tree_sizes]
     lengths = [a for g in gens for a in g.acceptance_lengths]
     print(f"{len(sizes)} rounds, {len(f)} nodes, {int(f.accepted.sum())} accepted")
-    assert list(f.columns) == ["prompt", "round", "node", "parent", "depth", "rank", "q_cond", "q_path",
-                               "reached", "accepted"]
+    assert list(f.columns) == ["prompt", "round", "node", "parent", "depth", "rank", "main_path", "q_cond",
+                               "q_path", "reached", "accepted"]
     assert len(f) == sum(sizes) and rec.rounds == len(sizes)
     assert f.groupby("round").size().tolist() == sizes
     assert f.groupby("round").accepted.sum().tolist() == [a - 1 for a in lengths]
@@ -102,3 +103,20 @@ def test_recorder_on_a_hand_made_round():
     assert f.accepted.tolist() == [i in path for i in range(1, len(tree))]
     assert f.reached.tolist() == [int(tree.parents[i]) in path for i in range(1, len(tree))]
     assert (f.depth > 1).any() and f[f.accepted]["rank"].eq(0).all()  # the deepest path follows rank 0
+
+
+def test_continuation_after_sibling_vs_main_path():
+    # one round: root -> a (rank 0), b (rank 1); a -> c; b -> d, e. Accepted path root, b, d.
+    # round 2: root -> a (rank 0) -> c (rank 0), accepted root, a (c rejected).
+    rows = [dict(round=0, node=1, parent=0, depth=1, rank=0, main_path=True, q_cond=0.6, q_path=0.6, reached=True, accepted=False),
+            dict(round=0, node=2, parent=0, depth=1, rank=1, main_path=False, q_cond=0.3, q_path=0.3, reached=True, accepted=True),
+            dict(round=0, node=3, parent=1, depth=2, rank=0, main_path=True, q_cond=0.9, q_path=0.54, reached=False, accepted=False),
+            dict(round=0, node=4, parent=2, depth=2, rank=0, main_path=False, q_cond=0.5, q_path=0.15, reached=True, accepted=True),
+            dict(round=0, node=5, parent=2, depth=2, rank=1, main_path=False, q_cond=0.2, q_path=0.06, reached=True, accepted=False),
+            dict(round=1, node=1, parent=0, depth=1, rank=0, main_path=True, q_cond=0.8, q_path=0.8, reached=True, accepted=True),
+            dict(round=1, node=2, parent=1, depth=2, rank=0, main_path=True, q_cond=0.7, q_path=0.56, reached=True, accepted=False)]
+    t = calibration.continuation_table(pd.DataFrame(rows)).set_index(["depth", "group"])
+    # node 4 (depth 2) has no children: left out; node 2 went on (predicted 0.5 + 0.2); round-1 node 1 did not (0.7)
+    assert t.index.tolist() == [(1, "after_sibling"), (1, "main_path")]
+    assert t.loc[(1, "after_sibling")].tolist() == pytest.approx([0.7, 1.0, 1])
+    assert t.loc[(1, "main_path")].tolist() == pytest.approx([0.7, 0.0, 1])

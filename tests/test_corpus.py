@@ -1,5 +1,6 @@
 """The large corpus: licence filter, exact and near dedupe, HumanEval exclusion, split by
 package, determinism, on a fake site-packages tree (seconds)."""
+import json
 from email.message import Message
 
 import numpy as np
@@ -182,3 +183,20 @@ def test_split_packages_respects_budget_and_keeps_stdlib_in_train():
 def test_bad_config_names_the_parameter(field, value):
     with pytest.raises(ValueError, match=field):
         corpus.CorpusConfig(**{field: value})
+
+
+@pytest.mark.slow
+def test_the_real_built_corpus_keeps_no_humaneval_text():
+    """Over the corpus built from this environment (``python -m ddtree_lab.train.corpus``):
+    no kept file holds a HumanEval prompt line or solution (about a minute)."""
+    cfg, problems = corpus.CorpusConfig(), data.humaneval_problems()
+    packages = corpus.find_packages(cfg)
+    man_path = corpus.CORPUS_DIR / corpus.cache_key(packages, problems, cfg, data.load_tokenizer()) / "manifest.json"
+    if not man_path.is_file():
+        pytest.skip("corpus not built here: python -m ddtree_lab.train.corpus")
+    kept = {path for path, _, fate in json.loads(man_path.read_text())["files"] if fate in ("train", "val")}
+    needles, sols = corpus.humaneval_needles(problems, cfg)
+    disk = {path: d for p in packages for path, d in p.files}
+    for path in sorted(kept):
+        lines = corpus.stripped_lines(corpus.normalise(disk[path].read_text(errors="replace")))
+        assert not corpus.holds_humaneval(lines, needles, sols), path

@@ -20,17 +20,11 @@ from ddtree_lab.train.rollouts import drafter_prompts, function_prompts, make_ro
 from ddtree_lab.train.drafters import RECIPES, drafter_eval_fn, drafter_loss_fn, load_drafter, train_drafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.train.loop import train
+from helpers import assert_close
 
 torch.set_num_threads(1)
 MASK = 63
 TARGETS = ["gdn-toy", "mla-toy"]
-
-
-def assert_close(name, ref, out, tol):
-    err = (ref - out).abs().max().item() if ref.numel() else 0.0
-    print(f"{name}: max abs err {err:.3e} (tol {tol:.0e})")
-    assert err <= tol, f"{name}: {err} > {tol}"
-    return err
 
 
 def make_drafter(preset="gdn-toy", **overrides):

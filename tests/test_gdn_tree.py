@@ -9,17 +9,11 @@ from ddtree_lab.core.gdn_tree import (ancestor_windows, chain_parents, commit_co
                                  gated_delta_fork, gated_delta_reference, gated_delta_wy, normalize_qk,
                                  tree_conv, tree_conv_reference)
 from ddtree_lab.core.tree import tree_depths, tree_path
+from helpers import assert_close
 
 torch.set_num_threads(1)
 H, NK, DK, DV, C, K = 4, 2, 8, 12, 10, 4
 TOL = {torch.float64: 1e-12, torch.float32: 1e-6}  # float32: measured max 1.2e-7 (printed by the tests)
-
-
-def assert_close(name, ref, out, tol):
-    err = (ref - out).abs().max().item() if ref.numel() else 0.0
-    print(f"{name}: max abs err {err:.3e} (tol {tol:.0e})")
-    assert err <= tol, f"{name}: {err} > {tol}"
-    return err
 
 
 def make_tree(kind, n, seed=0):

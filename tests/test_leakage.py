@@ -1,4 +1,4 @@
-"""State leakage of naive GDN tree verification (RESEARCH.md section 4), per node.
+"""State leakage of naive GDN tree verification (docs/background.md section 4), per node.
 
 On a chain, naive == wy; on a branched tree, naive is exact exactly at the nodes whose
 predecessors in flattened order are all ancestors, and wrong after the first branch; fork

@@ -1,11 +1,13 @@
-"""Every notebook runs top to bottom in SMOKE mode from the shipped checkpoints, and the
-committed notebooks are stripped (no outputs, no widget state)."""
+"""Every notebook runs top to bottom in SMOKE mode from the shipped checkpoints and shows
+what a researcher should see (every figure inline, no object reprs, no progress bars), and
+the committed notebooks are stripped (no outputs, no widget state)."""
 import json
+import re
 
 import nbformat
 import pytest
 
-from ddtree_lab.app.notebooks import notebook_paths, parameterize, run_notebook
+from ddtree_lab.app.notebooks import notebook_paths, output_problems, parameterize, run_notebook
 
 NOTEBOOKS = notebook_paths()
 
@@ -30,6 +32,37 @@ def test_notebook_is_committed_stripped_and_well_formed(path):
     assert path.stat().st_size < 40_000
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_is_shown_and_smoke_aware(path):
+    """Figures go through show_figure(fig, name, SMOKE): saved (never into figures/ under
+    SMOKE) and shown inline; no bare save_figure / display(fig) / plt.show."""
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert not re.search(r"\b(save_figure|display|plt\.show)\(", source)
+    calls = re.findall(r"show_figure\(([^\n]*)\)", source)
+    assert calls and all(c.rstrip().endswith("SMOKE") for c in calls), calls
+
+
+def test_output_problems_sees_what_a_reader_would():
+    nb = nbformat.v4.new_notebook()
+    image = nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=", "text/plain": "[figure]"})
+    nb.cells = [nbformat.v4.new_code_cell("show_figure(fig, 'a', SMOKE)", outputs=[image]),
+                nbformat.v4.new_code_cell("show_figure(fig, 'b', SMOKE)"),
+                nbformat.v4.new_code_cell("save_figure(fig, 'c')", outputs=[nbformat.v4.new_output(
+                    "execute_result", data={"text/plain": "PosixPath('figures/c.png')"}, execution_count=1)]),
+                nbformat.v4.new_code_cell("lab.check(...)", outputs=[nbformat.v4.new_output(
+                    "execute_result", data={"text/plain": "True"}, execution_count=2)]),
+                nbformat.v4.new_code_cell("load", outputs=[nbformat.v4.new_output(
+                    "display_data", data={"text/plain": "Loading weights:   0%|  | 0/108"})]),
+                nbformat.v4.new_code_cell("explorer(frame)")]
+    assert output_problems(nb) == ["code cell 1: makes a figure and shows none",
+                                   "code cell 2: shows \"PosixPath('figures/c.png')\"",
+                                   "code cell 3: shows 'True'",
+                                   "code cell 4: shows 'Loading weights:   0%|  | 0/108'",
+                                   "code cell 5: the explorer holds no figure"]
+    nb.cells = nb.cells[:1]
+    assert output_problems(nb) == []
+
+
 def test_parameterize_injects_after_the_parameters_cell():
     nb = parameterize(nbformat.read(NOTEBOOKS[0], as_version=4), SMOKE=True)
     assert nb.cells[2].source.endswith("SMOKE = True")
@@ -43,3 +76,4 @@ def test_notebook_runs_in_smoke_mode(path):
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
     assert "match:    True" in text, "the notebook checked no claim"
     assert "match:    False" not in text
+    assert output_problems(nb) == [], "\n".join(output_problems(nb))

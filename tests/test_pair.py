@@ -5,16 +5,18 @@ import shutil
 import pytest
 import torch
 
-from ddtree_lab.app import lab
+from ddtree_lab import Pair, generate, load_pair
 from ddtree_lab.train.checkpoints import ckpt_path
-from ddtree_lab.core.decode import generate
-from ddtree_lab.train.pair import load_pair
+from ddtree_lab.train.data import prompt_tokens
 
 
 @pytest.mark.parametrize("arch", ["gdn", "mla"])
 def test_shipped_pair_loads_and_decodes_losslessly(arch):
-    target, drafter, tok = load_pair(arch)
-    ids = lab.prompt_tokens(tok, 0)
+    pair = load_pair(arch)
+    target, drafter, tok = pair
+    assert isinstance(pair, Pair) and pair.arch == arch and pair.tag.startswith(f"{arch}-")
+    assert len(pair.target_digest) == len(pair.drafter_digest) == 64
+    ids = prompt_tokens(tok, 0)
     ar = generate(target, None, ids, method="ar", max_new_tokens=12)
     dd = generate(target, drafter, ids, method="ddtree", budget=16, block_size=8, max_new_tokens=12)
     assert dd.tokens == ar.tokens and dd.tau > 1.0
@@ -24,14 +26,14 @@ def test_a_local_checkpoint_directory_loads_through_the_same_path(tmp_path):
     tdir, ddir = tmp_path / "my-qwen", tmp_path / "my-drafter"
     shutil.copytree(ckpt_path("gdn", "target"), tdir)
     shutil.copytree(ckpt_path("gdn", "drafter"), ddir)
-    target, drafter, _ = lab.load_pair("gdn", {"gdn": (tdir, ddir)})
-    shipped, _, _ = load_pair("gdn")
+    mine, shipped = load_pair("gdn", tdir, ddir), load_pair("gdn")
     ids = torch.arange(5, 25)
-    assert torch.equal(target(ids[None]).logits, shipped(ids[None]).logits)
-    from ddtree_lab.experiments.sweep import pair_tag
-    assert pair_tag().startswith("gdn_")  # results of this model go to their own store
-    lab.load_pair("gdn")  # back to the shipped pair for the other tests
-    assert pair_tag() == ""
+    assert torch.equal(mine.target(ids[None]).logits, shipped.target(ids[None]).logits)
+    assert mine.digests == shipped.digests  # same weights, wherever they live: rows are shared
+    with torch.no_grad():
+        next(mine.target.parameters()).add_(1.0)
+    from ddtree_lab.train.rollouts import target_digest
+    assert target_digest(mine.target) != shipped.target_digest  # changed weights: a new digest
 
 
 def test_missing_and_corrupted_files_say_what_to_do(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ddtree_lab.app import plots
+from ddtree_lab.experiments.summary import summarize
 from ddtree_lab.core import tree as tree_mod
 
 MAX_PNG_BYTES = 200_000
@@ -68,7 +69,7 @@ def _one(summary, **where):
 
 @pytest.fixture(scope="module")
 def summary():
-    return plots.summarize(make_frame())
+    return summarize(make_frame())
 
 
 @pytest.fixture
@@ -140,18 +141,102 @@ def test_curve_peaks(summary):
 
 
 def test_plot_budget_curves_marks_peaks_auto_and_references(summary, figdir):
-    fig = plots.plot_budget_curves(summary, "gdn")
+    fig = plots.plot_budget_curves(summary, "gdn", mark_budget=7)
     assert len(fig.axes) == 3
     speed_ax = fig.axes[1]
     notes = [t.get_text() for t in speed_ax.texts]
-    assert "32 @ 7" in notes and "16 @ 3" in notes
+    assert "peak 32 @ 7" in notes and "peak 16 @ 3" in notes
     stars = [l for l in speed_ax.lines if l.get_marker() == "*"]
     assert len(stars) == 1 and list(stars[0].get_xdata()) == [7.0] and stars[0].get_ydata()[0] == pytest.approx(40.0)
     labels = speed_ax.get_legend_handles_labels()[1]
     assert {"ddtree wy", "ddtree naive", "dflash wy", "dflash naive", "ar"} <= set(labels)
-    assert any(l.startswith("budget 31 = 32-token") for l in labels)
+    assert "auto wy (at its mean tree, 7.0 nodes)" in labels
+    assert any(l.startswith("budget 7 = 8-token") for l in labels)
     assert speed_ax.get_xscale() == "log"
+    default = plots.plot_budget_curves(summary, "gdn")  # mark_budget 31 lies outside budgets 1-15: no line
+    assert not any(l.startswith("budget 31") for l in default.axes[1].get_legend_handles_labels()[1])
+    assert default.axes[1].get_xlim()[1] < 31
     _saved_ok(fig, "budget_gdn")
+
+
+def test_auto_outside_the_range_is_said_not_drawn(summary):
+    fig = plots.plot_budget_curves(summary[summary["budget"].isin([0, 1, 3, "auto"])], "gdn")
+    (star,) = [l for l in fig.axes[0].lines if l.get_marker() == "*"]
+    assert len(star.get_xdata()) == 0
+    assert star.get_label() == "auto wy (at its mean tree, 7.0 nodes): outside the range shown"
+
+
+@pytest.mark.parametrize("lo, hi, ticks", [(1, 256, [1, 4, 16, 64, 256]), (1, 15, [1, 2, 4, 8]),
+                                           (16, 32, [16, 32]), (31, 32, [31, 32]), (16, 31, [16, 31]),
+                                           (64, 256, [64, 128, 256]), (8, 8, [8])],
+                         ids=lambda v: str(v))
+def test_budget_ticks(lo, hi, ticks):
+    assert plots.budget_ticks(lo, hi) == ticks
+
+
+BUDGETS = [1, 2, 4, 8, 16, 31, 32, 64, 128, 256]
+
+
+def wide_summary():
+    """A summary with the notebooks' budgets (1 ... 256, 31 and 32 both), an auto row at a
+    mean tree of 14.8 nodes, DFlash and AR: what the budget figures of notebook 05 draw."""
+    import pandas as pd
+    base = {"arch": "gdn", "gdn_mode": "wy", "block_size": 16, "temperature": 0.0, "max_new_tokens": 64}
+    rows = [{**base, "method": "ar", "gdn_mode": "-", "budget": 0, "block_size": 0, "tau": 1.0,
+             "tokens_per_s": 185.0, "speedup": 1.0, "mean_tree_size": np.nan},
+            {**base, "method": "dflash", "budget": 15, "tau": 7.0, "tokens_per_s": 258.0, "speedup": 1.39,
+             "mean_tree_size": 15.0},
+            {**base, "method": "ddtree", "budget": "auto", "tau": 7.4, "tokens_per_s": 258.0, "speedup": 1.4,
+             "mean_tree_size": 14.8}]
+    for b in BUDGETS:
+        tps = 280 - 40 * abs(math.log2(b) - 4)
+        rows.append({**base, "method": "ddtree", "budget": b, "tau": 1 + math.log2(b + 1) * 0.9,
+                     "tokens_per_s": tps, "speedup": tps / 185.0, "mean_tree_size": float(b)})
+    return pd.DataFrame(rows)
+
+
+def _overlaps(a, b) -> bool:
+    return a.x0 < b.x1 - 0.5 and b.x0 < a.x1 - 0.5 and a.y0 < b.y1 - 0.5 and b.y0 < a.y1 - 0.5
+
+
+@pytest.mark.parametrize("lo, hi", [(1, 256), (16, 32), (31, 32), (16, 31), (64, 256), (1, 16), (2, 128)],
+                         ids=lambda v: str(v))
+def test_budget_figure_labels_never_collide_and_notes_stay_inside(lo, hi):
+    """Every budget range the explorer can choose: x tick labels pairwise apart, every
+    annotation inside its axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    summary = wide_summary()
+    keep = [b == "auto" or b == 0 or m == "dflash" or lo <= int(b) <= hi
+            for b, m in zip(summary["budget"], summary["method"])]
+    fig = plots.plot_budget_curves(summary[keep], "gdn")
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        assert len(labels) >= 1
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1:]:
+                assert not _overlaps(a, b), [t.get_text() for t in labels]
+        inside = ax.get_window_extent(renderer)
+        for text in ax.texts:
+            box = text.get_window_extent(renderer)
+            assert inside.x0 - 1 <= box.x0 and box.x1 <= inside.x1 + 1, text.get_text()
+            assert inside.y0 - 1 <= box.y0 and box.y1 <= inside.y1 + 1, text.get_text()
+
+
+def test_show_figure_saves_where_smoke_says_and_returns_nothing(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    monkeypatch.setattr(plots, "FIGURES_DIR", tmp_path / "figures")
+    monkeypatch.setattr(plots, "SMOKE_FIGURES_DIR", tmp_path / "smoke")
+    fig = plots.plot_reliability([0.5], [0.5], [3])
+    assert plots.show_figure(fig, "smoke_one", smoke=True) is None
+    assert (tmp_path / "smoke" / "smoke_one.png").is_file() and not (tmp_path / "figures").exists()
+    plots.show_figure(fig, "real_one", smoke=False)
+    assert (tmp_path / "figures" / "real_one.png").read_bytes() == plots.figure_png(fig)
+    pyfig, _ = plt.subplots()
+    plots.show_figure(pyfig, "pyplot_one", smoke=True)
+    assert not plt.fignum_exists(pyfig.number)  # closed: the inline backend cannot show it twice
 
 
 def test_plot_budget_curves_one_mode_one_metric(summary, figdir):
@@ -159,7 +244,7 @@ def test_plot_budget_curves_one_mode_one_metric(summary, figdir):
     (ax,) = fig.axes
     curves = [l for l in ax.lines if l.get_label() == "ddtree"]
     assert len(curves) == 1 and list(curves[0].get_xdata()) == [1, 3, 7, 15]
-    assert "5.33 @ 15" in [t.get_text() for t in ax.texts]
+    assert "peak 5.33 @ 15" in [t.get_text() for t in ax.texts]
     _saved_ok(fig, "budget_mla")
 
 
@@ -222,3 +307,37 @@ def test_use_style_sets_dpi():
     with mpl.rc_context():
         plots.use_style()
         assert mpl.rcParams["figure.dpi"] == plots.DPI
+
+
+# ----------------------------------------------------------------------------- loops, T, real text
+
+def _with_loop_tags(frame):
+    """make_frame with loop tags: the second half of every DDTree/DFlash row's rounds loops."""
+    def tag(m):
+        m = dict(m)
+        n = len(m["acceptance_lengths"])
+        m["round_in_loop"] = [i >= n // 2 for i in range(n)]
+        m["ends_in_loop"] = True
+        return m
+    return frame.assign(_metrics=frame["_metrics"].map(tag))
+
+
+def test_loop_split_draws_all_rounds_outside_loops_and_t1(summary):
+    s = summarize(_with_loop_tags(make_frame()))
+    fig = plots.plot_loop_split(s, "gdn", block_size=4)
+    ax_tau, ax_loop = fig.axes[:2]
+    labels = [line.get_label() for line in ax_tau.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["DDTree, T = 0, all rounds", "DDTree, T = 0, outside loops", "DDTree, T = 1, all rounds"]
+    shares = [line.get_ydata() for line in ax_loop.get_lines() if not line.get_label().startswith("_")]
+    assert all(np.allclose(y, 0.5) for y in shares)  # half of every row's rounds were tagged
+
+
+def test_teacher_forced_figure_puts_real_text_beside_free_running(summary):
+    import pandas as pd
+    tf = pd.DataFrame([{"arch": "mla", "block_size": 4, "method": "dflash", "budget": 3, "positions": 9, "tau": 1.2}]
+                      + [{"arch": "mla", "block_size": 4, "method": "ddtree", "budget": b, "positions": 9, "tau": t}
+                         for b, t in [(1, 1.1), (3, 1.3), (7, 1.5)]])
+    fig = plots.plot_teacher_forced(tf, summary, block_size=4)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["mla: real text, teacher-forced (9 positions)", "mla: free-running, T = 0"]
+    assert len(plots.figure_png(fig)) < MAX_PNG_BYTES

@@ -1,7 +1,9 @@
-"""Exact masking on MLA + MoE (and GDN wy) up to rounding, per precision (RESEARCH.md section 4).
+"""Exact masking on MLA + MoE (and GDN wy) up to rounding, per precision (DDTree, arXiv
+2604.12989, section 4; docs/background.md section 4).
 
 float64 under the harness: tree == per-path full forward to 1e-12 and identical MoE routing;
-float32 stock: 1e-5; bfloat16 runs and is finite; the chain/AR comparison returns its columns.
+float32 stock: 1e-5; bfloat16: errors below half of every top-2 margin (so no argmax can
+flip), and the tree's argmax equals chain verification's at every node (measured: all).
 """
 import functools
 
@@ -42,13 +44,14 @@ def test_tree_matches_per_path_forward(case, dtype, harness):
     assert next(model.parameters()).dtype == torch.float32  # the original is never cast
 
 
-def test_bf16_runs_finite(case):
+def test_bf16_rounding_cannot_flip_the_argmax(case):
     name, model, prefix, tree = case
     f = precision.per_node_errors(model, prefix, tree, torch.bfloat16, harness=False)
     flips = precision.near_tie_flips(f)
     print(f"{name} bf16: max err {f.err.max():.2e}, min margin {f.margin.min():.2e}, flips {len(flips)}")
-    assert f.err.map(float).notna().all() and torch.isfinite(torch.tensor(f.err.to_numpy())).all()
-    assert "margin_over_err" in flips.columns and (flips.margin <= 2 * flips.err + 1e-12).all()
+    assert torch.isfinite(torch.tensor(f.err.to_numpy(dtype=float))).all() and f.err.max() < 0.05
+    assert (f.margin > 2 * f.err).all()  # every top-2 gap exceeds what rounding can move
+    assert flips.empty
 
 
 def test_routing_identical_in_float64():
@@ -76,7 +79,7 @@ def test_chain_vs_tree_bf16(case):
     assert list(f.columns) == ["node", "depth", "argmax_tree", "argmax_chain", "argmax_ar", "tree_eq_chain",
                                "tree_eq_ar", "chain_eq_ar", "margin"]
     assert len(f) == len(tree) and (f.margin >= 0).all()
-    assert f.tree_eq_chain.mean() > 0.5  # measured 1.0 on both toys
+    assert f.tree_eq_chain.all(), f[~f.tree_eq_chain]  # measured: every node, both toys
 
 
 @pytest.mark.parametrize("mode", ["fork", "wy"])

@@ -1,9 +1,8 @@
 """The project's own promises: pinned dependencies agree, CI runs the README's test command."""
 import re
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from ddtree_lab.common import ROOT
 
 
 def _pyproject_pins() -> dict[str, str]:
@@ -38,3 +37,28 @@ def test_ci_runs_the_readme_test_command():
     assert test_cmd, "README must show `bash scripts/test.sh` as its test command"
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_cmd.group(1) in ci
+
+
+def test_python_3_11_to_3_13_are_supported():
+    proj = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert proj["requires-python"] == ">=3.11,<3.14"
+
+
+CITING = [p for d in ("ddtree_lab", "tests", "scripts", "notebooks", "docs") for p in sorted((ROOT / d).rglob("*"))
+          if p.suffix in (".py", ".ipynb", ".md")] + [ROOT / "README.md"]
+
+
+def test_every_cited_document_is_in_the_repository():
+    """Citations point at the papers (arXiv ids) or at a document written here."""
+    cited = {(p.relative_to(ROOT), m.group(1)) for p in CITING
+             for m in re.finditer(r"\b([\w/.-]+\.md)\b", p.read_text(errors="replace"))}
+    missing = sorted((str(p), doc) for p, doc in cited if not any((ROOT / d / doc).is_file() for d in ("", "docs")))
+    assert not missing, missing
+
+
+def test_cited_background_sections_exist():
+    sections = set(re.findall(r"^## (\d+)\. ", (ROOT / "docs" / "background.md").read_text(), re.M))
+    cited = {(p.relative_to(ROOT), n) for p in CITING
+             for m in re.finditer(r"background\.md\s+sections?\s+([\d, and-]+)", p.read_text(errors="replace"))
+             for n in re.findall(r"\d+", m.group(1))}
+    assert cited and not {c for c in cited if c[1] not in sections}

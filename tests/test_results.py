@@ -10,8 +10,17 @@ GRID = dict(arch=["gdn", "mla"], method=["ar", "ddtree"], gdn_mode=["naive", "wy
             block_size=[8], temperature=[0.0], max_new_tokens=[8])
 
 
+class FakePair:
+    """Stands in for a ``Pair``: an arch and the digests of its two models."""
+    def __init__(self, arch, target="t0", drafter="d0"):
+        self.arch, self.digests = arch, {"target": target, "drafter": drafter}
+
+
+PAIRS = {"gdn": FakePair("gdn"), "mla": FakePair("mla")}
+
+
 def fake_runner(calls, crash_at=None):
-    def run(cfg, prompt):
+    def run(cfg, prompt, pair):
         calls.append((tuple(cfg.values()), prompt))
         if crash_at is not None and len(calls) == crash_at:
             raise KeyboardInterrupt("simulated crash")
@@ -35,11 +44,11 @@ def test_grid_normalises_ignored_axes():
 def test_rerun_skips_finished_rows(tmp_path):
     store, calls = ResultsStore("s", tmp_path), []
     grid = expand_grid(**GRID)
-    run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls))
+    run_sweep(grid, [0, 1], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == len(grid) * 2
-    run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls))
+    run_sweep(grid, [0, 1], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == len(grid) * 2  # nothing recomputed
-    run_sweep(grid, [0, 1, 2], store, progress=False, runner=fake_runner(calls))
+    run_sweep(grid, [0, 1, 2], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == len(grid) * 3  # only the new prompt
     assert len(store.rows()) == len(grid) * 3
 
@@ -48,13 +57,13 @@ def test_crash_loses_no_finished_row_and_resume_finishes(tmp_path):
     store, calls = ResultsStore("s", tmp_path), []
     grid = expand_grid(**GRID)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(calls, crash_at=5))
+        run_sweep(grid, [0, 1], store, PAIRS, progress=False, runner=fake_runner(calls, crash_at=5))
     assert len(store.rows()) == 4
     with open(store.path, "a") as f:
         f.write('{"key": "torn')  # a row torn mid-write by a kill
     assert len(store.rows()) == 4
     more = []
-    frame = run_sweep(grid, [0, 1], store, progress=False, runner=fake_runner(more))
+    frame = run_sweep(grid, [0, 1], store, PAIRS, progress=False, runner=fake_runner(more))
     assert len(more) == len(grid) * 2 - 4 and len(frame) == len(grid) * 2
     lines = store.path.read_text().splitlines()
     assert sum(1 for line in lines if line.startswith('{"key": "torn')) == 1  # sealed, not merged
@@ -64,19 +73,46 @@ def test_crash_loses_no_finished_row_and_resume_finishes(tmp_path):
 def test_changed_config_or_code_is_never_reused(tmp_path):
     store, calls = ResultsStore("s", tmp_path), []
     cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
-    run_sweep(cfg, [0], store, progress=False, runner=fake_runner(calls))
+    run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     changed = [{**cfg[0], "max_new_tokens": 9}]
-    run_sweep(changed, [0], store, progress=False, runner=fake_runner(calls))
+    run_sweep(changed, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == 2
     store.code = "another-revision"
-    frame = run_sweep(cfg, [0], store, progress=False, runner=fake_runner(calls))
+    frame = run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == 3 and len(frame) == 1  # stale rows are not shown either
-    assert row_key(cfg[0], 0, "a") != row_key(cfg[0], 0, "b")
+    models = PAIRS["gdn"].digests
+    assert row_key(cfg[0], 0, "a", models) != row_key(cfg[0], 0, "b", models)
+
+
+def test_another_model_never_reuses_or_shows_rows(tmp_path):
+    store, calls = ResultsStore("s", tmp_path), []
+    cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
+    run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
+    for other in (FakePair("gdn", target="t1"), FakePair("gdn", drafter="d1")):
+        frame = run_sweep(cfg, [0], store, {"gdn": other}, progress=False, runner=fake_runner(calls))
+        assert len(frame) == 1 and frame["_metrics"].map(len).all()
+    assert len(calls) == 3 and len(store.rows()) == 3
+    assert len(store.frame()) == 3 and len(store.frame(models={"gdn": PAIRS["gdn"].digests})) == 1
+
+
+def test_rows_of_the_old_key_format_are_ignored(tmp_path):
+    store, calls = ResultsStore("s", tmp_path), []
+    cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
+    old = {"key": "old", "config": cfg[0], "prompt": 0, "metrics": {"tau": 9.0}, "code": store.code}
+    store.path.write_text(json.dumps(old) + "\n")  # written before rows recorded their models
+    frame = run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
+    assert len(calls) == 1 and frame.tau.tolist() == [1.5]
+
+
+def test_a_grid_arch_without_a_pair_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="missing \\['mla'\\]"):
+        run_sweep(expand_grid(**GRID), [0], ResultsStore("s", tmp_path), {"gdn": PAIRS["gdn"]}, progress=False)
 
 
 def test_rows_carry_provenance(tmp_path):
     store = ResultsStore("s", tmp_path)
-    store.add({"arch": "gdn"}, 3, {"tau": 2.0})
+    store.add({"arch": "gdn"}, 3, {"tau": 2.0}, PAIRS["gdn"].digests)
     row = store.rows()[0]
+    assert row["models"] == {"target": "t0", "drafter": "d0"}
     assert row["code"] == code_version() and set(row["versions"]) == {"torch", "transformers"}
     assert row["git"] and row["prompt"] == 3 and row["metrics"] == {"tau": 2.0}

@@ -1,4 +1,5 @@
-"""Tree verification on the real architectures == the stock full forward (RESEARCH.md section 4).
+"""Tree verification on the real architectures == the stock full forward (docs/background.md
+section 4).
 
 Row i of ``tree_logits(model, prefix, tree, mode)`` must equal the stock forward's last logits
 over prefix + tokens[path(i)], for MLA (DeepSeek-V3) and for the exact GDN modes ``fork`` and
@@ -20,8 +21,9 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 from ddtree_lab.core import adapter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree
-from ddtree_lab.core.verify import GDN_MODES, full_forward_logits, prefill, tree_logits, verify
+from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
 from ddtree_lab.core.cache import commit
+from helpers import assert_close
 
 torch.set_num_threads(1)
 
@@ -34,13 +36,6 @@ DTYPE_ID = {torch.float32: "f32", torch.float64: "f64"}
 KINDS = ("chain", "star", "deep", "bushy")
 BUDGETS = (1, 2, 7, 32, 128)
 ARCH_MODES = (("mla", None), ("gdn", "fork"), ("gdn", "wy"))
-
-
-def assert_close(name, ref, out, tol):
-    err = (ref - out).abs().max().item() if ref.numel() else 0.0
-    print(f"{name}: max|d|={err:.3e} (tol {tol:.0e})")
-    assert err <= tol, f"{name}: max|d|={err:.3e} > {tol:.0e}"
-    return err
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -83,13 +78,6 @@ def make_tree(kind: str, budget: int, vocab: int, gen: torch.Generator) -> Draft
 def make_prefix(vocab: int, gen: torch.Generator, low: int = 1, high: int = 20) -> list[int]:
     length = int(torch.randint(low, high + 1, (1,), generator=gen))
     return torch.randint(vocab, (length,), generator=gen).tolist()
-
-
-def path_logits(model, prefix: list[int], tree: DraftTree) -> torch.Tensor:
-    """The oracle [N+1, V]: row i = full_forward_logits(prefix + tokens[path(i)])."""
-    tokens = tree.tokens.tolist()
-    return torch.stack([full_forward_logits(model, prefix + [tokens[j] for j in tree.path_to(i)])
-                        for i in range(len(tree))])
 
 
 def snapshot(cache) -> dict:
@@ -153,7 +141,7 @@ def oracle_case(arch, kind, budget, dtype, size):
     V = model.config.vocab_size
     prefix, tree = make_prefix(V, gen), make_tree(kind, budget, V, gen)
     with precision(dtype):
-        return prefix, tree, path_logits(model, prefix, tree)
+        return prefix, tree, tree_logits_reference(model, prefix, tree)
 
 
 @pytest.mark.parametrize("arch,mode,kind,budget,dtype,size", EXACT_CASES)
@@ -175,7 +163,7 @@ def test_empty_prefix(arch, mode, dtype):
     with precision(dtype):
         cache, first = prefill(model, [])
         assert cache.length == 0 and first is None
-        ref = path_logits(model, [], tree)
+        ref = tree_logits_reference(model, [], tree)
         assert_close(f"{arch}-{mode}-empty-prefix-{DTYPE_ID[dtype]}", ref,
                      tree_logits(model, [], tree, mode or "wy"), TOL[dtype])
 

@@ -1,5 +1,7 @@
-"""``verify_cost`` tables on the toy targets: documented columns, positive finite times, the
-fork state exactly (N+1) x GDN layers x H x dk x dv x itemsize, goal lines PASS/MISS."""
+"""``verify_cost`` tables on the toy targets: documented columns, positive finite times, every
+ratio equal to the quotient of its columns, minima below medians, depths those of the trees,
+the fork state exactly (N+1) x GDN layers x H x dk x dv x itemsize and growing memory, goal
+lines PASS/MISS against the table's own numbers."""
 from __future__ import annotations
 
 import math
@@ -8,11 +10,13 @@ import pytest
 import torch
 
 from ddtree_lab.core.models import build_target
-from ddtree_lab.experiments.verify_cost import (GDN_COLUMNS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table, goal_lines,
-                                    mla_cost_table)
+from ddtree_lab.experiments.verify_cost import (GDN_COLUMNS, GOALS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table,
+                                               goal_lines, mla_cost_table, random_tree)
 
 torch.set_num_threads(1)
-BUDGETS = (1, 4)
+BUDGETS = (1, 4, 16)
+RATIOS = {"fork/naive": ("fork_ms", "naive_ms"), "wy/naive": ("wy_ms", "naive_ms"),
+          "commit/fork": ("commit_fork_ms", "fork_ms"), "commit/wy": ("commit_wy_ms", "wy_ms")}
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +49,26 @@ def test_gdn_table(gdn, gdn_table):
     assert (gdn_table[["wy_nxn_bytes", "peak_naive_bytes", "peak_fork_bytes", "peak_wy_bytes"]] > 0).all().all()
 
 
+def test_gdn_table_values_are_consistent(gdn, gdn_table):
+    for ratio, (num, den) in RATIOS.items():
+        assert gdn_table[ratio].tolist() == pytest.approx((gdn_table[num] / gdn_table[den]).tolist(), rel=1e-12)
+    for mode in ("naive", "fork", "wy", "commit_fork", "commit_wy"):
+        assert (gdn_table[f"{mode}_min_ms"] <= gdn_table[f"{mode}_ms"]).all(), mode
+    depths = [int(random_tree(gdn.config.vocab_size, b).depths.max()) for b in BUDGETS]
+    assert gdn_table["depth"].tolist() == depths
+    for col in ("wy_nxn_bytes", "peak_fork_bytes"):
+        assert gdn_table[col].is_monotonic_increasing and gdn_table[col].iloc[-1] > gdn_table[col].iloc[0], col
+    assert (gdn_table["peak_fork_bytes"] > gdn_table["peak_wy_bytes"]).all()  # fork holds N+1 states
+
+
 def test_goal_lines(gdn_table):
     lines = goal_lines(gdn_table, budget=BUDGETS[-1])
     print("\n".join(lines))
     assert len(lines) == 4 and all(line.startswith(("PASS", "MISS")) for line in lines)
+    row = gdn_table.set_index("budget").loc[BUDGETS[-1]]
+    for line, (name, op, limit, _, _) in zip(lines, GOALS):
+        met = row[name] <= limit if op == "<=" else row[name] < limit
+        assert line.split()[:2] == ["PASS" if met else "MISS", name], line
     with pytest.raises(ValueError, match="not in the table"):
         goal_lines(gdn_table, budget=64)
 
@@ -68,6 +88,9 @@ def test_mla_table():
     assert table["budget"].tolist() == list(BUDGETS)
     assert_positive_times(table)
     assert (table[["verify/root", "verify/hf"]] > 0).all().all()
+    assert table["verify/hf"].tolist() == pytest.approx((table["verify_ms"] / table["hf_ms"]).tolist(), rel=1e-12)
+    assert (table["verify_min_ms"] <= table["verify_ms"]).all() and (table["hf_min_ms"] <= table["hf_ms"]).all()
+    assert table["hf_ms"].nunique() == 1  # one stock-decode reference for every budget
 
 
 def test_gdn_table_rejects_an_attention_only_target():

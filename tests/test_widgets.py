@@ -5,6 +5,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from ddtree_lab.app import plots
+from ddtree_lab.experiments.summary import summarize
 from ddtree_lab.app import widgets
 from test_plots import make_frame
 
@@ -24,10 +25,27 @@ def test_controls_spec(frame):
     spec = widgets.sweep_controls_spec(frame)
     assert spec["arch"] == ["gdn", "mla"]
     assert spec["gdn_mode"] == ["all", "naive", "wy"]
-    assert spec["block_size"] == [4] and spec["temperature"] == [0.0, 1.0]
+    assert spec["block_size"] == [4] and spec["temperature"] == [0.0, 1.0] and spec["max_new_tokens"] == [8]
     assert spec["prompt"] == ["all", 0, 1, 2]
     assert spec["budgets"] == [1, 3, 7, 15] and spec["budget"] == (1, 15)
-    assert widgets.sweep_controls_spec(plots.summarize(frame))["prompt"] == ["all"]
+    assert widgets.sweep_controls_spec(summarize(frame))["prompt"] == ["all"]
+    mla = widgets.sweep_controls_spec(frame, "mla")
+    assert mla["arch"] == ["gdn", "mla"] and mla["gdn_mode"] == ["all"] and mla["temperature"] == [0.0]
+
+
+def test_explorer_defaults(frame):
+    chosen = widgets.explorer_defaults(frame, "gdn", gdn_mode="wy", block_size={"gdn": 4, "mla": 8}, temperature=0.0)
+    assert chosen == {"arch": "gdn", "prompt": "all", "budget_range": (1, 15), "gdn_mode": "wy",
+                      "temperature": 0.0, "max_new_tokens": 8, "block_size": 4}
+    assert widgets.explorer_defaults(frame, "mla", gdn_mode="wy", block_size={"mla": 8})["gdn_mode"] == "all"
+    assert widgets.explorer_defaults(frame, "mla", block_size={"mla": 8})["block_size"] == 4  # not stored: most common
+
+
+def test_title_says_the_selection(frame):
+    fig = widgets.render(frame, arch="gdn", gdn_mode="wy", block_size=4, temperature=0.0, budget_range=(3, 7),
+                         prompt=1, max_new_tokens=8)
+    assert fig.get_suptitle() == "gdn · wy · block 4 · T = 0.0 · 8 new tokens · prompt 1 · budgets 3-7"
+    assert widgets.title("mla", "all", prompt="all") == "mla · all prompts"
 
 
 def test_select_filters(frame):
@@ -39,7 +57,7 @@ def test_select_filters(frame):
     assert set(rows["method"]) == {"ar", "dflash", "ddtree"}
     everything = widgets.select(frame, "gdn", "all", None, 0.0, None)
     assert len(everything) == 1 + 2 + 8 + 1
-    same = widgets.select(plots.summarize(frame), "gdn", "wy", 4, 0.0, (3, 7))
+    same = widgets.select(summarize(frame), "gdn", "wy", 4, 0.0, (3, 7))
     assert same.drop(columns=["n_prompts"]).equals(rows.drop(columns=["n_prompts"]))
 
 
@@ -50,7 +68,7 @@ def test_select_one_prompt(frame):
     mla = widgets.select(frame, "mla", "all", 4, 0.0, None, prompt=1)
     assert mla[mla["method"] == "ar"]["tokens_per_s"].iloc[0] == pytest.approx(4.0)  # 8 tokens / 2 s
     with pytest.raises(ValueError, match="raw results frame"):
-        widgets.select(plots.summarize(frame), "gdn", "all", 4, 0.0, None, prompt=1)
+        widgets.select(summarize(frame), "gdn", "all", 4, 0.0, None, prompt=1)
 
 
 def test_render_follows_budget_range(frame):
@@ -86,6 +104,21 @@ def test_explorer_redraws_on_change(frame):
     assert second["data"]["image/png"] != first["data"]["image/png"]
     _find(box, w.Dropdown, "arch").value = "mla"
     assert out.outputs[0]["data"]["image/png"] != second["data"]["image/png"]
+
+
+def test_explorer_offers_every_value_and_greys_out_what_does_not_apply(frame):
+    box = widgets.explorer(frame, gdn_mode="wy", block_size={"gdn": 4, "mla": 4})
+    drop = {name: _find(box, w.Dropdown, label) for name, label in widgets.DROPDOWNS.items()}
+    assert drop["gdn_mode"].value == "wy" and drop["gdn_mode"].options == ("all", "naive", "wy")
+    assert drop["temperature"].options == (0.0, 1.0) and not drop["temperature"].disabled
+    assert drop["max_new_tokens"].disabled and not drop["prompt"].disabled  # one length stored: greyed out
+    assert all(d.style.description_width == "initial" for d in drop.values())  # labels never cut
+    drop["arch"].value = "mla"
+    assert drop["gdn_mode"].disabled and drop["gdn_mode"].value == "all"
+    assert drop["temperature"].options == (0.0,) and drop["temperature"].disabled
+    drop["prompt"].value = 2
+    png = _find(box, w.Output).outputs[0]["data"]["image/png"]
+    assert png == widgets.figure_output(widgets.render(frame, "mla", "all", 4, 0.0, (1, 15), 2, 8))["data"]["image/png"]
 
 
 def test_render_empty_selection(frame):

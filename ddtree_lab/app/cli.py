@@ -66,26 +66,38 @@ def _finished(path, preset) -> bool:
         return False
 
 
+def _pairs(archs) -> dict:
+    """{arch: Pair} of the shipped checkpoints."""
+    from ..train.pair import load_pair
+    return {arch: load_pair(arch) for arch in archs}
+
+
 def _cmd_quality(args):
     from ..experiments.quality import run_quality
-    run_quality(num_prompts=args.prompts, archs=tuple(args.archs))
+    run_quality(_pairs(args.archs), num_prompts=args.prompts)
 
 
 def _cmd_bench(args):
     from ..experiments.bench import run_bench
-    run_bench(num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
+    run_bench(_pairs(("gdn", "mla")), num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
-    from .plots import summarize
     from ..experiments.results import ResultsStore
+    from ..experiments.summary import summarize
     from ..experiments.sweep import expand_grid, run_sweep
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store))
+    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store), _pairs(args.archs))
     print(summarize(frame).round(3).to_string(index=False))
+
+
+def _cmd_readme(args):
+    from ..experiments.readme import README, TABLES_JSON, write_readme
+    tables = write_readme(args.blocks)
+    print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name} and {README.name}")
 
 
 def _cmd_notebooks(args):
@@ -136,6 +148,9 @@ def main(argv=None):
     s.add_argument("--prompts", type=int, default=10, help="HumanEval prompts 0..N-1")
     s.add_argument("--store", default="sweeps", help="results store name under data/results/")
     s.set_defaults(func=_cmd_sweep)
+    s = sub.add_parser("readme", help="render the README's result tables from the stored result files")
+    s.add_argument("--blocks", nargs="+", default=None, help="only these blocks (default: all)")
+    s.set_defaults(func=_cmd_readme)
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.set_defaults(func=_cmd_notebooks)

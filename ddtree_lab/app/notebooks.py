@@ -2,12 +2,13 @@
 
 Each notebook has a cell tagged ``parameters``; a cell that sets the overrides (``SMOKE``
 and friends) is injected right after it, papermill-style, and the executed copy is written
-under ``data/results/executed/`` so the committed notebooks stay stripped.
+under ``data/results/executed/`` so the committed notebooks stay stripped. ``output_problems``
+says what a researcher would see wrong in an executed notebook: a figure-making cell with no
+image, an object repr or a progress bar as output, an error.
 """
 from __future__ import annotations
 
-import contextlib
-import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,21 +18,7 @@ from ..common import RESULTS_DIR, ROOT
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 EXECUTED_DIR = RESULTS_DIR / "executed"
-SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"
-
-
-@contextlib.contextmanager
-def _environ(**values):
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+OBJECT_REPRS = ("<Figure size", "PosixPath(", "<matplotlib", "Loading weights")  # clutter, never a result
 
 
 def notebook_paths(directory: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -51,17 +38,59 @@ def parameterize(nb, **params):
 
 
 def run_notebook(path: Path, timeout: int = 3600, **params):
-    """Execute one notebook (with injected params) in its own folder; returns the executed nb."""
+    """Execute one notebook (with injected params) in its own folder; returns the executed nb.
+    SMOKE figures go to the smoke folder: the notebooks pass SMOKE to ``show_figure``."""
     from nbclient import NotebookClient
+    from traitlets.config import Config
     path = Path(path)
     nb = parameterize(nbformat.read(path, as_version=4), **params)
-    smoke_figures = {"DDTREE_LAB_FIGURES": str(SMOKE_FIGURES_DIR)} if params.get("SMOKE") else {}
-    with _environ(**smoke_figures):  # the kernel inherits it: SMOKE figures never replace real ones
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    with tempfile.TemporaryDirectory(prefix="ddtree-kernel-") as sockets:  # IPC: no TCP transport warning
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, EXECUTED_DIR / path.name)
     return nb
+
+
+def _text(output) -> str:
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    return output.get("data", {}).get("text/plain", "")
+
+
+def _widget_images(nb) -> int:
+    """PNG outputs held by Output widgets in the stored widget state (the explorer's figure)."""
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    return sum("image/png" in o.get("data", {}) for m in state.values() if m.get("model_name") == "OutputModel"
+               for o in m.get("state", {}).get("outputs", []))
+
+
+def figures_shown(nb) -> int:
+    """Images an executed notebook shows: cell outputs plus the explorer's (widget state)."""
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    return sum("image/png" in o.get("data", {}) for c in cells for o in c.outputs) + _widget_images(nb)
+
+
+def output_problems(nb, widget_state: bool = True) -> list[str]:
+    """What is wrong with an executed notebook as a reader sees it (empty: nothing): a cell
+    calling ``show_figure`` without an image, an explorer without its figure in the stored
+    widget state (``widget_state=False``: not checked, e.g. a live page shows it), an object
+    repr, progress bar or bare True/False as output, an error."""
+    problems = []
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        if "show_figure(" in cell.source and not any("image/png" in o.get("data", {}) for o in cell.outputs):
+            problems.append(f"code cell {i}: makes a figure and shows none")
+        if widget_state and "explorer(" in cell.source and not _widget_images(nb):
+            problems.append(f"code cell {i}: the explorer holds no figure")
+        for out in cell.outputs:
+            text = _text(out)
+            if out.get("output_type") == "error":
+                problems.append(f"code cell {i}: {out.get('ename')}: {out.get('evalue')}")
+            elif any(r in text for r in OBJECT_REPRS) or (out.get("output_type") == "execute_result"
+                                                          and text in ("True", "False")):
+                problems.append(f"code cell {i}: shows {text[:70]!r}")
+    return problems
 
 
 def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR) -> dict[str, float]:
@@ -74,8 +103,10 @@ def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR) -> dict[str, fl
     for p in paths:
         t0 = time.monotonic()
         print(f"running {p.name} (SMOKE={smoke}) ...", flush=True)
-        run_notebook(p, SMOKE=smoke)
+        nb = run_notebook(p, SMOKE=smoke)
         times[p.name] = time.monotonic() - t0
-        print(f"  done in {times[p.name]:.0f} s", flush=True)
-    print(f"all {len(paths)} notebooks ran in {sum(times.values()):.0f} s; figures in {ROOT / 'figures'}")
+        problems = "".join(f"\n  ! {line}" for line in output_problems(nb))
+        print(f"  done in {times[p.name]:.0f} s, {figures_shown(nb)} figures shown{problems}", flush=True)
+    print(f"all {len(paths)} notebooks ran in {sum(times.values()):.0f} s; figures in {ROOT / 'figures'}"
+          + (" (SMOKE: under data/results/smoke/figures)" if smoke else ""))
     return times

@@ -3,18 +3,18 @@
 One fixed style (``STYLE``: seaborn whitegrid, readable fonts, dpi 110) applied inside every
 plotting function, so a figure looks the same whatever the caller's rcParams. Figures are
 built as ``matplotlib.figure.Figure`` objects (no pyplot state: nothing leaks, nothing is
-auto-shown twice in a notebook) and every function returns its Figure. ``save_figure``
-writes ``figures/<name>.png`` small enough for git.
+auto-shown twice in a notebook) and every function returns its Figure. ``show_figure`` is
+what a notebook calls: it saves ``figures/<name>.png`` (SMOKE: under the git-ignored smoke
+folder, never ``figures/``) and shows the same PNG inline, whatever the matplotlib backend.
+Budget axes are log 2 with labels that never collide (``budget_axis``).
 
-``summarize`` turns a results frame (``ResultsStore.frame()``, one row per (config,
-prompt)) into one row per config: tau, tokens/s, speedup over AR (DDTree paper, arXiv
-2604.12989, section 5 reports the same two numbers), and the T = 0 losslessness check
-(``matches_ar``, ``first_divergence``).
+The figures draw ``experiments.summary.summarize`` output (one row per config).
 """
 from __future__ import annotations
 
+import base64
+import io
 import math
-import os
 from pathlib import Path
 
 import matplotlib as mpl
@@ -24,12 +24,9 @@ import seaborn as sns
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from ..common import FIGURES_DIR as ROOT_FIGURES
-from ..experiments.leakage import first_divergence
-from ..experiments.sweep import AXES
+from ..common import FIGURES_DIR, RESULTS_DIR
 
-# SMOKE runs (tests) set DDTREE_LAB_FIGURES so they never overwrite the real figures
-FIGURES_DIR = Path(os.environ.get("DDTREE_LAB_FIGURES", ROOT_FIGURES))
+SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
 DPI = 110
 STYLE = {
     **sns.axes_style("whitegrid"),
@@ -47,12 +44,50 @@ def use_style() -> None:
     mpl.rcParams.update(STYLE)
 
 
-def save_figure(fig: Figure, name: str) -> Path:
-    """Write ``FIGURES_DIR/<name>.png`` (bbox tight, dpi 110) and return its path."""
-    FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-    path = FIGURES_DIR / f"{name}.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight")
+def figure_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes (bbox tight, dpi 110): what is saved and what is shown."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def save_figure(fig: Figure, name: str, folder: Path | None = None) -> Path:
+    """Write ``<folder>/<name>.png`` (default ``FIGURES_DIR``) and return its path."""
+    folder = Path(folder or FIGURES_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    path.write_bytes(figure_png(fig))
     return path
+
+
+def show_figure(fig: Figure, name: str, smoke: bool) -> None:
+    """A notebook's one call per figure: save it as ``<name>.png`` (under ``figures/``, or
+    ``SMOKE_FIGURES_DIR`` when ``smoke``) and show that PNG inline.
+
+    The PNG is published as display_data directly (no reliance on the inline backend, so it
+    shows under any MPLBACKEND, in JupyterLab and in nbclient runs); a pyplot figure is then
+    closed so the backend does not show it a second time. Returns None: no Out[] repr.
+    """
+    png = figure_png(fig)
+    folder = SMOKE_FIGURES_DIR if smoke else FIGURES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.png").write_bytes(png)
+    _display_png(png, name)
+    if fig.canvas.manager is not None:  # made by pyplot: registered, and shown again at cell end
+        import matplotlib.pyplot as plt
+        plt.close(fig)
+
+
+def _display_png(png: bytes, name: str) -> None:
+    """Publish ``png`` as an inline image when running in an IPython kernel (else nothing)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is None:
+        return
+    display({"image/png": base64.b64encode(png).decode("ascii"), "text/plain": f"[figure {name}.png]"}, raw=True)
 
 
 def _new_axes(ax, n: int, panel: tuple[float, float]) -> tuple[Figure, list]:
@@ -64,61 +99,6 @@ def _new_axes(ax, n: int, panel: tuple[float, float]) -> tuple[Figure, list]:
     if len(axes) != n:
         raise ValueError(f"ax must hold {n} Axes (one per panel), got {len(axes)}")
     return axes[0].figure, axes
-
-
-# ----------------------------------------------------------------------------- summary
-
-def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (config, prompt) row: tokens, seconds, tree-size sum/count, match with AR."""
-    ref_key = ["arch", "temperature", "max_new_tokens", "prompt"]
-    ar = frame[frame["method"] == "ar"]
-    ar_tokens = {tuple(k): m["tokens"] for k, m in zip(ar[ref_key].itertuples(index=False), ar["_metrics"])}
-    stats = []
-    for key, m, mnt in zip(frame[ref_key].itertuples(index=False), frame["_metrics"], frame["max_new_tokens"]):
-        ref = ar_tokens.get(tuple(key))
-        div = np.nan if ref is None else first_divergence(ref, m["tokens"])
-        div = mnt if div is None else div  # identical: counts as diverging after the last token
-        sizes = m.get("tree_sizes") or []
-        stats.append({"_n_tokens": len(m["tokens"]), "_seconds": m["timings"]["total"],
-                      "_size_sum": float(sum(sizes)), "_size_n": len(sizes),
-                      "_match": np.nan if ref is None else float(m["tokens"] == ref), "_div": div})
-    columns = ["_n_tokens", "_seconds", "_size_sum", "_size_n", "_match", "_div"]
-    return pd.DataFrame(stats, index=frame.index, columns=columns)
-
-
-def _sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
-    """Order rows arch, method (ar, dflash, ddtree), gdn_mode, block, T, length, budget ('auto' last)."""
-    order = {"ar": 0, "dflash": 1, "ddtree": 2}
-    keys = summary.assign(_m=summary["method"].map(order),
-                          _b=[math.inf if b == "auto" else float(b) for b in summary["budget"]])
-    keys = keys.sort_values(["arch", "_m", "gdn_mode", "block_size", "temperature", "max_new_tokens", "_b"])
-    return keys.drop(columns=["_m", "_b"]).reset_index(drop=True)
-
-
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per config (the AXES columns) from a results frame (one row per config x prompt).
-
-    frame needs AXES, ``prompt``, ``tau`` and ``_metrics`` (tokens, tree_sizes, timings.total).
-    Returns AXES + n_prompts, tau (mean over prompts), tokens_per_s (sum of tokens / sum of
-    total seconds over prompts), speedup (tokens_per_s over the AR config with the same
-    arch, temperature and max_new_tokens; NaN without one), matches_ar (fraction of prompts
-    whose tokens equal AR's for that prompt), first_divergence (mean first differing
-    position, max_new_tokens when identical), mean_tree_size (draft nodes per round).
-    """
-    rows = pd.concat([frame, _row_stats(frame)], axis=1)
-    out = rows.groupby(list(AXES), sort=False, dropna=False).agg(
-        n_prompts=("prompt", "nunique"), tau=("tau", "mean"), _n_tokens=("_n_tokens", "sum"),
-        _seconds=("_seconds", "sum"), _size_sum=("_size_sum", "sum"), _size_n=("_size_n", "sum"),
-        matches_ar=("_match", "mean"), first_divergence=("_div", "mean")).reset_index()
-    out["tokens_per_s"] = out["_n_tokens"] / out["_seconds"].clip(lower=1e-12)
-    out["mean_tree_size"] = out["_size_sum"] / out["_size_n"].where(out["_size_n"] > 0)
-    ref_key = ["arch", "temperature", "max_new_tokens"]
-    ar = out[out["method"] == "ar"].set_index(ref_key)["tokens_per_s"]
-    ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
-    out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
-    cols = list(AXES) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
-                         "first_divergence", "mean_tree_size"]
-    return _sort_summary(out[cols])
 
 
 # ----------------------------------------------------------------------------- budget curves
@@ -202,48 +182,97 @@ def _draw_references(ax, rows: pd.DataFrame, metric: str, modes: list[str]) -> N
         ax.axhline(ar.iloc[0], ls=":", lw=1.5, color="0.4", label="ar")
 
 
+def budget_ticks(lo: int, hi: int, max_labels: int = 6) -> list[int]:
+    """Labelled budgets for a log-2 axis over [lo, hi] that never collide: the powers of two
+    inside, every k-th one so at most ``max_labels`` remain; a range inside one octave (no
+    two powers of two, e.g. 31-32 or 16-31) is labelled at its two ends instead."""
+    powers = [2 ** k for k in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1)]
+    if len(powers) < 2:
+        return sorted({int(lo), int(hi)})
+    return powers[::math.ceil(len(powers) / max_labels)]
+
+
+def budget_axis(ax, budgets, label: str = "budget (draft nodes)") -> None:
+    """A log-2 x axis over ``budgets`` (ints > 0): labels from ``budget_ticks``, unlabelled
+    minor ticks at the other budgets, limits fixed to the budgets' range plus a small pad
+    (so nothing drawn outside the range, e.g. a reference line, stretches the axis)."""
+    budgets = sorted({int(b) for b in budgets if int(b) > 0})
+    ax.set_xscale("log", base=2)
+    if budgets:
+        lo, hi = budgets[0], budgets[-1]
+        pad = 2 ** max(0.06 * math.log2(hi / lo), 0.05)
+        ax.set_xlim(lo / pad, hi * pad)
+        ticks = budget_ticks(lo, hi)
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.set_xticks([b for b in budgets if b not in ticks], minor=True)
+        ax.xaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+    ax.set_xlabel(label)
+
+
+def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]]) -> None:
+    """'peak value @ budget' per mode, stacked in the top-left corner inside the axes, in a
+    band of headroom added above every line drawn (so the labels never cover data and never
+    leave the axes, whatever the budget range)."""
+    if not peaks:
+        return
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(bottom, top + (0.1 + 0.1 * len(peaks)) * (top - bottom))
+    for k, (mode, (b, v)) in enumerate(peaks.items()):
+        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -11 * k),
+                    textcoords="offset points", ha="left", va="top", fontsize=8, color=MODE_COLORS[mode])
+
+
+def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int]) -> None:
+    """The 'auto' row as a star at its mean tree size (the legend says so); when that size
+    lies outside the budgets drawn, no star, and the legend says where it would be."""
+    auto = rows[(rows["method"] == "ddtree") & (rows["gdn_mode"] == mode) & (rows["budget"] == "auto")]
+    if not len(auto) or not np.isfinite(auto["mean_tree_size"].iloc[0]):
+        return
+    size, value = float(auto["mean_tree_size"].iloc[0]), float(auto[metric].iloc[0])
+    name = "auto" if mode == "-" else f"auto {mode}"
+    inside = bool(budgets) and budgets[0] <= size <= budgets[-1]
+    label = f"{name} (at its mean tree, {size:.1f} nodes)" + ("" if inside else ": outside the range shown")
+    xy = ([size], [value]) if inside else ([], [])
+    ax.plot(*xy, "*", ms=13, color=MODE_COLORS[mode], mec="k", mew=0.6, ls="none", label=label)
+
+
 def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) -> dict:
     """One panel: curves, peaks, references, the auto star, the mark_budget line."""
     curves = budget_curves(rows, metric, gdn_modes)
     peaks = _peaks(curves)
-    for k, (mode, curve) in enumerate(curves.items()):
+    budgets = sorted({int(b) for c in curves.values() for b in c["budget"]})
+    for mode, curve in curves.items():
         color = MODE_COLORS[mode]
         ax.plot(curve["budget"], curve["value"], marker="o", ms=3.5, lw=1.6, color=color, label=_mode_label(mode))
         if mode in peaks:
-            b, v = peaks[mode]
-            ax.plot([b], [v], "o", ms=9, mfc="none", mec=color, mew=1.8)
-            ax.annotate(f"{v:.3g} @ {b}", (b, v), xytext=(0, 7 + 11 * k),
-                        textcoords="offset points", ha="center", fontsize=8, color=color)
-        auto = rows[(rows["method"] == "ddtree") & (rows["gdn_mode"] == mode) & (rows["budget"] == "auto")]
-        if len(auto) and np.isfinite(auto["mean_tree_size"].iloc[0]):
-            ax.plot([auto["mean_tree_size"].iloc[0]], [auto[metric].iloc[0]], "*", ms=13, color=color,
-                    mec="k", mew=0.6, ls="none", label=f"auto ({mode})" if mode != "-" else "auto")
+            ax.plot([peaks[mode][0]], [peaks[mode][1]], "o", ms=9, mfc="none", mec=color, mew=1.8)
+        _draw_auto(ax, rows, metric, mode, budgets)
     _draw_references(ax, rows, metric, list(curves))
-    budgets = sorted({int(b) for c in curves.values() for b in c["budget"]})
-    if mark_budget is not None:
+    if mark_budget is not None and budgets and budgets[0] <= mark_budget <= budgets[-1]:
         ax.axvline(mark_budget, color="0.55", lw=1, ls="-.", label=f"budget {mark_budget} = {mark_budget + 1}-token verify block")
+    ax.margins(y=0.08)
     if budgets:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(budgets, [str(b) for b in budgets])
-        ax.minorticks_off()
+        budget_axis(ax, budgets)
+        _annotate_peaks(ax, peaks)
     else:
+        ax.set_xlabel("budget (draft nodes)")
         ax.text(0.5, 0.5, "no DDTree rows", transform=ax.transAxes, ha="center", va="center")
-    ax.margins(y=0.15)
-    ax.set_xlabel("budget (draft nodes)")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     return peaks
 
 
 def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens_per_s", "speedup"),
                        gdn_modes=None, block_size=None, mark_budget=31, ax=None,
-                       temperature=None, max_new_tokens=None) -> Figure:
+                       temperature=None, max_new_tokens=None, title: str | None = None) -> Figure:
     """One panel per metric: DDTree curves vs budget (log2 x), one line per gdn_mode.
 
     summary: ``summarize`` output (AXES, the metric columns, mean_tree_size). Draws each
     curve's peak (circle + "value @ budget"), DFlash (dashed, per mode) and AR (dotted grey)
-    references, the 'auto' row as a star at its mean tree size, and a vertical line at
-    ``mark_budget`` (None: none). block_size / temperature / max_new_tokens None: the most
-    common value (see ``slice_summary``). ax: None, or one Axes per metric.
+    references, the 'auto' row as a star at its mean tree size (legend: "at its mean
+    tree"; outside the budgets drawn: legend only), and a vertical line at ``mark_budget``
+    when it lies within the budgets drawn (None: none). block_size / temperature /
+    max_new_tokens None: the most common value (see ``slice_summary``). ax: None, or one
+    Axes per metric. title: the figure title (default: arch, block, T, length).
     """
     with mpl.rc_context(STYLE):
         rows, chosen = slice_summary(summary, arch, block_size, temperature, max_new_tokens)
@@ -251,10 +280,81 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
         for a, metric in zip(axes, metrics):
             _draw_metric(a, rows, metric, gdn_modes, mark_budget)
         handles, labels = axes[0].get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="outside right upper")
-        fig.suptitle(f"{arch}: block {chosen['block_size']}, T = {chosen['temperature']}, "
-                     f"{chosen['max_new_tokens']} new tokens")
+        if handles:  # below the panels: the title and the panels keep the whole width
+            fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)))
+        fig.suptitle(title or f"{arch}: block {chosen['block_size']}, T = {chosen['temperature']}, "
+                              f"{chosen['max_new_tokens']} new tokens")
+    return fig
+
+
+# ----------------------------------------------------------------------------- loops, temperature, real text
+
+LENS_STYLES = {  # (column, temperature): label, colour, line style
+    ("tau_rounds", 0.0): ("T = 0, all rounds", sns.color_palette("colorblind")[0], "-"),
+    ("tau_outside_loops", 0.0): ("T = 0, outside loops", sns.color_palette("colorblind")[2], "-"),
+    ("tau_rounds", 1.0): ("T = 1, all rounds", sns.color_palette("colorblind")[3], "-"),
+}
+
+
+def _ddtree_curve(rows: pd.DataFrame, column: str) -> pd.Series:
+    """column vs integer budget for the DDTree rows of ``rows`` (auto left out)."""
+    tree = rows[(rows["method"] == "ddtree") & (rows["budget"] != "auto")]
+    return tree.assign(budget=tree["budget"].astype(int)).set_index("budget")[column].sort_index()
+
+
+def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode: str = "wy") -> Figure:
+    """Two panels for one arch and block: tau vs budget over all rounds, outside loops (T = 0)
+    and at T = 1, DFlash as dashed levels; and the share of rounds spent in loops."""
+    with mpl.rc_context(STYLE):
+        fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
+        mode = "-" if arch == "mla" else gdn_mode
+        budgets = set()
+        for (col, temp), (label, color, ls) in LENS_STYLES.items():
+            rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
+                           & (summary.temperature == temp) & summary.gdn_mode.isin([mode])]
+            curve = _ddtree_curve(rows, col).dropna()
+            if curve.empty:
+                continue
+            budgets |= set(curve.index)
+            ax_tau.plot(curve.index, curve.values, marker="o", ms=3, color=color, ls=ls, label=f"DDTree, {label}")
+            dfl = rows[rows["method"] == "dflash"][col].dropna()
+            if len(dfl):
+                ax_tau.axhline(dfl.iloc[0], ls="--", lw=1, color=color, alpha=0.8)
+            if col == "tau_rounds":
+                share = _ddtree_curve(rows, "loop_round_share").dropna()
+                ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=label.split(",")[0])
+        for ax in (ax_tau, ax_loop):
+            budget_axis(ax, budgets)
+        ax_tau.set(ylabel="τ (tokens per round)", title="acceptance (dashed: DFlash)")
+        ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
+        ax_tau.legend(fontsize=7)
+        ax_loop.legend(fontsize=7)
+        fig.suptitle(f"{arch}: block {block_size}, loops split out, T = 0 and T = 1")
+    return fig
+
+
+def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int) -> Figure:
+    """tau vs budget on real text (teacher-forced, solid) beside free-running decoding at
+    T = 0 (dotted) per arch; DFlash as a dashed level (teacher-forced) per arch.
+
+    tf: ``teacher_forced.tf_summary`` output; summary: ``summarize`` output."""
+    with mpl.rc_context(STYLE):
+        fig, (ax,) = _new_axes(None, 1, panel=(5.6, 3.6))
+        colors = dict(zip(("gdn", "mla"), sns.color_palette("colorblind")[:2]))
+        budgets = set()
+        for arch, rows in tf[tf.block_size == block_size].groupby("arch"):
+            tree = rows[rows.method == "ddtree"].sort_values("budget")
+            budgets |= set(tree.budget)
+            ax.plot(tree.budget, tree.tau, marker="o", ms=3, color=colors[arch],
+                    label=f"{arch}: real text, teacher-forced ({int(tree.positions.iloc[0])} positions)")
+            ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
+            free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
+                           & summary.gdn_mode.isin(["wy", "-"])]
+            curve = _ddtree_curve(free, "tau").dropna()
+            ax.plot(curve.index, curve.values, ls=":", marker=".", color=colors[arch], label=f"{arch}: free-running, T = 0")
+        budget_axis(ax, budgets)
+        ax.set(ylabel="τ (tokens per round)", title=f"block {block_size}: real code vs the model's own text (dashed: DFlash)")
+        ax.legend(fontsize=7)
     return fig
 
 

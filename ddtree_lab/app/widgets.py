@@ -1,19 +1,19 @@
-"""Budget-sweep explorer: pick (arch, GDN mode, block size, temperature, prompt, budget
-range) and see the budget curves of ``plots.plot_budget_curves`` redrawn.
+"""Budget-sweep explorer: pick (arch, GDN mode, block size, temperature, length, prompt,
+budget range) and see the budget curves of ``plots.plot_budget_curves`` redrawn.
 
 Plain functions do all the work and are tested without a browser: ``sweep_controls_spec``
-(the values each control offers), ``select`` (filter + summarise) and ``render`` (the
-figure). ``explorer`` only wires ipywidgets to them. The figure goes into the Output
-widget as a PNG display_data output set on ``Output.outputs`` directly, which works the
-same inside a kernel and in a plain Python test (no capture context needed).
+(the values each control offers, per arch), ``select`` (filter + summarise), ``title`` and
+``render`` (the figure). ``explorer`` only wires ipywidgets to them. The figure goes into
+the Output widget as a PNG display_data output set on ``Output.outputs`` directly, which
+works the same inside a kernel and in a plain Python test (no capture context needed).
 """
 from __future__ import annotations
 
 import base64
-import io
 
 import pandas as pd
 
+from ..experiments.summary import summarize
 from . import plots
 
 ALL = "all"
@@ -29,21 +29,24 @@ def _int_budgets(frame: pd.DataFrame) -> list[int]:
     return sorted({int(b) for b in ddtree["budget"]})
 
 
-def sweep_controls_spec(summary: pd.DataFrame) -> dict:
+def sweep_controls_spec(frame: pd.DataFrame, arch: str | None = None) -> dict:
     """Values each control offers, from a summary or a raw results frame.
 
-    Returns {arch: [...], gdn_mode: ['all', modes...], block_size: [...], temperature: [...],
-    prompt: ['all', ids...] (ids only from a raw frame), budgets: [...] (int DDTree budgets),
-    budget: (min, max)}.
+    arch: restrict every value but ``arch`` to that arch's rows (None: all rows). Returns
+    {arch: [...], gdn_mode: ['all', modes...] (mla: ['all'] only), block_size: [...],
+    temperature: [...], max_new_tokens: [...], prompt: ['all', ids...] (ids only from a raw
+    frame), budgets: [...] (int DDTree budgets), budget: (min, max)}.
     """
-    spec_rows = summary[summary["method"] != "ar"]
-    budgets = _int_budgets(summary)
-    prompts = sorted(int(p) for p in summary["prompt"].unique()) if _is_raw(summary) else []
+    rows = frame if arch is None else frame[frame["arch"] == arch]
+    spec_rows = rows[rows["method"] != "ar"]
+    budgets = _int_budgets(rows)
+    prompts = sorted(int(p) for p in rows["prompt"].unique()) if _is_raw(rows) else []
     return {
-        "arch": sorted(summary["arch"].unique()),
+        "arch": sorted(frame["arch"].unique()),
         "gdn_mode": [ALL] + sorted(m for m in spec_rows["gdn_mode"].unique() if m != "-"),
         "block_size": sorted(int(b) for b in spec_rows["block_size"].unique()),
-        "temperature": sorted(float(t) for t in summary["temperature"].unique()),
+        "temperature": sorted(float(t) for t in rows["temperature"].unique()),
+        "max_new_tokens": sorted(int(n) for n in rows["max_new_tokens"].unique()),
         "prompt": [ALL] + prompts,
         "budgets": budgets,
         "budget": (budgets[0], budgets[-1]) if budgets else (0, 0),
@@ -51,22 +54,25 @@ def sweep_controls_spec(summary: pd.DataFrame) -> dict:
 
 
 def select(summary_or_frame: pd.DataFrame, arch: str, gdn_mode: str | None, block_size: int | None,
-           temperature: float, budget_range: tuple[int, int] | None, prompt: int | str | None = None) -> pd.DataFrame:
+           temperature: float, budget_range: tuple[int, int] | None, prompt: int | str | None = None,
+           max_new_tokens: int | None = None) -> pd.DataFrame:
     """Summary rows of one (arch, temperature), DDTree budgets within ``budget_range``.
 
     gdn_mode None / 'all': every mode; otherwise that mode's rows (AR and mla rows, '-',
     stay). block_size None: every block size; otherwise that one (AR rows stay). DFlash,
     AR and 'auto' rows are never cut by ``budget_range`` (inclusive (lo, hi), None: all).
     prompt: None / 'all' summarises every prompt; an int summarises only that prompt's rows
-    (needs a raw results frame, not a summary).
+    (needs a raw results frame, not a summary). max_new_tokens None: every length.
     """
     rows = summary_or_frame
     rows = rows[(rows["arch"] == arch) & (rows["temperature"] == temperature)]
+    if max_new_tokens is not None:
+        rows = rows[rows["max_new_tokens"] == max_new_tokens]
     if prompt not in (None, ALL):
         if not _is_raw(rows):
             raise ValueError("select(prompt=<int>) needs the raw results frame, got a summary")
         rows = rows[rows["prompt"] == int(prompt)]
-    summary = plots.summarize(rows) if _is_raw(rows) else rows
+    summary = summarize(rows) if _is_raw(rows) else rows
     keep = pd.Series(True, index=summary.index)
     if gdn_mode not in (None, ALL):
         keep &= summary["gdn_mode"].isin([gdn_mode, "-"])
@@ -80,51 +86,118 @@ def select(summary_or_frame: pd.DataFrame, arch: str, gdn_mode: str | None, bloc
     return summary[keep].reset_index(drop=True)
 
 
+def title(arch: str, gdn_mode=None, block_size=None, temperature=None, budget_range=None, prompt=None,
+          max_new_tokens=None) -> str:
+    """The selection in words, e.g. 'gdn · wy · block 16 · T = 0.0 · 64 new tokens · all
+    prompts · budgets 1-256' (None parts are left out; mla has no GDN mode)."""
+    parts = [arch]
+    if arch != "mla":
+        parts.append("all GDN modes" if gdn_mode in (None, ALL) else gdn_mode)
+    if block_size is not None:
+        parts.append(f"block {block_size}")
+    if temperature is not None:
+        parts.append(f"T = {temperature}")
+    if max_new_tokens is not None:
+        parts.append(f"{max_new_tokens} new tokens")
+    parts.append("all prompts" if prompt in (None, ALL) else f"prompt {prompt}")
+    if budget_range is not None:
+        parts.append(f"budgets {budget_range[0]}-{budget_range[1]}")
+    return " · ".join(parts)
+
+
 def render(frame: pd.DataFrame, arch: str, gdn_mode=None, block_size=None, temperature: float = 0.0,
-           budget_range=None, prompt=None, **plot_kwargs):
-    """The budget-curve Figure of ``select(frame, ...)`` (extra kwargs go to the plot)."""
-    rows = select(frame, arch, gdn_mode, block_size, temperature, budget_range, prompt)
+           budget_range=None, prompt=None, max_new_tokens=None, **plot_kwargs):
+    """The budget-curve Figure of ``select(frame, ...)``, titled with the selection (extra
+    kwargs go to the plot)."""
+    rows = select(frame, arch, gdn_mode, block_size, temperature, budget_range, prompt, max_new_tokens)
     modes = None if gdn_mode in (None, ALL) else [gdn_mode]
-    return plots.plot_budget_curves(rows, arch, gdn_modes=modes, block_size=block_size,
-                                    temperature=temperature, **plot_kwargs)
+    name = title(arch, gdn_mode, block_size, temperature, budget_range, prompt, max_new_tokens)
+    return plots.plot_budget_curves(rows, arch, gdn_modes=modes, block_size=block_size, temperature=temperature,
+                                    max_new_tokens=max_new_tokens, title=name, **plot_kwargs)
 
 
 def figure_output(fig) -> dict:
     """A Jupyter display_data output (PNG + text) for a Figure."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=plots.DPI, bbox_inches="tight")
-    png = base64.b64encode(buf.getvalue()).decode("ascii")
+    png = base64.b64encode(plots.figure_png(fig)).decode("ascii")
     return {"output_type": "display_data", "metadata": {},
-            "data": {"image/png": png, "text/plain": "<budget curves figure>"}}
+            "data": {"image/png": png, "text/plain": "[budget curves figure]"}}
 
 
-def explorer(frame: pd.DataFrame):
-    """ipywidgets.VBox: dropdowns (arch, gdn mode, block size, temperature, prompt), a
-    budget SelectionRangeSlider (description 'budget') over the available DDTree budgets,
-    and an Output (CSS class 'ddtree-figure') redrawn on every change."""
+DROPDOWNS = {"arch": "arch", "gdn_mode": "GDN mode", "block_size": "block size", "temperature": "temperature",
+             "max_new_tokens": "new tokens", "prompt": "prompt"}
+
+
+def explorer_defaults(frame: pd.DataFrame, arch: str, gdn_mode=ALL, block_size=None, temperature=0.0,
+                      max_new_tokens=None) -> dict:
+    """The explorer's starting selection for ``arch``: the given values where ``arch`` has
+    them (block_size may be {arch: size}, e.g. the published blocks), else the value most
+    DDTree rows have; prompt 'all', the whole budget range."""
+    spec = sweep_controls_spec(frame, arch)
+    ddtree = frame[(frame["arch"] == arch) & (frame["method"] == "ddtree")]
+    wanted = {"gdn_mode": gdn_mode, "temperature": temperature, "max_new_tokens": max_new_tokens,
+              "block_size": block_size.get(arch) if isinstance(block_size, dict) else block_size}
+    chosen = {"arch": arch, "prompt": ALL, "budget_range": spec["budget"]}
+    for name, value in wanted.items():
+        options = spec[name]
+        common = plots._most_common(ddtree[name]) if name != "gdn_mode" and len(ddtree) else None
+        chosen[name] = next((v for v in (value, common, *options[:1]) if v is not None and v in options), None)
+    return chosen
+
+
+def _set_options(controls: dict, frame: pd.DataFrame, selection: dict) -> None:
+    """Point every control at ``selection``'s arch: its options, values, greyed-out state."""
+    spec = sweep_controls_spec(frame, selection["arch"])
+    for name in DROPDOWNS:
+        labels = [("n/a (no GDN layers)", ALL)] if name == "gdn_mode" and selection["arch"] == "mla" else None
+        controls[name].options = labels or spec[name]
+        controls[name].value = selection[name]
+        controls[name].disabled = len(controls[name].options) < 2  # nothing to choose: greyed out
+    slider = controls["budget_range"]
+    slider.options = spec["budgets"] or [0]
+    slider.value = selection["budget_range"] if spec["budgets"] else (0, 0)
+    slider.disabled = len(slider.options) < 2
+
+
+def explorer(frame: pd.DataFrame, arch: str | None = None, gdn_mode=ALL, block_size=None, temperature=0.0,
+             max_new_tokens=None):
+    """ipywidgets.VBox: dropdowns (arch, GDN mode, block size, temperature, new tokens,
+    prompt), a budget SelectionRangeSlider (description 'budget') over the arch's DDTree
+    budgets, and an Output (CSS class 'ddtree-figure') redrawn on every change.
+
+    frame: a raw results frame (``ResultsStore.frame()``), every value it holds selectable.
+    The other arguments set where it opens (see ``explorer_defaults``): pass the values the
+    notebook's own figures use. Changing arch resets the others to that arch's defaults;
+    controls with one value (and GDN mode for mla) are greyed out.
+    """
     import ipywidgets as w
 
-    spec = sweep_controls_spec(frame)
-    budgets = spec["budgets"] or [0]
-    controls = {
-        "arch": w.Dropdown(options=spec["arch"], description="arch"),
-        "gdn_mode": w.Dropdown(options=spec["gdn_mode"], description="gdn mode"),
-        "block_size": w.Dropdown(options=spec["block_size"], description="block size"),
-        "temperature": w.Dropdown(options=spec["temperature"], description="temperature"),
-        "prompt": w.Dropdown(options=spec["prompt"], description="prompt"),
-        "budget_range": w.SelectionRangeSlider(options=budgets, index=(0, len(budgets) - 1),
-                                               description="budget", continuous_update=False),
-    }
+    def defaults(a):
+        return explorer_defaults(frame, a, gdn_mode, block_size, temperature, max_new_tokens)
+
+    wide = {"style": {"description_width": "initial"}}
+    controls = {name: w.Dropdown(options=[None], description=label, **wide) for name, label in DROPDOWNS.items()}
+    controls["budget_range"] = w.SelectionRangeSlider(options=[0], index=(0, 0), description="budget",
+                                                      continuous_update=False, **wide)
     out = w.Output()
     out.add_class("ddtree-figure")
+    busy = [False]
 
-    def redraw(_change=None):
+    def redraw(change=None):
+        if busy[0]:
+            return
+        if change is not None and change["owner"] is controls["arch"]:
+            busy[0] = True
+            try:
+                _set_options(controls, frame, defaults(change["new"]))
+            finally:
+                busy[0] = False
         selection = {name: c.value for name, c in controls.items()}
-        fig = render(frame, **selection)
-        out.outputs = (figure_output(fig),)  # a pyplot-free Figure: nothing to close
+        out.outputs = (figure_output(render(frame, **selection)),)  # a pyplot-free Figure: nothing to close
 
-    for c in controls.values():
+    controls["arch"].options = sweep_controls_spec(frame)["arch"]
+    _set_options(controls, frame, defaults(arch or controls["arch"].options[0]))
+    for c in controls.values():  # observed only now: the setup above draws nothing
         c.observe(redraw, names="value")
     redraw()
-    dropdowns = [controls[k] for k in ("arch", "gdn_mode", "block_size", "temperature", "prompt")]
-    return w.VBox([w.HBox(dropdowns[:3]), w.HBox(dropdowns[3:] + [controls["budget_range"]]), out])
+    rows = [["arch", "gdn_mode", "block_size", "temperature"], ["max_new_tokens", "prompt", "budget_range"]]
+    return w.VBox([w.HBox([controls[n] for n in row]) for row in rows] + [out])

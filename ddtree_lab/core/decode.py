@@ -1,6 +1,6 @@
 """The speculative decoding loop: AR, DFlash (linear draft) and DDTree (draft tree).
 
-One round (RESEARCH.md sections 2-3): the drafter proposes a block from its cached context
+One round (DFlash, arXiv 2602.06036, section 3; DDTree, arXiv 2604.12989, sections 3-4): the drafter proposes a block from its cached context
 -> a tree (``chain_tree`` for DFlash, ``build_tree`` for DDTree) -> ONE target verify ->
 accept walk -> commit (target cache and drafter context advance by the accepted path and
 the bonus). No full re-forward of the sequence per round. At T = 0 the output equals AR
@@ -9,6 +9,7 @@ target's own sample at every node, which is ancestral sampling from the target: 
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import tree as tree_mod
-from .verify import GDN_MODES, prefill, verify
+from .verify import GDN_MODES, prefill, token_ids, verify
 from .cache import commit
 
 METHODS = ("ar", "dflash", "ddtree")
@@ -27,10 +28,13 @@ PHASES = ("draft", "tree", "verify", "accept", "commit")
 @dataclass
 class Generation:
     """tokens: new tokens; acceptance_lengths: accepted draft tokens + 1 per round;
-    tree_sizes: draft nodes verified per round; timings: seconds per phase and total."""
+    tree_sizes: draft nodes verified per round; timings: seconds per phase and total;
+    entropies: per new token, the entropy (nats) of the target distribution it was chosen
+    from, softmax(logits / T) (at T = 0: softmax(logits), the target's own uncertainty)."""
     tokens: list[int] = field(default_factory=list)
     acceptance_lengths: list[int] = field(default_factory=list)
     tree_sizes: list[int] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES + ("prefill", "total"), 0.0))
 
     @property
@@ -43,14 +47,20 @@ class Generation:
         return len(self.tokens) / max(self.timings["total"], 1e-12)
 
 
+def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
+    """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1)."""
+    logp = torch.log_softmax(logits.double() / (temperature or 1.0), dim=-1)
+    return (-(logp.exp() * logp).sum(-1)).tolist()
+
+
 @contextmanager
-def _timed(gen: Generation, phase: str):
+def timed_phase(gen: Generation, phase: str):
     t0 = time.perf_counter()
     yield
     gen.timings[phase] += time.perf_counter() - t0
 
 
-def _choose(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
+def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
     """The target's token at every row of logits [n, V]: argmax (T=0) or a sample."""
     if temperature == 0:
         return logits.argmax(-1)
@@ -63,29 +73,29 @@ def check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
     """Validate everything before any work; returns the prompt as LongTensor[T]."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
-    limit = target.config.max_position_embeddings
-    if prompt.numel() == 0:
-        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-    if prompt.numel() >= limit:
-        raise ValueError(f"prompt_ids must be shorter than the context ({limit} positions), got {prompt.numel()}")
-    if int(prompt.min()) < 0 or int(prompt.max()) >= target.config.vocab_size:
-        raise ValueError(f"prompt_ids must be token ids in [0, {target.config.vocab_size})")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
     if gdn_mode not in GDN_MODES:
         raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
-    if method == "ar":
-        return prompt
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    prompt = token_ids(prompt_ids, target.config.vocab_size, "prompt_ids")
+    if prompt.numel() == 0:
+        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+    if method != "ar":
+        _check_spec_args(target, drafter, budget, block_size, cost_model)
+    _check_length(target, drafter, prompt.numel(), max_new_tokens, 0 if method == "ar" else block_size)
+    return prompt
+
+
+def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
+    """The drafter, budget and block size of a speculative method."""
     if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int)
                              or not 1 <= budget <= MAX_BUDGET):
         raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}] or 'auto', got {budget!r}")
     if budget == "auto" and cost_model is None:
-        raise ValueError("budget='auto' needs cost_model (ddtree_lab.costs.cost_model)")
+        raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.costs.cost_model)")
     if drafter is None:
-        raise ValueError(f"method={method!r} needs a drafter, got None")
+        raise ValueError("a speculative method needs a drafter, got None")
     if drafter.cfg.vocab_size != target.config.vocab_size:
         raise ValueError(f"drafter vocab ({drafter.cfg.vocab_size}) must equal the target's "
                          f"({target.config.vocab_size})")
@@ -93,7 +103,21 @@ def check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
             or not 2 <= block_size <= drafter.cfg.block_size:
         raise ValueError(f"block_size must be an int in [2, {drafter.cfg.block_size}] "
                          f"(the drafter was trained at {drafter.cfg.block_size}), got {block_size!r}")
-    return prompt
+
+
+def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: int) -> None:
+    """prompt + max_new_tokens (+ one draft block) must fit the models' positions."""
+    limit = target.config.max_position_embeddings
+    if drafter is not None and block_size:
+        limit = min(limit, drafter.cfg.max_positions)
+    most = limit - prompt_len - block_size
+    if most < 1:
+        raise ValueError(f"prompt_ids ({prompt_len} tokens) leave no room for new tokens in the model's "
+                         f"{limit} positions" + (f" (with a block of {block_size})" if block_size else ""))
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= most:
+        raise ValueError(f"max_new_tokens must be an int in [1, {most}] (the model's {limit} positions minus "
+                         f"the prompt's {prompt_len}" + (f" and one block of {block_size}" if block_size else "")
+                         + f"), got {max_new_tokens!r}")
 
 
 @torch.no_grad()
@@ -119,6 +143,7 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
                        temperature, gdn_mode, rng, gen, cost_model, on_round)
     gen.timings["total"] = time.perf_counter() - t0
     gen.tokens = gen.tokens[:max_new_tokens]
+    gen.entropies = gen.entropies[:max_new_tokens]
     return gen
 
 
@@ -127,21 +152,22 @@ def _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen: Generati
     from transformers import DynamicCache
     cache = DynamicCache(config=target.config)
     device = next(target.parameters()).device
-    with _timed(gen, "prefill"):
+    with timed_phase(gen, "prefill"):
         logits = target(prompt[None].to(device), past_key_values=cache, use_cache=True).logits[0, -1]
     while len(gen.tokens) < max_new_tokens:
-        token = int(_choose(logits[None], temperature, rng)[0])
+        token = int(choose_tokens(logits[None], temperature, rng)[0])
         gen.tokens.append(token)
+        gen.entropies += entropies(logits[None], temperature)
         gen.acceptance_lengths.append(1)
         gen.tree_sizes.append(0)
         if len(gen.tokens) == max_new_tokens:
             break
-        with _timed(gen, "verify"):
+        with timed_phase(gen, "verify"):
             logits = target(torch.tensor([[token]], device=device), past_key_values=cache,
                             use_cache=True).logits[0, -1]
 
 
-def _draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
+def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
     if method == "dflash":
         return tree_mod.chain_tree(drafter_logits.argmax(-1), root)
     return tree_mod.build_tree(drafter_logits, root, budget)
@@ -162,26 +188,27 @@ class Round:
 def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
                    temperature, gdn_mode, rng, gen: Generation, cost_model, on_round) -> None:
     layers = tuple(drafter.cfg.target_layer_ids)
-    with _timed(gen, "prefill"):
+    with timed_phase(gen, "prefill"):
         cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
         dstate = drafter.new_state()
         new_features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
     root = int(prompt[-1])
     while len(gen.tokens) < max_new_tokens:
-        with _timed(gen, "draft"):
+        with timed_phase(gen, "draft"):
             draft_logits = drafter.propose(dstate, new_features, root, block_size)  # [bs-1, V]
-        with _timed(gen, "tree"):
+        with timed_phase(gen, "tree"):
             tree = (auto_tree(draft_logits, root, cost_model) if budget == "auto"
-                    else _draft_tree(draft_logits, root, method, budget))
-        with _timed(gen, "verify"):
+                    else draft_tree(draft_logits, root, method, budget))
+        with timed_phase(gen, "verify"):
             out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
-        with _timed(gen, "accept"):
-            choice = _choose(out.logits, temperature, rng)
+        with timed_phase(gen, "accept"):
+            choice = choose_tokens(out.logits, temperature, rng)
             path, bonus = tree_mod.accept(tree, choice)
-        with _timed(gen, "commit"):
+        with timed_phase(gen, "commit"):
             commit(target, cache, tree, path)
             new_features = out.features[path]
         gen.tokens += tree.tokens[path[1:]].tolist() + [bonus]
+        gen.entropies += entropies(out.logits[path], temperature)  # the rows the new tokens came from
         gen.acceptance_lengths.append(len(path))
         gen.tree_sizes.append(tree.num_nodes)
         root = bonus

@@ -1,4 +1,4 @@
-"""DFlash block-diffusion drafter (arXiv 2602.06036; RESEARCH.md section 2).
+"""DFlash block-diffusion drafter (DFlash, arXiv 2602.06036; docs/background.md section 2).
 
 The drafter predicts a whole block in one forward pass. Its input block is
 ``[last committed token, MASK, ..., MASK]`` (``block_size`` positions, bidirectional

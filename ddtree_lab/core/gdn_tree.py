@@ -1,4 +1,5 @@
-"""Exact tree verification for one Gated DeltaNet (GDN) layer (RESEARCH.md section 4).
+"""Exact tree verification for one Gated DeltaNet (GDN) layer (TreeWY: vLLM RFC
+54080, arXiv 2608.20961; docs/background.md section 4).
 
 A draft tree has nodes 0..N in topological order: ``parents`` LongTensor[N+1] with
 ``parents[0] = -1`` and ``parents[i] < i``; ``depths`` LongTensor[N+1] with ``depths[0] = 0``.

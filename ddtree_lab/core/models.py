@@ -1,8 +1,8 @@
 """Tiny targets built from the real `transformers` architecture classes.
 
-Two named presets (STYLE.md: one frozen dataclass per model config, a table of presets):
+Two named presets (one frozen dataclass per model config and a small table of presets):
 - ``"gdn"``: ``Qwen3_5ForCausalLM`` (Qwen3.5/3.6 text stack): Gated DeltaNet layers and full
-  attention 3:1, causal conv kernel 4, grouped key/value heads (RESEARCH.md section 4).
+  attention 3:1, causal conv kernel 4, grouped key/value heads (docs/background.md section 4).
 - ``"mla"``: ``DeepseekV3ForCausalLM`` (Kimi K2.6 / DeepSeek-V3): MLA with low-rank q/kv and a
   rope/nope split, MoE with one shared expert, first layer dense.
 

@@ -330,6 +330,16 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
     return path, int(choice[path[-1]])
 
 
+def accept_reference(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int]:
+    """``accept``'s plain twin: the longest root path on which every node's token is the
+    target's choice at its parent, found among all root paths."""
+    choice = target_choice.tolist()
+    paths = [tree.path_to(i) for i in range(len(tree))]
+    valid = [p for p in paths if all(int(tree.tokens[c]) == choice[a] for a, c in zip(p, p[1:]))]
+    path = max(valid, key=len)
+    return path, int(choice[path[-1]])
+
+
 def truncate(tree: DraftTree, budget: int) -> DraftTree:
     """The first ``budget`` draft nodes of a built tree: pop order makes every prefix the
     best tree of its size, so auto-budget builds once at the largest budget and slices."""

@@ -1,4 +1,5 @@
-"""Masked tree verification on the real architectures (DDTree section 4; RESEARCH.md 4).
+"""Masked tree verification on the real architectures (DDTree, arXiv 2604.12989, section 4;
+docs/background.md section 4).
 
 One target forward scores the root and every draft node: attention layers (Qwen3.5 full
 attention, DeepSeek-V3 MLA) see the prefix plus the node's ancestors through an additive
@@ -81,12 +82,20 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     return cache, Forward(out.logits[0], _features(out.hidden_states, feature_layers))
 
 
+def token_ids(ids, vocab_size: int, name: str = "ids") -> torch.Tensor:
+    """``ids`` (a list, array or tensor of integers) as LongTensor[T]; refuses floats and bools
+    (a float prompt is not token ids) and ids outside [0, vocab_size)."""
+    t = torch.as_tensor(ids)
+    if t.numel() and (t.dtype == torch.bool or t.is_floating_point() or t.is_complex()):
+        raise ValueError(f"{name} must be integer token ids, got dtype {t.dtype}")
+    t = t.to(torch.long).reshape(-1)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
+        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {int(t.min())} max {int(t.max())}")
+    return t
+
+
 def _check_ids(model, ids, name) -> torch.Tensor:
-    ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
-    V = model.config.vocab_size
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= V):
-        raise ValueError(f"{name} must hold token ids in [0, {V}), got min {int(ids.min())} max {int(ids.max())}")
-    return ids
+    return token_ids(ids, model.config.vocab_size, name)
 
 
 def _check_positions(model, last_position: int) -> None:
@@ -96,7 +105,7 @@ def _check_positions(model, last_position: int) -> None:
                          f"got last position {last_position}")
 
 
-def _check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode: str) -> None:
+def check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode: str) -> None:
     if gdn_mode not in GDN_MODES:
         raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
     check_cache(model, cache)
@@ -120,7 +129,7 @@ def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode: str = "wy",
     Leaves the committed cache untouched (attention rows of the tree are held as pending
     until ``commit``). Returns Forward(logits [N+1, V], features [N+1, F] or None).
     """
-    _check_verify_args(model, cache, tree, gdn_mode)
+    check_verify_args(model, cache, tree, gdn_mode)
     buf = tree_buffers(tree, cache.length, gdn_mode)
     p = next(model.parameters())
     bias = attention_bias(buf, cache.length, p.dtype, p.device)
@@ -183,6 +192,14 @@ def tree_logits(model, prefix_ids, tree: DraftTree, gdn_mode: str = "wy") -> tor
     """[N+1, V]: row i = the target's next-token logits after prefix + path(root..i)."""
     cache, _ = prefill(model, prefix_ids)
     return verify(model, cache, tree, gdn_mode).logits
+
+
+def tree_logits_reference(model, prefix_ids, tree: DraftTree) -> torch.Tensor:
+    """``tree_logits``' plain twin [N+1, V]: row i = a stock forward (no cache, no mask) of
+    prefix + the tokens of root .. i, one forward per node."""
+    prefix, tokens = [int(t) for t in prefix_ids], tree.tokens.tolist()
+    return torch.stack([full_forward_logits(model, prefix + [tokens[j] for j in tree.path_to(i)])
+                        for i in range(len(tree))])
 
 
 def full_forward_logits(model, ids) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Drafter calibration: the DDTree surrogate against what the target accepts (RESEARCH.md 3, 5).
+"""Drafter calibration: the DDTree surrogate against what the target accepts (DDTree, arXiv
+2604.12989, section 3; CaDDTree, arXiv 2606.01813; docs/background.md sections 3 and 5).
 
 The surrogate scores a draft node u by q(u), the product of the drafter's per-depth
 marginals along u's path, and assumes a node given its parent is accepted with probability
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-COLUMNS = ("round", "node", "parent", "depth", "rank", "q_cond", "q_path", "reached", "accepted")
+COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted")
 
 
 def sibling_ranks(parents: list[int], q_cond: list[float]) -> list[int]:
@@ -35,7 +36,8 @@ class RoundRecorder:
 
     q_cond: the drafter's probability of the node's token at its depth (softmax of the
     round's draft logits), q_path: product of q_cond along the path (= exp(log weight) for
-    a DDTree tree), reached: the parent is on the accepted path, accepted: the node is.
+    a DDTree tree), main_path: the node and all its ancestors are rank 0, reached: the
+    parent is on the accepted path, accepted: the node is.
     ``labels`` (a dict) is copied into every row, e.g. ``rec.labels = {"prompt": 3}``.
     """
 
@@ -54,11 +56,14 @@ class RoundRecorder:
             path_lq[i] = path_lq[parents[i]] + node_lq[i]
         q_cond = np.exp(node_lq).tolist()
         ranks = sibling_ranks(parents, q_cond)
+        main = [True] + [False] * (len(tree) - 1)  # every node on the way is its parent's rank 0
+        for i in range(1, len(tree)):
+            main[i] = main[parents[i]] and ranks[i] == 0
         on_path = set(rnd.path)
         for i in range(1, len(tree)):
             self.rows.append({**self.labels, "round": self.rounds, "node": i, "parent": parents[i],
                               "depth": depths[i],
-                              "rank": ranks[i], "q_cond": q_cond[i], "q_path": float(np.exp(path_lq[i])),
+                              "rank": ranks[i], "main_path": main[i], "q_cond": q_cond[i], "q_path": float(np.exp(path_lq[i])),
                               "reached": parents[i] in on_path, "accepted": i in on_path})
         self.rounds += 1
 
@@ -122,3 +127,23 @@ def tau_cost(frame: pd.DataFrame) -> dict:
     predicted, observed = float(per_round["predicted"].mean()), float(per_round["observed"].mean())
     return {"rounds": len(per_round), "predicted": predicted, "observed": observed,
             "ratio": observed / predicted if predicted > 0 else float("nan")}
+
+
+def continuation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """After an accepted node at depth d: is depth d + 1 accepted too, by where the node sits?
+
+    The measurement public engines report for sibling conditioning (docs/background.md
+    section 6): right after an accepted rank >= 1 sibling ("after_sibling") the drafter's
+    next marginals were made for the rank-0 token, so the walk may stop far more often than
+    on the main path ("main_path": every node so far rank 0). predicted = the surrogate's
+    chance to go on (sum of q_cond of the node's children in the tree); observed = the rate
+    at which one of them is accepted. Accepted nodes without children in the tree are left
+    out (the walk cannot go on there). Columns: depth, group, predicted, observed, count.
+    """
+    keys = [c for c in frame.columns if c not in COLUMNS] + ["round"]
+    kids = frame.groupby(keys + ["parent"], dropna=False).agg(go_on=("accepted", "any"), q_next=("q_cond", "sum"))
+    acc = frame[frame["accepted"]].merge(kids, left_on=keys + ["node"], right_index=True, how="inner")
+    group = np.where(acc["main_path"], "main_path", np.where(acc["rank"] >= 1, "after_sibling", "after_branch"))
+    return (acc.assign(group=group).groupby(["depth", "group"])
+            .agg(predicted=("q_next", "mean"), observed=("go_on", "mean"), count=("go_on", "size"))
+            .reset_index())

@@ -6,7 +6,6 @@ JSON under ``data/results/costs/`` and interpolated in between measured budgets.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from ..core import tree as tree_mod
-from ..common import RESULTS_DIR
+from ..common import RESULTS_DIR, stable_hash
 from ..core.verify import prefill, verify
 from ..core.cache import commit
 
@@ -82,7 +81,7 @@ def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
     target_cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}  # not where it lives
     cfg = {"target": target_cfg, "drafter": asdict(drafter.cfg), "block": block_size,
            "mode": gdn_mode, "threads": torch.get_num_threads()}
-    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return stable_hash(cfg)
 
 
 def cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode: str = "wy",

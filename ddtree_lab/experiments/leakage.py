@@ -1,4 +1,5 @@
-"""State leakage of naive tree verification on a Gated DeltaNet hybrid (RESEARCH.md section 4).
+"""State leakage of naive tree verification on a Gated DeltaNet hybrid (docs/background.md section 4;
+TreeWY, arXiv 2608.20961).
 
 A tree-unaware GDN layer reads the flattened tree as a chain: node i's conv window and
 recurrent state then hold every node before it in flattened order, siblings and cousins

@@ -1,5 +1,5 @@
 """Is masked tree verification exact on MLA + MoE, and what does precision do to it?
-(RESEARCH.md section 4: DeepSeek-V3 / Kimi K2.6 has no sequential state, so the ancestor
+(docs/background.md section 4: DeepSeek-V3 / Kimi K2.6 has no sequential state, so the ancestor
 mask is exact up to floating-point rounding; in bf16 near-ties make tree and chain differ.)
 
 - ``per_node_errors``: tree logits vs the per-path full forward, in a chosen dtype, with or
@@ -21,7 +21,7 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkR
 
 from ..core import adapter
 from ..core.tree import DraftTree, chain_tree
-from ..core.verify import full_forward_logits, prefill, tree_logits, verify
+from ..core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ..core.cache import commit
 
 
@@ -36,12 +36,6 @@ def path_tokens(prefix_ids, tree: DraftTree, node: int) -> list[int]:
     return [int(t) for t in prefix_ids] + [tokens[j] for j in tree.path_to(node)]
 
 
-def path_logits(model, prefix_ids, tree: DraftTree) -> torch.Tensor:
-    """Oracle [N+1, V]: row i = stock full forward's last logits over prefix + path(i)."""
-    return torch.stack([full_forward_logits(model, path_tokens(prefix_ids, tree, i))
-                        for i in range(len(tree))])
-
-
 def top2_margin(logits: torch.Tensor) -> torch.Tensor:
     """[n] float64 gap between the best and second-best logit of each row of [n, V]."""
     top = logits.double().topk(2, dim=-1).values  # [n, 2]
@@ -49,18 +43,20 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, harness: bool = True,
-                    gdn_mode: str = "wy") -> pd.DataFrame:
+                    gdn_mode: str = "wy", oracle: torch.Tensor | None = None) -> pd.DataFrame:
     """Tree verify vs per-path full forward, both computed in ``dtype``.
 
     harness: run both under ``adapter.float64_harness()`` (dtype-preserving norms, softmax,
     router, GDN kernel); without it the stock modules upcast to float32 internally.
+    oracle: the ``tree_logits_reference`` [N+1, V] of the same (model, dtype, harness), if already
+    computed (they do not depend on ``gdn_mode``).
     One row per node: node, depth, dtype, harness, err (max |tree - path| over V, float64),
     argmax_tree, argmax_path, margin (top-2 gap of the path logits), flip (argmax differs).
     """
     m = in_dtype(model, dtype)
     with adapter.float64_harness() if harness else contextlib.nullcontext():
         tree_l = tree_logits(m, prefix_ids, tree, gdn_mode).double()  # [N+1, V]
-        path_l = path_logits(m, prefix_ids, tree).double()  # [N+1, V]
+        path_l = (tree_logits_reference(m, prefix_ids, tree) if oracle is None else oracle).double()  # [N+1, V]
     return pd.DataFrame({
         "node": range(len(tree)), "depth": tree.depths.numpy(), "dtype": str(dtype).removeprefix("torch."),
         "harness": harness, "err": (tree_l - path_l).abs().amax(-1).numpy(),
@@ -200,3 +196,42 @@ def commit_state_error(model, prefix_ids, tree: DraftTree, path: list, gdn_mode:
                                                     b[k] if isinstance(b[k], tuple) else (b[k],))]
         return max((float((x.double() - y.double()).abs().max()) for x, y in pairs), default=0.0)
     return {"kv": err(cache.kv, fresh.kv), "conv": err(cache.conv, fresh.conv), "rec": err(cache.rec, fresh.rec)}
+
+
+def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork", "naive")) -> pd.DataFrame:
+    """The README's exactness numbers for one ``Pair``: per GDN mode (MLA: '-') and setting
+    ('float64 + harness', 'float32'), the max per-node error of tree verification against
+    each node's own path (``per_node_errors``) over the first DDTree tree (block 8) of each
+    HumanEval prompt, argmax flips, and (float64, exact modes) the commit's cache error
+    (``commit_state_error`` along the deepest path). One row per (mode, setting)."""
+    from ..train.data import prompt_tokens
+    from .leakage import first_draft_logits
+    from ..core.tree import build_tree
+    cases = []
+    for p in prompts:
+        ids = prompt_tokens(pair.tokenizer, p)
+        cases.append((ids[:-1], build_tree(first_draft_logits(pair.target, pair.drafter, ids, 8), ids[-1], budget)))
+    rows = []
+    for setting, dtype, harness in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
+        m = in_dtype(pair.target, dtype)
+        with adapter.float64_harness() if harness else contextlib.nullcontext():
+            oracles = [tree_logits_reference(m, prefix, tree) for prefix, tree in cases]
+        for mode in (modes if pair.arch == "gdn" else ("-",)):
+            errs = [per_node_errors(m, prefix, tree, dtype, harness, _mode(mode), oracle)
+                    for (prefix, tree), oracle in zip(cases, oracles)]
+            commit = _commit_err(m, cases, mode) if harness and mode != "naive" else None
+            rows.append({"arch": pair.arch, "mode": mode, "setting": setting, "budget": budget,
+                         "prompts": len(cases), "max_err": max(float(e.err.max()) for e in errs),
+                         "flips": sum(int(e.flip.sum()) for e in errs), "commit_err": commit})
+    return pd.DataFrame(rows).sort_values(["mode", "setting"], kind="stable", ignore_index=True)
+
+
+def _mode(mode: str) -> str:
+    return "wy" if mode == "-" else mode
+
+
+def _commit_err(model, cases, mode: str) -> float:
+    """Max cache error after verify + commit of each tree's deepest path (float64 harness)."""
+    with adapter.float64_harness():
+        return max(max(commit_state_error(model, prefix, tree, tree.path_to(int(tree.depths.argmax())),
+                                          _mode(mode)).values()) for prefix, tree in cases)

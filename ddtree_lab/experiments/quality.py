@@ -71,11 +71,10 @@ def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
             .reset_index())
 
 
-def target_table(archs=("gdn", "mla")) -> pd.DataFrame:
-    from ..train.pair import load_pair
+def target_table(pairs: dict) -> pd.DataFrame:
+    """One row per shipped pair ({arch: Pair}): sizes, losses, train times, drafter agreement."""
     rows = []
-    for arch in archs:
-        target, drafter, tok = load_pair(arch)
+    for arch, (target, drafter, tok) in pairs.items():
         tman = check_manifest(ckpt_path(arch, "target"))
         dman = check_manifest(ckpt_path(arch, "drafter"))
         he = humaneval_agreement(target, drafter, tok, block_size=16)
@@ -90,11 +89,13 @@ def target_table(archs=("gdn", "mla")) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_quality(num_prompts: int = 164, archs=("gdn", "mla"), max_new_tokens: int = 128) -> dict:
-    """Compute and print both tables; saves data/results/quality.json."""
-    tt = target_table(archs)
+def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128) -> dict:
+    """Compute and print both tables for ``pairs`` ({arch: Pair} of the shipped checkpoints);
+    saves data/results/quality-{archs}.json."""
+    archs = tuple(pairs)
+    tt = target_table(pairs)
     store = ResultsStore("quality")
-    frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store)
+    frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store, pairs)
     lt = lossless_and_tau(frame[frame.prompt < num_prompts])
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
         print(tt.to_string(index=False))

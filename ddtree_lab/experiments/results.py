@@ -1,14 +1,15 @@
 """A resumable results store: one JSON line per finished (config, prompt) row.
 
-Rows carry the config, the metrics, the git revision, the package versions and a code
-version (hash of the modules that compute results). A re-run skips rows whose key
-(config + prompt + code version) is already stored; an interrupted run loses no finished
+Rows carry the config, the metrics, the digests of the target's and the drafter's weights
+(``Pair.digests``), the git revision, the package versions and a code version (hash of the
+modules that compute results). A re-run skips rows whose key (config + prompt + code
+version + both digests) is already stored; an interrupted run loses no finished
 row (each row is appended and fsynced on its own; a torn last line is ignored); a changed
-config or code never reuses a stale row, because it changes the key.
+config, code or model never reuses a stale row, because it changes the key. Rows written
+before the key held the digests carry no ``models`` field: they are never reused or shown.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,17 +17,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import RESULTS_DIR, ROOT
+from ..common import RESULTS_DIR, ROOT, stable_hash
 
-CORE_DIR = ROOT / "ddtree_lab" / "core"   # every module here computes results
+CORE_DIR = ROOT / "ddtree_lab" / "core"
+# the modules whose code decides a stored result, given the models' weights (which the key
+# holds by digest, so the presets in models.py need not be hashed); a new module that
+# computes stored results is added here
+COMPUTE_MODULES = ("adapter.py", "cache.py", "decode.py", "drafter.py", "gdn_tree.py", "tree.py", "verify.py")
 
 
 def code_version() -> str:
     """sha256 (16 hex) of the modules that compute results."""
-    h = hashlib.sha256()
-    for p in sorted(CORE_DIR.glob("*.py")):
-        h.update(p.name.encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()[:16]
+    return stable_hash(b"".join(name.encode() + b"\0" + (CORE_DIR / name).read_bytes() for name in COMPUTE_MODULES))
 
 
 def git_revision() -> str:
@@ -44,9 +46,9 @@ def versions() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def row_key(config: dict, prompt_id, code: str) -> str:
-    blob = json.dumps({"config": config, "prompt": prompt_id, "code": code}, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+def row_key(config: dict, prompt_id, code: str, models: dict) -> str:
+    """The identity of a row: config, prompt, code version and ``models`` (``Pair.digests``)."""
+    return stable_hash({"config": config, "prompt": prompt_id, "code": code, "models": models}, 24)
 
 
 class ResultsStore:
@@ -73,9 +75,10 @@ class ResultsStore:
     def done_keys(self) -> set[str]:
         return {r["key"] for r in self.rows()}
 
-    def add(self, config: dict, prompt_id, metrics: dict) -> None:
-        row = {"key": row_key(config, prompt_id, self.code), "config": config, "prompt": prompt_id,
-               "metrics": metrics, **self._meta, "code": self.code}
+    def add(self, config: dict, prompt_id, metrics: dict, models: dict) -> None:
+        """Append one finished row; ``models``: the pair's digests (``Pair.digests``)."""
+        row = {"key": row_key(config, prompt_id, self.code, models), "config": config, "prompt": prompt_id,
+               "metrics": metrics, "models": models, **self._meta, "code": self.code}
         line = json.dumps(row, default=float) + "\n"
         with open(self.path, "a") as f:
             if f.tell() and not self._ends_with_newline():
@@ -89,11 +92,17 @@ class ResultsStore:
             f.seek(-1, os.SEEK_END)
             return f.read(1) == b"\n"
 
-    def frame(self, current_code_only: bool = True) -> pd.DataFrame:
-        """One row per stored result: config columns, prompt, flattened scalar metrics."""
+    def frame(self, models: dict | None = None, current_code_only: bool = True) -> pd.DataFrame:
+        """One row per stored result: config columns, prompt, flattened scalar metrics.
+
+        models: {arch: digests} keeps only the rows of those models (``Pair.digests`` per
+        arch); None keeps every row that records its models.
+        """
         recs = []
         for r in self.rows():
-            if current_code_only and r["code"] != self.code:
+            if current_code_only and r["code"] != self.code or "models" not in r:
+                continue
+            if models is not None and models.get(r["config"].get("arch")) != r["models"]:
                 continue
             scalars = {k: v for k, v in r["metrics"].items() if not isinstance(v, (list, dict))}
             recs.append({**r["config"], "prompt": r["prompt"], **scalars, "_metrics": r["metrics"]})

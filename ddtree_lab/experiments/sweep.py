@@ -1,14 +1,15 @@
 """Sweeps: a grid over (arch, method, gdn_mode, budget, block size, temperature) x prompts,
-every finished row appended to a ``ResultsStore`` (resumable, never stale).
+every finished row appended to a ``ResultsStore`` (resumable, never stale). The models
+come in explicitly: ``pairs = {arch: Pair}`` (``ddtree_lab.load_pair``).
 """
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
 
 import pandas as pd
 from tqdm.auto import tqdm
 
+from .loops import is_looping, round_loop_flags
 from .results import ResultsStore
 
 AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens")
@@ -41,68 +42,57 @@ def expand_grid(**axes) -> list[dict]:
     return out
 
 
-_PAIRS: dict = {}  # arch -> (target, drafter, tokenizer) registered by use_pair
-_TAGS: dict = {}
-
-
-def use_pair(arch: str, pair: tuple, tag: str) -> None:
-    """Make sweeps of ``arch`` run on ``pair`` (e.g. a real checkpoint); ``tag`` names it in
-    store names, so rows of different models never mix."""
-    _PAIRS[arch] = pair
-    _TAGS[arch] = tag
-    _prompt_ids.cache_clear()
-
-
-def pair_tag() -> str:
-    """'' for the shipped models, else the registered tags (for store names)."""
-    return "-".join(f"{a}_{t}" for a, t in sorted(_TAGS.items()) if t != "shipped")
-
-
-def _pair(arch: str):
-    if arch not in _PAIRS:
-        from ..train.pair import load_pair
-        use_pair(arch, load_pair(arch), "shipped")
-    return _PAIRS[arch]
-
-
-@lru_cache(maxsize=8)
-def _prompt_ids(arch: str, prompt_id: int) -> tuple:
-    from ..app.lab import prompt_tokens
-    return tuple(prompt_tokens(_pair(arch)[2], prompt_id))
-
-
-def run_config(cfg: dict, prompt_id: int, pair=None, prompt_ids=None) -> dict:
-    """Generate one (config, prompt) row; returns its metrics."""
+def run_config(cfg: dict, prompt_id: int, pair) -> dict:
+    """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``); its metrics."""
     from .costs import cost_model
     from ..core.decode import generate
-    target, drafter, _ = pair or _pair(cfg["arch"])
-    ids = list(prompt_ids or _prompt_ids(cfg["arch"], prompt_id))
+    from ..train.data import prompt_tokens
+    ids = prompt_tokens(pair.tokenizer, prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
-        kwargs["cost_model"] = cost_model(target, drafter, ids, block_size=cfg["block_size"],
+        kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
                                           gdn_mode=_mode(cfg))
-    g = generate(target, drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
+    g = generate(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
                  block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
                  temperature=cfg["temperature"], gdn_mode=_mode(cfg), seed=prompt_id, **kwargs)
     return {"tokens": g.tokens, "acceptance_lengths": g.acceptance_lengths, "tree_sizes": g.tree_sizes,
             "timings": g.timings, "tau": g.tau, "tokens_per_s": g.tokens_per_s,
-            "rounds": len(g.acceptance_lengths), "prompt_len": len(ids)}
+            "rounds": len(g.acceptance_lengths), "prompt_len": len(ids),
+            "entropy": sum(g.entropies) / max(1, len(g.entropies)),
+            "round_in_loop": round_loop_flags(ids, g.tokens, g.acceptance_lengths),
+            "ends_in_loop": is_looping(g.tokens)}
 
 
 def _mode(cfg: dict) -> str:
     return "wy" if cfg["gdn_mode"] == "-" else cfg["gdn_mode"]
 
 
-def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore,
+def _check_pairs(configs: list[dict], pairs: dict) -> None:
+    missing = sorted({c["arch"] for c in configs} - set(pairs))
+    if missing:
+        raise ValueError(f"pairs must hold a Pair (ddtree_lab.load_pair) for every arch of the grid; "
+                         f"missing {missing}")
+    wrong = [a for a, p in pairs.items() if p.arch != a]
+    if wrong:
+        raise ValueError(f"pairs[{wrong[0]!r}] is a {pairs[wrong[0]].arch!r} pair")
+
+
+def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,
               progress: bool = True, runner=run_config) -> pd.DataFrame:
-    """Run every (config, prompt) not yet in ``store``; returns the store's frame.
+    """Run every (config, prompt) not yet in ``store`` with ``pairs`` ({arch: Pair}); returns
+    the store's frame restricted to the rows of these pairs (and the current code).
 
     Prompts are the outer loop, so configs compared in one run are timed side by side
     (machine noise hits them alike) and an interrupted run leaves whole prompts done.
+    ``runner(cfg, prompt_id, pair) -> metrics`` (tests pass a fake one).
     """
     from .results import row_key
+    _check_pairs(configs, pairs)
     done = store.done_keys()
-    todo = [(c, p) for p in prompt_ids for c in configs if row_key(c, p, store.code) not in done]
-    for cfg, p in tqdm(todo, desc=f"sweep {store.path.stem}", disable=not progress or not todo):
-        store.add(cfg, p, runner(cfg, p))
-    return store.frame()
+    todo = [(c, p) for p in prompt_ids for c in configs
+            if row_key(c, p, store.code, pairs[c["arch"]].digests) not in done]
+    desc = f"sweep {store.path.stem} ({', '.join(getattr(p, 'tag', a) for a, p in pairs.items())})"
+    for cfg, p in tqdm(todo, desc=desc, disable=not progress or not todo):
+        pair = pairs[cfg["arch"]]
+        store.add(cfg, p, runner(cfg, p, pair), pair.digests)
+    return store.frame(models={a: p.digests for a, p in pairs.items()})

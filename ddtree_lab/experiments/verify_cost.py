@@ -1,4 +1,5 @@
-"""Cost of exact tree verification: GDN naive / fork / wy and MLA (RESEARCH.md section 4).
+"""Cost of exact tree verification: GDN naive / fork / wy and MLA (TreeWY, arXiv 2608.20961;
+docs/background.md section 4).
 
 Everything is timed on one prefilled cache (``prefix_len`` random tokens) with trees from
 ``build_tree`` over randn(16, V) * 3 draft logits; the tree of a budget depends on

@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import torch
+
 from ..common import DATA_DIR
 
 CKPT_DIR = DATA_DIR / "checkpoints"
@@ -28,6 +30,16 @@ def sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
+    return h.hexdigest()
+
+
+def weights_digest(module, config: dict) -> str:
+    """sha256 of ``config`` (JSON) and every tensor of ``module.state_dict()`` in name order:
+    identifies a model's weights exactly, wherever its files live."""
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, t in sorted(module.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 

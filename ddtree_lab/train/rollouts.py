@@ -16,7 +16,6 @@ them.
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -27,6 +26,8 @@ from tqdm.auto import tqdm
 from transformers import DynamicCache
 
 from . import data
+from .checkpoints import weights_digest
+from ..common import stable_hash
 from ..core.drafter import default_target_layers, stack_features
 from ..core.models import arch_of
 
@@ -106,21 +107,14 @@ def target_features(target, tokens: torch.Tensor, layer_ids) -> torch.Tensor:
 
 
 def target_digest(target) -> str:
-    """sha256 of the target's config and every weight: identifies the model exactly, wherever
-    its files live (the config's ``_name_or_path`` is left out)."""
+    """``weights_digest`` of the target (its config's ``_name_or_path`` left out)."""
     cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}
-    h = hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode())
-    for name, t in sorted(target.state_dict().items()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+    return weights_digest(target, cfg)
 
 
 def rollouts_key(target, ids: torch.Tensor, settings: dict) -> str:
-    h = hashlib.sha256(target_digest(target).encode())
-    h.update(ids.numpy().astype(np.int64).tobytes())
-    h.update(json.dumps(settings, sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    return stable_hash(target_digest(target).encode() + ids.numpy().astype(np.int64).tobytes()
+                       + json.dumps(settings, sort_keys=True).encode())
 
 
 def make_rollouts(target, tok, prompts: list, *, new_tokens: int = 96, prompt_len: int = 96,

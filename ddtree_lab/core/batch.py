@@ -1,0 +1,221 @@
+"""Batched speculative decoding: B sequences, one draft tree each, ONE target verify per round.
+
+Issue 13 item 1 (DDTree, arXiv 2604.12989, sections 3-4, over a batch; docs/background.md
+section 7). A round for the sequences still running:
+
+1. draft: ``propose_batch``: every sequence's context cache extended (a loop), then ONE
+   block forward over the left-padded contexts (a drafter without it: ``propose`` per sequence);
+2. tree: ``build_tree`` (or ``chain_tree``) per sequence, each with its own budget;
+3. verify: ``batch_verify.verify_batch`` packs every tree into one stock forward of batch B;
+4. accept per sequence (its own temperature-0 argmax or seeded sample);
+5. ragged commit: ``cache.commit`` per sequence keeps its own accepted rows (every sequence
+   accepts its own length); sequences that reached their ``max_new_tokens`` leave the batch.
+
+Each sequence keeps its own ``TreeCache`` between rounds (prefilled batch 1), so prefill,
+commit, ``commit_reference`` and the cache checks are batch 1's own code. At T = 0 each
+sequence's tokens equal its own batch-1 AR output; at T > 0 sequence b samples with its own
+generator (seed + b), the same ancestral sampling as batch 1.
+
+``generate_batch(method="ar")`` is the baseline: the stock transformers forward with its
+``DynamicCache``, prompts left-padded, a 2-D attention mask and per-sequence positions.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .batch_verify import left_padded, verify_batch
+from .cache import TreeCache, commit
+from .drafter import DFlashDrafter, DrafterState
+from .decode import Generation, check_generate_args, choose_tokens, draft_tree, timed_phase
+from .tree import accept
+from .verify import prefill
+
+
+# ----------------------------------------------------------------------------- decoding
+
+@dataclass(eq=False)
+class _Sequence:
+    """One running sequence: its cache, drafter state, the features of the rows committed
+    since its last round [n, F], its next root token, its budget and its output."""
+    cache: TreeCache
+    dstate: DrafterState
+    features: torch.Tensor
+    root: int
+    budget: int
+    max_new_tokens: int
+    rng: torch.Generator | None
+    gen: Generation = field(default_factory=Generation)
+
+
+def _per_sequence(name: str, value, count: int) -> list:
+    """One value for every sequence, or a list/tuple of ``count`` values (one per prompt)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(f"{name} must be one value or a list of {count} (one per prompt), got {len(value)} values")
+        return list(value)
+    return [value] * count
+
+
+def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
+                              temperature, gdn_mode) -> tuple[list, list, list]:
+    """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
+                         + (" of length 0" if isinstance(prompts, (list, tuple)) else ""))
+    budgets = _per_sequence("budget", budget, len(prompts))
+    news = _per_sequence("max_new_tokens", max_new_tokens, len(prompts))
+    if method != "ar" and any(isinstance(x, str) for x in budgets):
+        raise ValueError(f"budget must be an int (or one int per prompt) in generate_batch; 'auto' is batch 1 "
+                         f"only, got {budget!r}")
+    checked = []
+    for b, prompt in enumerate(prompts):
+        if isinstance(prompt, (int, float)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 0):
+            raise ValueError(f"prompts[{b}] must be a sequence of token ids (prompts is a list of prompts), "
+                             f"got the scalar {prompt!r}")
+        try:
+            checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
+                                               news[b], temperature, gdn_mode))
+        except ValueError as err:
+            raise ValueError(f"prompts[{b}]: {err}") from None
+    return checked, budgets, news
+
+
+@torch.no_grad()
+def generate_batch(target, drafter, prompts, *, method: str, budget: int | list = 32, block_size: int = 8,
+                   max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
+                   seed: int = 0) -> list[Generation]:
+    """``decode.generate`` for a batch of prompts (any lengths): one Generation per prompt.
+
+    budget, max_new_tokens: one int, or a list with one per prompt. Sequence b samples with
+    its own generator seeded ``seed + b`` (T > 0). timings: every Generation carries the
+    whole batch's seconds per phase (the phases are shared).
+    """
+    prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
+                                                       max_new_tokens, temperature, gdn_mode)
+    rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
+    clock = Generation()  # holds the batch's timings
+    t0 = time.perf_counter()
+    if method == "ar":
+        gens = _generate_batch_ar(target, prompts, news, temperature, rngs, clock)
+    else:
+        gens = _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news,
+                                    temperature, gdn_mode, rngs, clock)
+    clock.timings["total"] = time.perf_counter() - t0
+    for g, n in zip(gens, news):
+        g.tokens, g.timings = g.tokens[:n], dict(clock.timings)
+    return gens
+
+
+def _start(target, drafter, prompt, layers, budget, max_new, rng) -> _Sequence:
+    """Prefill one prompt (batch 1) and open its drafter state."""
+    cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
+    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
+    return _Sequence(cache, drafter.new_state(), features, int(prompt[-1]), budget, max_new, rng)
+
+
+def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
+                         gdn_mode, rngs, clock: Generation) -> list[Generation]:
+    layers = tuple(drafter.cfg.target_layer_ids)
+    with timed_phase(clock, "prefill"):
+        seqs = [_start(target, drafter, p, layers, *args) for p, *args in zip(prompts, budgets, news, rngs)]
+    running = list(seqs)
+    while running:
+        with timed_phase(clock, "draft"):
+            drafts = propose_all(drafter, running, block_size)  # [bs-1, V] each
+        with timed_phase(clock, "tree"):
+            trees = [draft_tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
+        with timed_phase(clock, "verify"):
+            outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
+        with timed_phase(clock, "accept"):
+            # every sequence walks its own tree with its own target choices: argmax at T = 0, at
+            # T > 0 a sample from its own generator at every node (ancestral sampling from the
+            # target, lossless per sequence whatever the other sequences of the batch accept)
+            walks = [accept(t, choose_tokens(o.logits, temperature, s.rng)) for t, o, s in zip(trees, outs, running)]
+        with timed_phase(clock, "commit"):
+            for s, t, o, (path, bonus) in zip(running, trees, outs, walks):
+                commit(target, s.cache, t, path)
+                s.features, s.root = o.features[path], bonus
+                s.gen.tokens += t.tokens[path[1:]].tolist() + [bonus]
+                s.gen.acceptance_lengths.append(len(path))
+                s.gen.tree_sizes.append(t.num_nodes)
+        running = [s for s in running if len(s.gen.tokens) < s.max_new_tokens]
+    return [s.gen for s in seqs]
+
+
+def propose_all(drafter, running: list[_Sequence], block_size: int) -> list[torch.Tensor]:
+    """One block per running sequence, [bs-1, V] each: ``propose_batch`` for a
+    ``DFlashDrafter``, else (any object with ``propose``, e.g. a test wrapper) a loop."""
+    if isinstance(drafter, DFlashDrafter):
+        return list(propose_batch(drafter, [s.dstate for s in running], [s.features for s in running],
+                                  [s.root for s in running], block_size))
+    return [drafter.propose(s.dstate, s.features, s.root, block_size) for s in running]
+
+
+@torch.no_grad()
+def propose_batch(drafter: DFlashDrafter, states: list[DrafterState], new_features: list[torch.Tensor],
+                  last_tokens: list[int], block_size: int) -> torch.Tensor:
+    """``DFlashDrafter.propose`` for B states in ONE block forward: -> logits [B, bs-1, V].
+
+    Each state's context cache is extended first (``extend``, a loop); the contexts are then
+    left-padded to the longest, C, and masked: block row j of sequence b sees b's own context
+    rows and its whole block (bool mask [B, 1, bs, C + bs]), at positions length_b + j.
+    """
+    block_size = drafter._check_block_size(block_size)
+    lengths = torch.tensor([s.length + f.shape[0] for s, f in zip(states, new_features)])  # [B] after extend
+    if int(lengths.max()) + block_size > drafter.cfg.max_positions:
+        raise ValueError(f"positions must stay below max_positions={drafter.cfg.max_positions}, "
+                         f"block would end at {int(lengths.max()) + block_size}")
+    for state, feats in zip(states, new_features):
+        drafter.extend(state, feats)
+    dev, C = drafter.fc.weight.device, int(lengths.max())
+    ids = drafter._block_ids(torch.tensor(last_tokens, device=dev), block_size)  # [B, bs]
+    pos = (lengths[:, None] + torch.arange(block_size)).to(dev)  # [B, bs]
+    visible = (torch.arange(C) >= C - lengths[:, None]).to(dev)  # [B, C]
+    mask = torch.cat([visible[:, None, None].expand(-1, 1, block_size, C),
+                      visible.new_ones(len(states), 1, block_size, block_size)], dim=-1)  # [B, 1, bs, C + bs]
+    x = drafter.embed(ids)  # [B, bs, hidden]
+    for i, layer in enumerate(drafter.layers):
+        x = layer(x, pos, left_padded([s.keys[i] for s in states], C), left_padded([s.values[i] for s in states], C),
+                  mask)
+    return drafter.logits(x)[:, 1:]  # [B, bs-1, V]
+
+
+def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of any lengths -> ids [B, Pmax] (padding id 0 on the left), mask [B, Pmax] (1 = token)."""
+    P = max(p.numel() for p in prompts)
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros(len(prompts), P, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, P - p.numel():], mask[b, P - p.numel():] = p, 1
+    return ids, mask
+
+
+def _generate_batch_ar(target, prompts, news, temperature, rngs, clock: Generation) -> list[Generation]:
+    """Batched AR on the stock forward and ``DynamicCache``: left padding, a 2-D attention mask,
+    per-sequence positions. Every row runs until the longest sequence is done (the stock
+    Qwen3.5 linear-attention cache layer has no ``batch_select_indices``); extra tokens of
+    finished rows are dropped."""
+    from transformers import DynamicCache
+    device = next(target.parameters()).device
+    ids, mask = (t.to(device) for t in left_pad(prompts))
+    positions = mask.sum(-1, keepdim=True)  # [B, 1] position of the next token
+    cache, gens = DynamicCache(config=target.config), [Generation() for _ in prompts]
+    with timed_phase(clock, "prefill"):
+        logits = target(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                        past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
+    for step in range(max(news)):
+        tokens = torch.stack([choose_tokens(logits[b:b + 1], temperature, rng)[0] for b, rng in enumerate(rngs)])  # [B]
+        for g, token in zip(gens, tokens.tolist()):
+            g.tokens.append(token)
+            g.acceptance_lengths.append(1)
+            g.tree_sizes.append(0)
+        if step + 1 == max(news):
+            break
+        with timed_phase(clock, "verify"):
+            mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)  # [B, P + step + 1]
+            logits = target(tokens[:, None].to(device), attention_mask=mask, position_ids=positions + step,
+                            past_key_values=cache, use_cache=True).logits[:, -1]
+    return gens

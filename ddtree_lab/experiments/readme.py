@@ -1,0 +1,208 @@
+"""The README's numbers, rendered from stored result files only.
+
+Each block names the stored files it reads and the command that writes them. ``ddtree-lab
+readme`` renders every block into ``data/results/readme_tables.json`` and splices the
+markdown into README.md between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
+tests/test_readme.py checks that README, JSON and stored files agree, and that no table
+outside these blocks holds a number.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..common import RESULTS_DIR, ROOT
+from ..train.checkpoints import CKPT_DIR
+
+README = ROOT / "README.md"
+TABLES_JSON = RESULTS_DIR / "readme_tables.json"
+ARCH_TITLES = {"gdn": "GDN target (Qwen3.5 class)", "mla": "MLA target (DeepSeek-V3 class)"}
+
+
+@dataclass(frozen=True)
+class Block:
+    """sources: stored files (relative to the repository); command: what writes them."""
+    sources: tuple[str, ...]
+    command: str
+    render: Callable[[], str]
+
+
+def _row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _table(header: list, rows: list[list]) -> str:
+    return "\n".join([_row(*header), _row(*["---"] * len(header))] + [_row(*r) for r in rows])
+
+
+# ----------------------------------------------------------------------------- quality
+
+def _manifest(arch: str, kind: str) -> dict:
+    return json.loads((CKPT_DIR / f"{arch}-{kind}" / "manifest.json").read_text())
+
+
+def _quality_cells(target: dict, decoding: pd.DataFrame) -> list:
+    """The quality table's column of one arch: target row from quality json, decoding rows."""
+    arch, goal = target["arch"], 2.6
+    tman, agree = _manifest(arch, "target"), target["humaneval_agreement_block16"]
+    tau = {(r.method, r.block_size, r.gdn_mode): r.tau for r in decoding.itertuples()}
+    exact = "wy" if arch == "gdn" else "-"
+    same = decoding.same_as_ar * decoding.prompts
+    return [f"{target['params_total'] / 1e6:.2f}M / {target['params_active'] / 1e6:.2f}M",
+            f"{tman['train_cfg']['max_tokens'] / 1e6:.1f}M tokens, {target['target_train_min']:.0f} min",
+            f"{target['val_loss']:.2f} ({'pass' if target['val_loss'] <= goal else 'miss'})",
+            f"{target['humaneval_solution_loss']:.2f}",
+            f"{_manifest(arch, 'drafter')['drafter_config']['num_layers']} layers, {target['drafter_train_min']:.0f} min",
+            " / ".join(f"{agree[i]:.2f}" for i in (0, 7, 14)),
+            f"{tau['dflash', 8, exact]:.2f} / {tau['dflash', 16, exact]:.2f}",
+            f"{tau['ddtree', 8, exact]:.2f}",
+            f"{int(same.min())}/{int(decoding.prompts.max())}"]
+
+
+def render_quality() -> str:
+    q = json.loads((RESULTS_DIR / "quality-gdn-mla.json").read_text())
+    dec = pd.DataFrame(q["decoding"])
+    cols = [_quality_cells(t, dec[dec.arch == t["arch"]]) for t in q["targets"]]
+    n = int(dec.prompts.max())
+    labels = ["parameters total / active", "training", "validation loss (goal <= 2.6)",
+              "HumanEval canonical-solution loss", "drafter (trained for its target)",
+              "drafter top-1 agreement on HumanEval, block positions 1 / 8 / 15",
+              f"linear tau, {n} HumanEval prompts, block 8 (goal >= 3) / block 16", "DDTree-64 tau, block 8",
+              f"speculative output == AR ({n} prompts; DFlash 8 and 16, DDTree-64 with wy and with fork)"]
+    mb = sum(p.stat().st_size for p in CKPT_DIR.rglob("*") if p.is_file()) / 2**20
+    head = f"**Shipped models** (`ddtree-lab quality`; checkpoints {mb:.0f} MB in all, weights in bf16):\n\n"
+    return head + _table([""] + [ARCH_TITLES[t["arch"]] for t in q["targets"]],
+                         [[label] + [c[i] for c in cols] for i, label in enumerate(labels)])
+
+
+# ----------------------------------------------------------------------------- speed
+
+def _pick(t: pd.DataFrame, arch: str, mode: str, method: str, budget) -> pd.Series | None:
+    r = t[(t.arch == arch) & (t.gdn_mode == mode) & (t.method == method) & (t.budget == str(budget))]
+    return r.iloc[0] if len(r) else None
+
+
+def _speed_rows(t: pd.DataFrame) -> list[list]:
+    """One row per budget (DFlash first, auto last): GDN wy tau/speedup, naive tau (== AR), MLA;
+    the best fixed-budget speedup of each target in bold."""
+    fixed = t[(t.method == "ddtree") & (t.budget != "auto") & t.gdn_mode.isin(["wy", "-"])]
+    best = {a: fixed[fixed.arch == a].speedup.max() for a in ("gdn", "mla")}
+
+    def speed(r, arch=None):
+        return f"**{r.speedup:.2f}x**" if arch and r.budget != "auto" and r.speedup == best[arch] else f"{r.speedup:.2f}x"
+
+    gdn_d, mla_d = t[(t.method == "dflash") & (t.arch == "gdn")].iloc[0], t[(t.method == "dflash") & (t.arch == "mla")].iloc[0]
+    rows = [[f"DFlash ({gdn_d.budget})", f"{gdn_d.tau:.2f}", speed(gdn_d), "", f"{mla_d.tau:.2f}", speed(mla_d)]]
+    for b in sorted({int(b) for b in fixed.budget}) + ["auto"]:
+        wy, nv, mla = (_pick(t, a, m, "ddtree", b) for a, m in (("gdn", "wy"), ("gdn", "naive"), ("mla", "-")))
+        naive = "" if nv is None else f"{nv.tau:.2f} ({100 * nv.matches_ar:.0f}%)"
+        rows.append([b, f"{wy.tau:.2f}", speed(wy, "gdn"), naive, f"{mla.tau:.2f}", speed(mla, "mla")])
+    return rows
+
+
+def render_speed() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    t["speedup"], t["tau"] = t.speedup.round(6), t.tau.round(6)
+    n, new, block = int(t.n_prompts.max()), int(t.max_new_tokens.max()), int(t[t.method == "ddtree"].block_size.max())
+    head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, one thread, "
+            "all configs interleaved per prompt; AR is transformers' own cached decoding):\n\n")
+    table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
+                   _speed_rows(t))
+    share = t[(t.budget == "256") & t.gdn_mode.isin(["wy", "-"])].tree_share * 100
+    return head + table + (f"\n\nTree building is {share.min():.1f}-{share.max():.1f}% of a round at budget 256 "
+                           "(exact modes, both targets).")
+
+
+# ----------------------------------------------------------------------------- verify cost, build_tree, exactness
+
+def render_verify_cost() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench_verify.csv")
+    gdn, mla = t[t.arch == "gdn"].set_index("budget"), t[t.arch == "mla"].set_index("budget")
+    head = (f"**Exact verification cost** (`python scripts/bench_verify.py`: random-init targets at the shipped "
+            f"width, prefix {int(t.prefix_len.iloc[0])}, one thread, median of {int(t.repeats.iloc[0])}; "
+            "commit as a share of its verify):\n\n")
+    rows = [[b, f"{r['naive_ms']:.1f}", f"{r['wy/naive']:.2f}x", f"{r['fork/naive']:.2f}x",
+             f"{100 * r['commit/wy']:.1f}% / {100 * r['commit/fork']:.1f}%",
+             f"{mla.loc[b, 'verify/root']:.2f}x" if b in mla.index else ""] for b, r in gdn.iterrows()]
+    return head + _table(["budget", "GDN naive verify ms", "wy / naive", "fork / naive", "commit wy / fork",
+                          "MLA verify / 1-node verify"], rows)
+
+
+def render_build_tree() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench_tree.csv")
+    head = (f"**`build_tree`** (`python scripts/bench_tree.py`: [{int(t.depth.iloc[0])}, {int(t.vocab.iloc[0])}] "
+            f"drafter logits, one thread, median of {int(t.runs.iloc[0])} runs):\n\n")
+    return head + _table(["budget", "build_tree ms", "of which heap ms"],
+                         [[int(r.budget), f"{r.build_ms:.2f}", f"{r.heap_ms:.2f}"] for r in t.itertuples()])
+
+
+def render_exactness() -> str:
+    t = pd.read_csv(RESULTS_DIR / "exactness.csv")
+    head = (f"**Exactness** (`python scripts/exactness.py`: every node of the first DDTree-{int(t.budget.iloc[0])} "
+            f"tree of {int(t.prompts.iloc[0])} HumanEval prompts against a forward of its own path, max |logit "
+            "error|; commit: the cache after verify + commit against a fresh prefill):\n\n")
+    rows = []
+    for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
+        s = g.set_index("setting")
+        commit = s.loc["float64 + harness", "commit_err"]
+        rows.append([arch if mode == "-" else f"{arch} {mode}", f"{s.loc['float64 + harness', 'max_err']:.1e}",
+                     f"{s.loc['float32', 'max_err']:.1e}", int(s.loc["float32", "flips"]),
+                     "" if pd.isna(commit) else f"{commit:.1e}"])
+    return head + _table(["target, mode", "float64 (harness)", "float32", "argmax flips (float32)",
+                          "commit (float64)"], rows)
+
+
+BLOCKS = {
+    "quality": Block(("data/results/quality-gdn-mla.json", "data/checkpoints"), "ddtree-lab quality", render_quality),
+    "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
+    "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
+    "build_tree": Block(("data/results/bench_tree.csv",), "python scripts/bench_tree.py", render_build_tree),
+    "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
+}
+
+
+# ----------------------------------------------------------------------------- README
+
+def render_all(names=None) -> dict:
+    """{name: {'sources', 'command', 'markdown'}} from the stored files (``names``: a subset)."""
+    blocks = {n: BLOCKS[n] for n in (names or BLOCKS)}
+    missing = [f"{src} (run `{b.command}`)" for b in blocks.values() for src in b.sources if not (ROOT / src).exists()]
+    if missing:
+        raise FileNotFoundError("stored result files missing: " + "; ".join(missing))
+    return {name: {"sources": list(b.sources), "command": b.command, "markdown": b.render()}
+            for name, b in blocks.items()}
+
+
+def block_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- results:{name} -->\n)(.*?)(\n<!-- /results:{name} -->)", re.S)
+
+
+def readme_blocks(text: str) -> dict:
+    """{name: markdown} of every results block in a README text."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"<!-- results:(\w+) -->\n(.*?)\n<!-- /results:\1 -->",
+                                                         text, re.S)}
+
+
+def splice(text: str, tables: dict) -> str:
+    """README text with every block's markdown replaced by ``tables[name]['markdown']``."""
+    for name, t in tables.items():
+        pattern = block_pattern(name)
+        if not pattern.search(text):
+            raise ValueError(f"README has no <!-- results:{name} --> block")
+        text = pattern.sub(lambda m: m.group(1) + t["markdown"] + m.group(3), text)
+    return text
+
+
+def write_readme(names=None, readme: Path = README, out: Path = TABLES_JSON) -> dict:
+    """Render the blocks (all, or ``names``) from the stored files, merge them into the stored
+    JSON, splice them into the README; returns what was rendered."""
+    tables = render_all(names)
+    stored = json.loads(out.read_text()) if out.is_file() else {}
+    out.write_text(json.dumps({**stored, **tables}, indent=1) + "\n")
+    readme.write_text(splice(readme.read_text(), tables))
+    return tables

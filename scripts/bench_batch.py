@@ -1,0 +1,223 @@
+"""Cost of a batched verify against a batched AR step (issue 13 items 1 and 4).
+
+On the real-size random-init targets (``build_target("gdn" | "mla")``, float32, ONE thread),
+every sequence with a committed prefix of ``--prefix`` random tokens:
+
+- ``ar_step``: one stock decode step of batch B (``DynamicCache``, a 2-D attention mask);
+- ``verify_batch``: ONE forward over B trees of ``budget`` nodes each (``batch_verify.verify_batch``);
+- ``verify_loop``: the same B trees verified one sequence at a time (batch-1 ``verify``);
+- per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
+  and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
+- breakdown of one batched verify: buffers + mask, the cache view (``BatchCache._stacked``),
+  the GDN layers (``gdn_tree_forward_batch``, and its per-sequence twin for comparison), the
+  rest of the forward.
+
+Times are THIS THREAD's CPU time (``time.thread_time``), so other jobs on a shared machine
+inflate them far less than wall time; medians of ``--repeats`` runs (methods interleaved, one
+warm-up), min beside them as a noise check. Results -> data/results/bench_batch.csv.
+
+    PYTHONPATH=. taskset -c 0 python scripts/bench_batch.py [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+
+import pandas as pd
+import torch
+import transformers
+
+from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.core import batch, batch_verify
+from ddtree_lab.core.models import build_target, count_parameters
+from ddtree_lab.core.verify import prefill, verify
+from ddtree_lab.experiments.verify_cost import random_prefix, random_tree
+
+OUT = RESULTS_DIR / "bench_batch.csv"
+clock = time.thread_time  # CPU seconds of this thread: robust to other jobs sharing the machine
+
+
+def timed_ms(fn) -> float:
+    start = clock()
+    fn()
+    return 1e3 * (clock() - start)
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """{name: (median ms, min ms)} of every fn, run in turn ``repeats`` times after one warm-up."""
+    times = {name: [] for name in fns}
+    for rep in range(repeats + 1):
+        for name, fn in fns.items():
+            ms = timed_ms(fn)
+            if rep:
+                times[name].append(ms)
+    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+
+
+# ----------------------------------------------------------------------------- workloads
+
+def caches_and_trees(model, B: int, budget: int, prefix: int):
+    """B prefilled caches (prefixes of ``prefix`` random tokens) and B trees of ``budget`` nodes."""
+    caches = [prefill(model, random_prefix(model, prefix, seed=b))[0] for b in range(B)]
+    trees = [random_tree(model.config.vocab_size, budget, seed=b) for b in range(B)]
+    return caches, trees
+
+
+def ar_stepper(model, B: int, prefix: int):
+    """A function running one batch-B stock decode step (the cache grows by one each call)."""
+    from transformers import DynamicCache
+    prompts = [random_prefix(model, prefix, seed=b) for b in range(B)]
+    ids, mask = batch.left_pad(prompts)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+    state = {"mask": mask, "pos": mask.sum(-1, keepdim=True)}
+
+    @torch.no_grad()
+    def step():
+        state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(B, 1)], 1)
+        model(torch.zeros(B, 1, dtype=torch.long), attention_mask=state["mask"], position_ids=state["pos"],
+              past_key_values=cache, use_cache=True)
+        state["pos"] = state["pos"] + 1
+    return step
+
+
+def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) -> dict:
+    caches, trees = caches_and_trees(model, B, budget, prefix)
+    fns = {"ar_step": ar_stepper(model, B, prefix),
+           "verify_batch": lambda: batch_verify.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
+           "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)]}
+    res = interleaved(fns, repeats)
+    row = {"B": B, "budget": budget, "mode": mode}
+    for name, (med, low) in res.items():
+        row[f"{name}_ms"], row[f"{name}_min_ms"] = med, low
+    row["verify_batch/ar_step"] = row["verify_batch_ms"] / row["ar_step_ms"]
+    row["verify_loop/verify_batch"] = row["verify_loop_ms"] / row["verify_batch_ms"]
+    return row
+
+
+# ----------------------------------------------------------------------------- per node
+
+def matmul_gflops(model, repeats: int) -> float:
+    """This core's float32 GFLOP/s on the target's own MLP shape, 256 rows."""
+    h, inter = model.config.hidden_size, model.config.intermediate_size
+    x, w = torch.randn(256, h), torch.randn(h, inter)
+    ms = statistics.median(timed_ms(lambda: x @ w) for _ in range(repeats * 10))
+    return 2 * 256 * h * inter / (ms * 1e-3) / 1e9
+
+
+def flops_per_token(model) -> float:
+    """2 x the active matmul parameters a token meets (input embedding excluded: a lookup;
+    the tied LM head counted once as a matmul)."""
+    return 2.0 * count_parameters(model)["active"]
+
+
+def node_rows(model, mode: str, prefix: int, repeats: int, budgets=(16, 64, 256)) -> list[dict]:
+    """One row per budget (0: the stock decode step): batch-1 verify ms and the marginal ms per
+    node since the previous budget, against the FLOP floor per node."""
+    caches, _ = caches_and_trees(model, 1, 1, prefix)
+    fns = {0: ar_stepper(model, 1, prefix)}
+    for n in budgets:
+        tree = random_tree(model.config.vocab_size, n)
+        fns[n] = lambda t=tree: verify(model, caches[0].snapshot(), t, mode)
+    res = interleaved(fns, repeats)
+    floor_ms = flops_per_token(model) / (matmul_gflops(model, repeats) * 1e9) * 1e3
+    rows, last = [], None
+    for n, (med, low) in res.items():
+        per_node = (med - res[last][0]) / (n - last) if last else float("nan")
+        rows.append({"mode": mode, "budget": n, "verify_ms": med, "verify_min_ms": low, "per_node_ms": per_node,
+                     "floor_per_node_ms": floor_ms, "per_node/floor": per_node / floor_ms})
+        last = n
+    return rows
+
+
+# ----------------------------------------------------------------------------- breakdown
+
+@contextlib.contextmanager
+def accumulate(module, name: str, totals: dict):
+    """Time every call of ``module.name`` into totals[name] (ms)."""
+    fn = getattr(module, name)
+
+    def wrapped(*args, **kwargs):
+        start = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            totals[name] = totals.get(name, 0.0) + 1e3 * (clock() - start)
+    setattr(module, name, wrapped)
+    try:
+        yield
+    finally:
+        setattr(module, name, fn)
+
+
+def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
+    """Median ms per batched verify spent in each piece, and the rest of the forward
+    (gdn_layer: ``batch_verify.gdn_tree_forward_batch`` (default) or its per-sequence twin)."""
+    layer = gdn_layer or batch_verify.gdn_tree_forward_batch
+    caches, trees = caches_and_trees(model, B, budget, prefix)
+    rows = []
+    for _ in range(repeats + 1):
+        totals: dict = {}
+        with accumulate(batch_verify, "batch_buffers", totals), accumulate(batch_verify, "additive_mask", totals), \
+                accumulate(batch_verify.BatchCache, "_stacked", totals):
+            totals["total"] = timed_ms(lambda: batch_verify.verify_batch(
+                model, [c.snapshot() for c in caches], trees, mode, gdn_layer=timed_layer(layer, totals)))
+        rows.append(totals)
+    frame = pd.DataFrame(rows[1:]).fillna(0.0).median()
+    frame["rest_of_forward"] = frame["total"] - frame.drop("total").sum()
+    return {"B": B, "budget": budget, "mode": mode, "gdn_layer": layer.__name__,
+            **{f"{k}_ms": v for k, v in frame.items()}}
+
+
+def timed_layer(layer, totals: dict):
+    """``layer`` timing itself into totals["gdn_layers"] (ms)."""
+    def wrapped(*args):
+        start = clock()
+        out = layer(*args)
+        totals["gdn_layers"] = totals.get("gdn_layers", 0.0) + 1e3 * (clock() - start)
+        return out
+    return wrapped
+
+
+# ----------------------------------------------------------------------------- main
+
+def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
+    model = build_target(arch)
+    modes = ("wy", "fork") if arch == "gdn" else ("wy",)
+    batches = [batch_row(model, B, args.budget, args.prefix, m, args.repeats) for m in modes for B in args.batches]
+    nodes = [r for m in modes for r in node_rows(model, m, args.prefix, args.repeats)]
+    parts = [breakdown(model, max(args.batches), args.budget, args.prefix, m, args.repeats) for m in modes]
+    parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
+                        batch_verify.gdn_tree_forward_batch_reference)] if arch == "gdn" else []
+    return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 repeats, batches 1 and 16")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--prefix", type=int, default=128)
+    parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--archs", default="gdn,mla", help="comma-separated: gdn, mla")
+    args = parser.parse_args()
+    args.repeats = 3 if args.quick else args.repeats
+    args.batches = (1, 16) if args.quick else (1, 4, 16)
+    torch.set_num_threads(1)
+    tables = []
+    for arch in args.archs.split(","):
+        for kind, table in run_arch(arch, args).items():
+            print(f"\n{arch} {kind} (median of {args.repeats}, thread CPU ms, one thread, prefix {args.prefix})")
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+            tables.append(table.assign(arch=arch, table=kind))
+    meta = {"prefix": args.prefix, "repeats": args.repeats, "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    pd.concat(tables, ignore_index=True).assign(**meta).to_csv(OUT, index=False)
+    print(f"\nsaved {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU run of issue 12, as one script (planned for one H200, under 8 minutes):
+#   exactness of every verify mode vs the stock forward at the published layer widths, and the
+#   verify-cost curve 1..512, in float32 and bfloat16, on CUDA with the stock kernels
+#   transformers picks up there (flash-linear-attention, causal-conv1d if they install).
+# Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png.
+#
+#   bash scripts/gpu_check.sh          # on a GPU machine
+#   bash scripts/gpu_check.sh --tiny   # the same steps with the toy presets on whatever device
+#                                      # there is (the CPU smoke run the tests make)
+# Environment: GPU_CHECK_OUT (output folder), GPU_CHECK_BUDGETS (cost budgets, e.g. "1 16"),
+# GPU_CHECK_EXACT_BUDGETS (exactness budgets), GPU_CHECK_REPEATS (timing repeats, default 5).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TINY=""
+[[ "${1:-}" == "--tiny" ]] && TINY="--tiny"
+OUT="${GPU_CHECK_OUT:-data/results/gpu}"
+COST_BUDGETS="${GPU_CHECK_BUDGETS:-1 2 4 8 16 32 64 128 256 512}"
+EXACT_BUDGETS="${GPU_CHECK_EXACT_BUDGETS:-1 16 64 256 512}"
+mkdir -p "$OUT"
+if python -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    DEVICE=cuda
+    THREADS=8
+    # optional kernels: used by the stock GDN path (prefill, the oracle, the "stock" column)
+    timeout 150 pip install -q flash-linear-attention || echo "flash-linear-attention: not installed, torch fallback"
+    timeout 150 pip install -q --no-build-isolation causal-conv1d || echo "causal-conv1d: not installed, torch fallback"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/nvidia-smi.txt" || true
+else
+    [[ -n "$TINY" ]] || { echo "no CUDA device: run with --tiny for the CPU smoke run" >&2; exit 2; }
+    DEVICE=cpu
+    THREADS=1
+fi
+CKPT="$(mktemp -d)"
+trap 'rm -rf "$CKPT"' EXIT
+
+for DTYPE in float32 bfloat16; do
+    COMMON=(--device "$DEVICE" --dtype "$DTYPE" --out "$OUT" --tag="-$DTYPE" --checkpoint "$CKPT" --threads "$THREADS" $TINY)
+    python scripts/full_size_check.py exact "${COMMON[@]}" --budgets $EXACT_BUDGETS
+    python scripts/full_size_check.py cost "${COMMON[@]}" --budgets $COST_BUDGETS --repeats "${GPU_CHECK_REPEATS:-5}"
+done
+echo "gpu_check: wrote $(ls "$OUT" | tr '\n' ' ')"

@@ -1,0 +1,308 @@
+"""Batched speculative decoding (issue 13 item 1): as lossless as batch 1, per sequence.
+
+- ``verify_batch`` == batch-1 ``verify`` of every sequence (logits, then the committed caches
+  over two rounds), trees of different sizes on prefixes of different lengths (one empty);
+- T = 0: every sequence of ``generate_batch`` (dflash, ddtree; GDN fork / wy, MLA; the batched
+  AR baseline) equals its own batch-1 AR output: exactly in float64 under the harness; in
+  float32 a difference must be a near-tie, reported with its margin;
+- T > 0: the first two tokens of every sequence fit the target's exact distribution;
+- finished sequences leave the batch; bad input raises ValueError naming the parameter.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
+
+from ddtree_lab.core import adapter, batch, batch_verify, decode, gdn_tree
+from ddtree_lab.core.cache import commit
+from ddtree_lab.core.drafter import DFlashDrafter
+from ddtree_lab.core.models import build_target
+from ddtree_lab.core.verify import full_forward_logits, prefill, verify
+from helpers import HintedDrafter, assert_close, toy_pair
+from test_decode import _biased_accept, _chi_square_pvalue, _exact_first_two
+from test_verify import TOL, assert_same_cache, generator, make_tree, precision, root_path
+
+DTYPES = {"f32": torch.float32, "f64": torch.float64}
+CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
+NEAR_TIE = 1e-4  # float32: a token may differ from AR only where AR's top-2 logits are this close
+PROMPT_LENGTHS = (1, 5, 11, 3)  # 1: an empty committed prefix
+
+
+def pair(preset: str, dtype: torch.dtype):
+    """(target, drafter) in ``dtype``: the toy pair, float64 by rebuilding both from seed 0."""
+    target, drafter = toy_pair(preset)
+    if dtype == torch.float32:
+        return target, drafter
+    target = build_target(preset, dtype=dtype)
+    torch.manual_seed(1)
+    return target, DFlashDrafter(drafter.cfg, target).to(dtype).eval()
+
+
+PAIRS = {(p, d): pair(p, d) for p in ("gdn-toy", "mla-toy") for d in DTYPES.values()}
+
+
+class BatchHintedDrafter:
+    """``HintedDrafter`` per sequence: the k-th ``new_state`` belongs to the k-th prompt."""
+
+    def __init__(self, drafter, sequences):
+        self.hinted = [HintedDrafter(drafter, s) for s in sequences]
+        self.cfg, self.owner = drafter.cfg, {}
+
+    def new_state(self):
+        state = self.hinted[len(self.owner)].new_state()
+        self.owner[id(state)] = self.hinted[len(self.owner)]
+        return state
+
+    def propose(self, state, new_features, last_token, block_size):
+        return self.owner[id(state)].propose(state, new_features, last_token, block_size)
+
+
+def prompts_for(seed: int, vocab: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab - 1, (n,), generator=g) for n in PROMPT_LENGTHS]
+
+
+# ----------------------------------------------------------------------------- verify_batch
+
+def _caches(model, prefixes):
+    return [prefill(model, p)[0] for p in prefixes]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("preset,mode", CASES + [("gdn-toy", "naive")], ids=lambda x: x)
+def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
+    """Two rounds of verify + commit: batch == batch 1, logits and committed caches."""
+    model, _ = PAIRS[preset, dtype]
+    V, gen = model.config.vocab_size, generator("batch-verify", preset, mode)
+    prefixes = [torch.randint(V, (n - 1,), generator=gen).tolist() for n in PROMPT_LENGTHS]
+    with precision(dtype):
+        ref, out = _caches(model, prefixes), _caches(model, prefixes)
+        for rnd in range(2):
+            trees = [make_tree(kind, budget, V, gen) for kind, budget in
+                     zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
+            outs = batch_verify.verify_batch(model, out, trees, mode)
+            for b, (tree, o) in enumerate(zip(trees, outs)):
+                assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
+                             o.logits, TOL[dtype])
+                path = root_path(tree, "random", gen)
+                commit(model, ref[b], tree, path)
+                commit(model, out[b], tree, path)
+                assert_same_cache(f"round{rnd} seq{b}", ref[b], out[b], TOL[dtype])
+
+
+def test_verify_batch_features_match_batch_one():
+    model, drafter = PAIRS["gdn-toy", torch.float32]
+    layers, gen = tuple(drafter.cfg.target_layer_ids), generator("features")
+    prefixes = [[1, 2, 3], [], [4] * 9]
+    trees = [make_tree("bushy", b, 64, gen) for b in (3, 8, 1)]
+    outs = batch_verify.verify_batch(model, _caches(model, prefixes), trees, "wy", layers)
+    for b, (c, t) in enumerate(zip(_caches(model, prefixes), trees)):
+        assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("mode", ("wy", "naive"))
+def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
+    """One GDN layer on 3 padded trees: outputs on real rows, conv, and the committed state (W1)
+    of a random path per sequence, fast (one vmapped WY pass) vs the per-sequence loop."""
+    model, _ = PAIRS["gdn-toy", dtype]
+    m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
+    trees = [make_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
+    bufs = batch_verify.batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
+    h = torch.randn(3, max(bufs.sizes), model.config.hidden_size, generator=gen).to(dtype)
+    conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
+    S0 = torch.randn(3, m.num_v_heads, m.head_k_dim, m.head_v_dim, generator=gen).to(dtype) * 0.1
+    with precision(dtype):
+        out, recs = batch_verify.gdn_tree_forward_batch(m, h, conv, S0, bufs, mode)
+        ref, ref_recs = batch_verify.gdn_tree_forward_batch_reference(m, h, conv, S0, bufs, mode)
+    for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
+        path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
+        assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], TOL[dtype])
+        assert_close(f"{mode} seq{b} x", ref_recs[b]["x"], recs[b]["x"], 0.0)
+        assert_close(f"{mode} seq{b} state", gdn_tree.wy_state(ref_recs[b]["wy"], ref_recs[b]["S0"], path),
+                     gdn_tree.wy_state(recs[b]["wy"], recs[b]["S0"], path), TOL[dtype])
+
+
+def test_propose_batch_equals_propose_per_sequence():
+    """Contexts of 0, 3 and 9 rows, two rounds: one batched block forward == propose per state."""
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    gen, F = generator("propose"), drafter.cfg.feature_size
+    one, many = [drafter.new_state() for _ in range(3)], [drafter.new_state() for _ in range(3)]
+    for new_rows in ((0, 3, 9), (2, 1, 4)):
+        feats = [torch.randn(n, F, generator=gen) for n in new_rows]
+        roots = torch.randint(64, (3,), generator=gen).tolist()
+        out = batch.propose_batch(drafter, many, feats, roots, 6)
+        for b in range(3):
+            assert_close(f"propose seq{b}", drafter.propose(one[b], feats[b], roots[b], 6), out[b], 2e-6)
+
+
+# ----------------------------------------------------------------------------- T = 0
+
+def _first_difference(ref: list[int], out: list[int]) -> int | None:
+    return next((t for t, (a, b) in enumerate(zip(ref, out)) if a != b), None)
+
+
+def assert_equal_or_near_tie(name, target, prompt, ref: list[int], out: list[int], exact: bool) -> None:
+    """out == ref token for token; in float32 a first difference must be a near-tie of the
+    target at that step (its top-2 logit margin < NEAR_TIE, printed), and ``out`` must pick a top-2 token."""
+    assert len(out) == len(ref), f"{name}: {len(out)} tokens, AR {len(ref)}"
+    t = _first_difference(ref, out)
+    if t is None:
+        return
+    logits = full_forward_logits(target, prompt.tolist() + ref[:t])
+    top = logits.topk(2)
+    margin = float(top.values[0] - top.values[1])
+    print(f"{name}: differs from AR at token {t} ({ref[t]} vs {out[t]}), top-2 margin {margin:.2e}")
+    assert not exact, f"{name}: float64 under the harness must equal AR exactly"
+    assert margin < NEAR_TIE and out[t] in top.indices.tolist()
+
+
+def _ar_outputs(target, prompts, max_new):
+    return [decode.generate(target, None, p, method="ar", max_new_tokens=n).tokens for p, n in zip(prompts, max_new)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("method,budget,block", [("dflash", 7, 8), ("ddtree", [32, 4, 16, 8], 8)],
+                         ids=["dflash", "ddtree-mixed-budgets"])
+@pytest.mark.parametrize("preset,mode", CASES, ids=lambda x: x)
+def test_greedy_batch_equals_ar(preset, mode, method, budget, block, dtype):
+    """Prompts of lengths 1..11, each with its own max_new_tokens (sequences finish at
+    different rounds), a drafter hinted per sequence so rounds accept and reject."""
+    target, drafter = PAIRS[preset, dtype]
+    prompts, max_new = prompts_for(7, target.config.vocab_size), [16, 5, 11, 9]
+    with precision(dtype):
+        ar = _ar_outputs(target, prompts, max_new)
+        hinted = BatchHintedDrafter(drafter, [p.tolist() + a for p, a in zip(prompts, ar)])
+        gens = batch.generate_batch(target, hinted, prompts, method=method, budget=budget, block_size=block,
+                                    max_new_tokens=max_new, gdn_mode=mode)
+        for b, (p, a, g) in enumerate(zip(prompts, ar, gens)):
+            assert_equal_or_near_tie(f"{preset}-{mode}-{method} seq{b}", target, p, a, g.tokens,
+                                     exact=dtype == torch.float64)
+    accepted = sum(sum(g.acceptance_lengths) - len(g.acceptance_lengths) for g in gens)
+    rounds = [len(g.acceptance_lengths) for g in gens]
+    print(f"{preset} {mode} {method}: {accepted} draft tokens accepted, rounds {rounds}")
+    assert accepted > 0 and all(len(g.acceptance_lengths) > 1 for g in gens)
+
+
+@contextlib.contextmanager
+def batched_harness_gdn_kernel():
+    """Inside the float64 harness: run its batch-1 GDN kernel stand-in once per batch row.
+    (Stands in for the adapter hook the report recommends: ``adapter._chunk_rule`` over a batch.)"""
+    def rule(query, key, value, g, beta, initial_state=None, output_final_state=False, **kwargs):
+        rows = [adapter._chunk_rule(query[b:b + 1], key[b:b + 1], value[b:b + 1], g[b:b + 1], beta[b:b + 1],
+                                    None if initial_state is None else initial_state[b:b + 1],
+                                    output_final_state, **kwargs) for b in range(query.shape[0])]
+        states = [s for _, s in rows]
+        return torch.cat([o for o, _ in rows]), (torch.cat(states) if output_final_state else None)
+    saved = qwen35.torch_chunk_gated_delta_rule, qwen35.torch_recurrent_gated_delta_rule
+    qwen35.torch_chunk_gated_delta_rule = qwen35.torch_recurrent_gated_delta_rule = rule
+    try:
+        yield
+    finally:
+        qwen35.torch_chunk_gated_delta_rule, qwen35.torch_recurrent_gated_delta_rule = saved
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_batched_ar_baseline_equals_ar(preset, dtype):
+    target, _ = PAIRS[preset, dtype]
+    prompts, max_new = prompts_for(11, target.config.vocab_size), [12, 3, 8, 12]
+    with precision(dtype), (batched_harness_gdn_kernel() if dtype == torch.float64 else contextlib.nullcontext()):
+        ar = _ar_outputs(target, prompts, max_new)
+        gens = batch.generate_batch(target, None, prompts, method="ar", max_new_tokens=max_new)
+        for b, (p, a, g) in enumerate(zip(prompts, ar, gens)):
+            assert_equal_or_near_tie(f"{preset}-ar seq{b}", target, p, a, g.tokens, exact=dtype == torch.float64)
+
+
+def test_finished_sequences_leave_the_batch(monkeypatch):
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    sizes, verify_batch = [], batch.verify_batch
+
+    def spy(model, caches, trees, *args):
+        sizes.append(len(trees))
+        return verify_batch(model, caches, trees, *args)
+    monkeypatch.setattr(batch, "verify_batch", spy)
+    gens = batch.generate_batch(target, drafter, prompts_for(3, 64)[:3], method="ddtree", budget=8,
+                                block_size=4, max_new_tokens=[2, 9, 5])
+    print(f"batch size per round {sizes}")
+    assert [len(g.tokens) for g in gens] == [2, 9, 5]
+    assert sizes[0] == 3 and sizes[-1] == 1 and sizes == sorted(sizes, reverse=True)
+
+
+def test_batch_of_one_is_generate():
+    """Same seed, same drafter: a batch of one reproduces ``generate`` round for round (T > 0)."""
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    kw = dict(method="ddtree", budget=12, block_size=4, max_new_tokens=10, temperature=0.8, seed=5)
+    one = decode.generate(target, drafter, [3, 1, 4, 1, 5], **kw)
+    [batched] = batch.generate_batch(target, drafter, [[3, 1, 4, 1, 5]], **kw)
+    assert batched.tokens == one.tokens and batched.acceptance_lengths == one.acceptance_lengths
+
+
+# ----------------------------------------------------------------------------- T > 0
+
+def _first_two_counts_batch(target, drafter, prompts, n, temperature) -> torch.Tensor:
+    """counts [B, 2, V] of each sequence's first two tokens over n batched runs."""
+    counts = torch.zeros(len(prompts), 2, target.config.vocab_size)
+    for run in range(n):
+        gens = batch.generate_batch(target, drafter, prompts, method="ddtree", budget=[6, 3], block_size=4,
+                                    max_new_tokens=2, temperature=temperature, seed=run * len(prompts))
+        for b, g in enumerate(gens):
+            counts[b, 0, g.tokens[0]] += 1
+            counts[b, 1, g.tokens[1]] += 1
+    return counts
+
+
+def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch):
+    """T > 0: each sequence's first two tokens fit its own exact distribution (chi-square); a
+    deliberately biased acceptance rule is rejected by the same test."""
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    prompts, T = [torch.tensor([5, 9, 2]), torch.tensor([7])], 0.5
+    exact = [_exact_first_two(target, p, T) for p in prompts]
+    fair = _first_two_counts_batch(target, drafter, prompts, 200, T)
+    monkeypatch.setattr(batch, "accept", _biased_accept)
+    biased = _first_two_counts_batch(target, drafter, prompts, 100, T)
+    p_fair = [_chi_square_pvalue(fair[b, i], exact[b][i]) for b in range(2) for i in range(2)]
+    p_biased = [_chi_square_pvalue(biased[b, i], exact[b][i]) for b in range(2) for i in range(2)]
+    print(f"p-values fair {p_fair}, biased {p_biased}")
+    assert min(p_fair) > 1e-3
+    assert all(min(p_biased[2 * b:2 * b + 2]) < 1e-3 for b in range(len(prompts)))  # every sequence
+
+
+# ----------------------------------------------------------------------------- bad input
+
+BAD = [
+    (dict(prompts=[]), "prompts"),
+    (dict(prompts=[1, 2, 3]), "prompts\\[0\\]"),
+    (dict(prompts=[[1, 2], []]), "prompts\\[1\\]"),
+    (dict(prompts="abc"), "prompts"),
+    (dict(budget=[4, 4, 4]), "budget"),
+    (dict(budget="auto"), "budget"),
+    (dict(budget=[4, 0]), "budget"),
+    (dict(max_new_tokens=[4]), "max_new_tokens"),
+    (dict(max_new_tokens=[4, 0]), "max_new_tokens"),
+    (dict(method="beam"), "method"),
+    (dict(gdn_mode="exactish"), "gdn_mode"),
+    (dict(temperature=-1.0), "temperature"),
+]
+
+
+@pytest.mark.parametrize("override,name", BAD, ids=[f"{n.strip('[]0123456789')}{i}" for i, (_, n) in enumerate(BAD)])
+def test_bad_input_is_refused_before_work(override, name):
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    kwargs = dict(prompts=[[1, 2, 3], [4]], method="ddtree", budget=8, block_size=4, max_new_tokens=4)
+    kwargs.update(override)
+    with pytest.raises(ValueError, match=name) as err:
+        batch.generate_batch(target, drafter, **kwargs)
+    print(err.value)
+
+
+def test_verify_batch_refuses_mismatched_lists():
+    target, _ = PAIRS["gdn-toy", torch.float32]
+    cache, tree = prefill(target, [1, 2])[0], make_tree("chain", 2, 64, generator("bad"))
+    with pytest.raises(ValueError, match="caches and trees"):
+        batch_verify.verify_batch(target, [cache], [tree, tree])
+    with pytest.raises(ValueError, match="distinct"):
+        batch_verify.verify_batch(target, [cache, cache], [tree, tree])

@@ -1,0 +1,103 @@
+"""The package's layers, read from its source with ``ast``: core < train < experiments < app.
+
+A module may import its own layer and the layers below it (``common`` is below them all;
+the package's ``__init__`` / ``__main__`` sit on top), never one above, and no import cycle
+exists. Imports inside functions count: they hide a dependency, they do not remove it.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+from ddtree_lab.common import ROOT
+
+PACKAGE = ROOT / "ddtree_lab"
+LAYERS = {"common": 0, "core": 1, "train": 2, "experiments": 3, "app": 4, "__init__": 5, "__main__": 5}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    """The ddtree_lab modules one ``from ... import ...`` statement loads."""
+    if node.level:
+        base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in MODULES]
+    return subs or [target]
+
+
+def imports(module: str) -> set[str]:
+    """Every ddtree_lab module ``module`` imports, at module level or inside functions."""
+    path = MODULES[module]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            out.update(_resolve(module, path.name == "__init__.py", node))
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return {m for m in out if m in MODULES and m != module}
+
+
+GRAPH = {m: imports(m) for m in MODULES}
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def test_the_graph_is_read():
+    assert "ddtree_lab.core.verify" in GRAPH["ddtree_lab.core.decode"]
+    assert "ddtree_lab.core.cache" in GRAPH["ddtree_lab.core.verify"]
+    assert len(MODULES) > 30
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_upward_import(module):
+    up = sorted(m for m in GRAPH[module] if LAYERS[layer(m)] > LAYERS[layer(module)])
+    assert not up, f"{module} ({layer(module)}) imports a higher layer: {up}"
+
+
+def test_core_imports_only_core_and_common():
+    bad = {m: sorted(i for i in GRAPH[m] if layer(i) not in ("core", "common"))
+           for m in GRAPH if layer(m) == "core"}
+    assert not {m: b for m, b in bad.items() if b}
+
+
+def find_cycle(graph: dict) -> list[str] | None:
+    """One import cycle as a list of modules, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == "open":
+                return stack[stack.index(n):] + [n]
+            if n not in state and (cycle := visit(n)):
+                return cycle
+        state[m] = "done"
+        stack.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (cycle := visit(m)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle():
+    assert find_cycle(GRAPH) is None, " -> ".join(find_cycle(GRAPH))
+
+
+def test_find_cycle_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None

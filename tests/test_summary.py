@@ -1,0 +1,37 @@
+"""summarize's loop split: pooled tau over all rounds and over rounds outside loops."""
+import math
+
+import pandas as pd
+import pytest
+
+from ddtree_lab.experiments.summary import summarize
+
+
+def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5):
+    cfg = {"arch": "mla", "method": method, "gdn_mode": "-", "budget": 0 if method == "ar" else 7,
+           "block_size": 0 if method == "ar" else 8, "temperature": 0.0, "max_new_tokens": len(tokens)}
+    m = {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [7] * len(acc), "timings": {"total": 1.0},
+         "tau": sum(acc) / len(acc), "round_in_loop": flags, "ends_in_loop": ends, "entropy": entropy}
+    return {**cfg, "prompt": prompt, "tau": m["tau"], "_metrics": m}
+
+
+def test_tau_outside_loops_pools_the_untagged_rounds():
+    toks = list(range(12))
+    frame = pd.DataFrame([_row("ar", 0, toks, [1] * 12, [False] * 12, False),
+                          _row("ar", 1, toks, [1] * 12, [False] * 6 + [True] * 6, True),
+                          _row("dflash", 0, toks, [2, 2, 8], [False, False, True], True, 1.0),
+                          _row("dflash", 1, toks, [4, 8], [False, True], False, 2.0)])
+    s = summarize(frame).set_index("method")
+    assert s.loc["dflash", "tau"] == pytest.approx((4 + 6) / 2)             # mean of per-prompt tau
+    assert s.loc["dflash", "tau_rounds"] == pytest.approx(24 / 5)           # pooled over rounds
+    assert s.loc["dflash", "tau_outside_loops"] == pytest.approx(8 / 3)     # rounds 2, 2, 4
+    assert s.loc["dflash", "loop_round_share"] == pytest.approx(2 / 5)
+    assert s.loc["dflash", "loop_prompts"] == 0.5 and s.loc["dflash", "entropy"] == 1.5
+    assert s.loc["ar", "loop_round_share"] == pytest.approx(6 / 24) and s.loc["ar", "tau_outside_loops"] == 1
+
+
+def test_rows_stored_before_loop_tags_give_nan_not_a_number():
+    row = _row("ar", 0, [1, 2], [1, 1], None, False)
+    del row["_metrics"]["round_in_loop"], row["_metrics"]["ends_in_loop"]
+    s = summarize(pd.DataFrame([row]))
+    assert math.isnan(s.tau_outside_loops[0]) and math.isnan(s.loop_prompts[0])
