@@ -351,6 +351,7 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
                            & summary.gdn_mode.isin(["wy", "-"])]
             curve = _ddtree_curve(free, "tau").dropna()
+            budgets |= set(curve.index)
             ax.plot(curve.index, curve.values, ls=":", marker=".", color=colors[arch], label=f"{arch}: free-running, T = 0")
         budget_axis(ax, budgets)
         ax.set(ylabel="τ (tokens per round)", title=f"block {block_size}: real code vs the model's own text (dashed: DFlash)")

@@ -133,7 +133,7 @@ def continuation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """After an accepted node at depth d: is depth d + 1 accepted too, by where the node sits?
 
     The measurement public engines report for sibling conditioning (docs/background.md
-    section 6): right after an accepted rank >= 1 sibling ("after_sibling") the drafter's
+    section 8): right after an accepted rank >= 1 sibling ("after_sibling") the drafter's
     next marginals were made for the rank-0 token, so the walk may stop far more often than
     on the main path ("main_path": every node so far rank 0). predicted = the surrogate's
     chance to go on (sum of q_cond of the node's children in the tree); observed = the rate

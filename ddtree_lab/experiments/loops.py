@@ -1,7 +1,7 @@
 """Repetition loops: detect them, tag rounds by them, and split every metric by them.
 
 A small target decoded greedily falls into loops, and a loop is trivially predictable, so
-a measurement that mixes loops and text measures loops (docs/background.md section 7). The
+a measurement that mixes loops and text measures loops (docs/background.md section 8). The
 definition used everywhere in the lab: a token sequence is *looping* when its last
 ``window`` tokens are periodic with a period of at most ``max_period``.
 """

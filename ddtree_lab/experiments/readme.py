@@ -17,6 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
+from . import full_size_cost
 from ..train.checkpoints import CKPT_DIR
 
 README = ROOT / "README.md"
@@ -107,9 +108,10 @@ def _speed_rows(t: pd.DataFrame) -> list[list]:
 
 def render_speed() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    t = t[t.temperature == 0].copy()   # T = 1 has its own table (render_temperature)
     t["speedup"], t["tau"] = t.speedup.round(6), t.tau.round(6)
     n, new, block = int(t.n_prompts.max()), int(t.max_new_tokens.max()), int(t[t.method == "ddtree"].block_size.max())
-    head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, one thread, "
+    head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, T = 0, one thread, "
             "all configs interleaved per prompt; AR is transformers' own cached decoding):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
@@ -157,12 +159,95 @@ def render_exactness() -> str:
                           "commit (float64)"], rows)
 
 
+# ----------------------------------------------------------------------------- loops, temperature, real text
+
+def _store_summary(name: str) -> pd.DataFrame:
+    """``summarize`` of every row of a committed store (rows of other models are never committed)."""
+    from .results import ResultsStore
+    from .summary import summarize
+    return summarize(ResultsStore(name).frame())
+
+
+def _loop_cells(s: pd.DataFrame, arch: str) -> list:
+    """One arch's column of the loops table: loop rate, then tau all / outside loops."""
+    rows = s[(s.arch == arch) & s.gdn_mode.isin(["wy", "-"]) & (s.temperature == 0)]
+    ar = rows[rows.method == "ar"].iloc[0]
+    dfl = rows[(rows.method == "dflash") & (rows.block_size == 8)].iloc[0]
+    tree = rows[(rows.method == "ddtree") & (rows.budget.astype(str) == "64")].iloc[0]
+    return [f"{100 * ar.loop_prompts:.0f}%",
+            f"{dfl.tau_rounds:.2f} / {dfl.tau_outside_loops:.2f} ({100 * dfl.loop_round_share:.0f}%)",
+            f"{tree.tau_rounds:.2f} / {tree.tau_outside_loops:.2f} ({100 * tree.loop_round_share:.0f}%)",
+            f"{tree.tau_rounds / dfl.tau_rounds:.2f} / **{tree.tau_outside_loops / dfl.tau_outside_loops:.2f}**"]
+
+
+def render_loops() -> str:
+    s = _store_summary("quality")
+    n, new = int(s.n_prompts.max()), int(s.max_new_tokens.max())
+    head = (f"**Loops** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0, block 8; a round is in "
+            "a loop when its context's last 48 tokens are periodic with period <= 24; tau pooled over rounds):\n\n")
+    labels = ["greedy continuations ending in a loop", "DFlash tau: all rounds / outside loops (rounds in loops)",
+              "DDTree-64 tau: all rounds / outside loops (rounds in loops)", "DDTree-64 / DFlash tau: all / outside loops"]
+    cols = {a: _loop_cells(s, a) for a in ("gdn", "mla")}
+    return head + _table(["", ARCH_TITLES["gdn"], ARCH_TITLES["mla"]],
+                         [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
+
+
+def _temperature_row(t: pd.DataFrame, arch: str, temp: float) -> list:
+    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(["wy", "-"])]
+    dfl = rows[rows.method == "dflash"].iloc[0]
+    cells = [arch, f"{temp:g}", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
+             f"{dfl.tau:.2f} / {dfl.tau_outside_loops:.2f}"]
+    for b in ("16", "64"):
+        r = rows[(rows.method == "ddtree") & (rows.budget == b)].iloc[0]
+        cells.append(f"{r.tau:.2f} / {r.tau_outside_loops:.2f}")
+    r = rows[(rows.method == "ddtree") & (rows.budget == "64")].iloc[0]
+    return cells + [f"{dfl.speedup:.2f}x / {r.speedup:.2f}x"]
+
+
+def render_temperature() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
+    head = (f"**T = 1 beside T = 0** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block 8; tau as "
+            "a mean over prompts / pooled over rounds outside loops; entropy: the target's, nats per new token, at "
+            "T = 0 of its own softmax):\n\n")
+    rows = [_temperature_row(t, a, temp) for a in ("gdn", "mla") for temp in sorted(t.temperature.unique())]
+    return head + _table(["target", "T", "entropy", "rounds in loops (DFlash)", "DFlash tau: all / outside loops",
+                          "DDTree-16 tau", "DDTree-64 tau", "speedup DFlash / DDTree-64"], rows)
+
+
+def render_teacher_forced() -> str:
+    from .results import ResultsStore
+    from .teacher_forced import tf_summary
+    frame = ResultsStore("teacher_forced").frame()
+    tf = tf_summary(frame)
+    budgets = [b for b in (4, 16, 64, 128) if b in set(tf.budget[tf.method == "ddtree"])]
+    head = (f"**Real text, teacher-forced** (notebook 05: {frame.prompt.nunique()} HumanEval canonical solutions, "
+            f"a position every {int(frame.stride.iloc[0])} tokens, block {int(frame.block_size.iloc[0])}: the context "
+            "is the real code, the target's own greedy choices decide what the tree accepts; no loop can touch it):\n\n")
+    rows = []
+    for arch, g in tf.groupby("arch"):
+        t = g.set_index(["method", "budget"]).tau
+        dfl = g[g.method == "dflash"].iloc[0]
+        rows.append([arch, int(dfl.positions), f"{dfl.tau:.2f}"] + [f"{t['ddtree', b]:.2f}" for b in budgets]
+                    + [f"{t['ddtree', budgets[-1]] / dfl.tau:.2f}"])
+    return head + _table(["target", "positions", "DFlash tau"] + [f"DDTree-{b} tau" for b in budgets]
+                         + [f"DDTree-{budgets[-1]} / DFlash"], rows)
+
+
 BLOCKS = {
     "quality": Block(("data/results/quality-gdn-mla.json", "data/checkpoints"), "ddtree-lab quality", render_quality),
     "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
     "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
     "build_tree": Block(("data/results/bench_tree.csv",), "python scripts/bench_tree.py", render_build_tree),
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
+    "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
+    "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
+    "teacher_forced": Block(("data/results/teacher_forced.jsonl",), "bash scripts/lab.sh (notebook 05)",
+                            render_teacher_forced),
+    "full_size": Block(full_size_cost.README_SOURCES,
+                       "python scripts/full_size_check.py exact && python scripts/full_size_check.py cost && "
+                       "torchrun --nproc-per-node 2 scripts/tp_verify.py [--preset kimi-k2.6]",
+                       full_size_cost.render_readme),
 }
 
 
