@@ -8,7 +8,7 @@ from ddtree_lab.core import decode
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits
-from helpers import HintedDrafter, toy_pair
+from helpers import HintedDrafter, assert_close, toy_pair
 
 PAIRS = {p: toy_pair(p) for p in ("gdn-toy", "mla-toy")}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -166,3 +166,17 @@ def test_auto_budget_picks_a_prefix_of_the_largest_tree():
     t = decode.auto_tree(logits, 1, CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))
     full = tree_mod.build_tree(logits, 1, 256)
     assert torch.equal(t.tokens, full.tokens[:len(t)])
+
+
+@pytest.mark.parametrize("method, temperature", [("ar", 0.0), ("ddtree", 0.0), ("dflash", 0.7)])
+def test_entropies_are_the_target_distributions_the_tokens_came_from(method, temperature):
+    target, drafter = toy_pair("mla-toy")
+    prompt = [3, 9, 4, 1]
+    g = decode.generate(target, drafter, prompt, method=method, budget=6, block_size=4, max_new_tokens=12,
+                 temperature=temperature, seed=1)
+    with torch.no_grad():
+        logits = target(torch.tensor([prompt + g.tokens])).logits[0, len(prompt) - 1:-1].double()
+    logp = torch.log_softmax(logits / (temperature or 1.0), dim=-1)
+    expected = -(logp.exp() * logp).sum(-1)
+    assert len(g.entropies) == len(g.tokens) == 12
+    assert_close(f"entropy-{method}", expected, torch.tensor(g.entropies, dtype=torch.float64), 1e-4)
