@@ -22,7 +22,7 @@ from ddtree_lab.core import adapter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree
 from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.cache import commit, commit_reference
 from helpers import assert_close
 
 torch.set_num_threads(1)
@@ -371,3 +371,19 @@ def test_check_internals_catches_lost_attribute(monkeypatch):
     with pytest.raises(RuntimeError, match="A_log") as info:
         adapter.check_internals()
     print(f"RuntimeError: {info.value}")
+
+
+@pytest.mark.parametrize("mode", GDN_MODES)
+@pytest.mark.parametrize("pick", ("root", "deepest", "random"))
+def test_commit_equals_its_replay_twin(mode, pick):
+    """commit (stored / closed-form GDN states) == commit_reference (token-by-token replay)."""
+    model, prefix, tree, path = commit_case(f"twin-{mode}", "bushy", pick, torch.float64)
+    with adapter.float64_harness():
+        fast, _ = prefill(model, prefix)
+        plain = fast.snapshot()
+        verify(model, fast, tree, mode)
+        verify(model, plain, tree, mode)
+        commit(model, fast, tree, path)
+        commit_reference(model, plain, tree, path)
+    assert fast.pending is None and plain.pending is None
+    assert_same_cache(f"twin-{mode}-{pick}", plain, fast, 1e-12)
