@@ -296,10 +296,10 @@ LENS_STYLES = {  # (column, temperature): label, colour, line style
 }
 
 
-def _ddtree_curve(rows: pd.DataFrame, column: str) -> pd.Series:
-    """column vs integer budget for the DDTree rows of ``rows`` (auto left out)."""
-    tree = rows[(rows["method"] == "ddtree") & (rows["budget"] != "auto")]
-    return tree.assign(budget=tree["budget"].astype(int)).set_index("budget")[column].sort_index()
+def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
+    """column vs integer budget for the DDTree rows of one gdn_mode (``budget_curves``), NaN dropped."""
+    curve = budget_curves(rows, column, [mode]).get(mode)
+    return pd.Series(dtype=float) if curve is None else curve.set_index("budget")["value"].dropna()
 
 
 def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode: str = "wy") -> Figure:
@@ -312,7 +312,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
         for (col, temp), (label, color, ls) in LENS_STYLES.items():
             rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
                            & (summary.temperature == temp) & summary.gdn_mode.isin([mode])]
-            curve = _ddtree_curve(rows, col).dropna()
+            curve = _ddtree_curve(rows, col, mode)
             if curve.empty:
                 continue
             budgets |= set(curve.index)
@@ -321,7 +321,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
             if len(dfl):
                 ax_tau.axhline(dfl.iloc[0], ls="--", lw=1, color=color, alpha=0.8)
             if col == "tau_rounds":
-                share = _ddtree_curve(rows, "loop_round_share").dropna()
+                share = _ddtree_curve(rows, "loop_round_share", mode)
                 ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=label.split(",")[0])
         for ax in (ax_tau, ax_loop):
             budget_axis(ax, budgets)
@@ -350,7 +350,7 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
             ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
                            & summary.gdn_mode.isin(["wy", "-"])]
-            curve = _ddtree_curve(free, "tau").dropna()
+            curve = _ddtree_curve(free, "tau", "-" if arch == "mla" else "wy")
             budgets |= set(curve.index)
             ax.plot(curve.index, curve.values, ls=":", marker=".", color=colors[arch], label=f"{arch}: free-running, T = 0")
         budget_axis(ax, budgets)

@@ -32,6 +32,16 @@ def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list
     return list(range(max(start, 1), text_len - lookahead, stride))
 
 
+def _draft_at(target, drafter, context: torch.Tensor, block_size: int):
+    """The target's cache of context[:-1], the root context[-1], and the drafter's block
+    logits [block_size - 1, V] from that context."""
+    layers = tuple(drafter.cfg.target_layer_ids)
+    cache, pre = prefill(target, context[:-1], feature_layers=layers)
+    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
+    root = int(context[-1])
+    return cache, root, drafter.propose(drafter.new_state(), features, root, block_size)
+
+
 @torch.no_grad()
 def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
                 gdn_mode: str = "wy") -> dict:
@@ -39,11 +49,7 @@ def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], 
 
     -> {"dflash": int, budget b: int for b in budgets}
     """
-    layers = tuple(drafter.cfg.target_layer_ids)
-    cache, pre = prefill(target, context[:-1], feature_layers=layers)
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    root = int(context[-1])
-    draft = drafter.propose(drafter.new_state(), features, root, block_size)  # [bs-1, V]
+    cache, root, draft = _draft_at(target, drafter, context, block_size)
     out = {}
     chain = tree_mod.chain_tree(draft.argmax(-1), root)
     out["dflash"] = len(tree_mod.accept(chain, verify(target, cache.snapshot(), chain, gdn_mode).logits.argmax(-1))[0])
@@ -59,11 +65,7 @@ def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], 
 def accepted_at_reference(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
                           gdn_mode: str = "wy") -> dict:
     """``accepted_at``'s plain twin: every budget's tree built and verified on its own."""
-    layers = tuple(drafter.cfg.target_layer_ids)
-    cache, pre = prefill(target, context[:-1], feature_layers=layers)
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    root = int(context[-1])
-    draft = drafter.propose(drafter.new_state(), features, root, block_size)
+    cache, root, draft = _draft_at(target, drafter, context, block_size)
     trees = {"dflash": tree_mod.chain_tree(draft.argmax(-1), root)}
     trees.update({b: tree_mod.build_tree(draft, root, b) for b in budgets})
     return {k: len(tree_mod.accept(t, verify(target, cache.snapshot(), t, gdn_mode).logits.argmax(-1))[0])
