@@ -33,6 +33,7 @@ from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.core import batch, batch_verify
 from ddtree_lab.core.models import build_target, count_parameters
 from ddtree_lab.core.verify import prefill, verify
+from ddtree_lab.experiments.spread import ratio_columns
 from ddtree_lab.experiments.verify_cost import random_prefix, random_tree
 
 OUT = RESULTS_DIR / "bench_batch.csv"
@@ -45,15 +46,21 @@ def timed_ms(fn) -> float:
     return 1e3 * (clock() - start)
 
 
-def interleaved(fns: dict, repeats: int) -> dict:
-    """{name: (median ms, min ms)} of every fn, run in turn ``repeats`` times after one warm-up."""
+def interleaved_times(fns: dict, repeats: int) -> dict:
+    """{name: [ms per repeat]} of every fn, run in turn ``repeats`` times after one warm-up
+    (repeat r of every fn is one pair for ``spread.ratio_columns``)."""
     times = {name: [] for name in fns}
     for rep in range(repeats + 1):
         for name, fn in fns.items():
             ms = timed_ms(fn)
             if rep:
                 times[name].append(ms)
-    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+    return times
+
+
+def interleaved(fns: dict, repeats: int) -> dict:
+    """{name: (median ms, min ms)} of every fn, run in turn ``repeats`` times after one warm-up."""
+    return {name: (statistics.median(t), min(t)) for name, t in interleaved_times(fns, repeats).items()}
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -89,12 +96,13 @@ def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) 
     fns = {"ar_step": ar_stepper(model, B, prefix),
            "verify_batch": lambda: batch_verify.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
            "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)]}
-    res = interleaved(fns, repeats)
+    times = interleaved_times(fns, repeats)
     row = {"B": B, "budget": budget, "mode": mode}
-    for name, (med, low) in res.items():
-        row[f"{name}_ms"], row[f"{name}_min_ms"] = med, low
-    row["verify_batch/ar_step"] = row["verify_batch_ms"] / row["ar_step_ms"]
-    row["verify_loop/verify_batch"] = row["verify_loop_ms"] / row["verify_batch_ms"]
+    for name, t in times.items():
+        row[f"{name}_ms"], row[f"{name}_min_ms"] = statistics.median(t), min(t)
+    # ratios: median of the paired per-repeat ratios, 95% interval, sign test
+    row |= ratio_columns("verify_batch/ar_step", times["verify_batch"], times["ar_step"])
+    row |= ratio_columns("verify_loop/verify_batch", times["verify_loop"], times["verify_batch"])
     return row
 
 

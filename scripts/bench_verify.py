@@ -3,10 +3,12 @@
 
 A thin wrapper over ``ddtree_lab.experiments.verify_cost`` (its docstrings define every column): the GDN
 target (``build_target("gdn")``, float32, one thread) times verify + commit in naive / fork /
-wy and their memory at budgets 1..256 and checks the goals at budget 64 (wy <= 1.1x naive,
-fork <= 2x naive, commit < 10% of a verify; on a MISS a per-kernel breakdown says what
-dominates); the MLA target (``build_target("mla")``) times verify over a 1-token decode (root-
-only verify and stock HF). Results -> data/results/bench_verify.csv.
+wy, and transformers' own forward of the same flattened tokens (stock), and their memory at
+budgets 1..256, and checks the goals at budget 64 (wy <= 1.1x naive, fork <= 2x naive, commit
+< 10% of a verify; on a MISS a per-kernel breakdown says what dominates); the MLA target
+(``build_target("mla")``) times verify over a 1-token decode (root-only verify and stock HF).
+Every ratio is the median of 15 paired repeats with a 95% interval and a sign test
+(``experiments.spread``). Results -> data/results/bench_verify.csv.
 
     PYTHONPATH=. python scripts/bench_verify.py [--quick]
 """
@@ -20,6 +22,7 @@ import transformers
 
 from ddtree_lab.core.models import build_target
 from ddtree_lab.experiments.results import RESULTS_DIR
+from ddtree_lab.experiments.spread import format_ratio_columns
 from ddtree_lab.experiments.verify_cost import gdn_breakdown, gdn_cost_table, goal_lines, mla_cost_table
 
 PREFIX_LEN, GOAL_BUDGET = 128, 64
@@ -28,10 +31,15 @@ OUT = RESULTS_DIR / "bench_verify.csv"
 
 def show(name: str, model, table: pd.DataFrame, repeats: int) -> None:
     mb = {c: c.replace("_bytes", "_MB") for c in table.columns if c.endswith("_bytes")}
-    shown = table.assign(**{c: table[c] / 2**20 for c in mb}).rename(columns=mb)
+    spread = [c for c in table.columns if c.endswith(("_lo", "_hi", "_p"))]  # in the CSV; intervals printed below
+    shown = table.assign(**{c: table[c] / 2**20 for c in mb}).rename(columns=mb).drop(columns=spread)
     print(f"\n{name} target ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params), prefix {PREFIX_LEN}, "
           f"median of {repeats}, ms; bytes in MB")
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    ratios = [c[:-3] for c in spread if c.endswith("_lo")]
+    print("ratios: median of paired repeats [95% interval] ('noise': the interval holds 1)")
+    for _, row in table.iterrows():
+        print(f"  budget {int(row['budget'])}: " + "; ".join(f"{r} {format_ratio_columns(row, r)}" for r in ratios))
 
 
 def main():

@@ -44,3 +44,19 @@ class HintedDrafter:
             if root + d < len(self.sequence) and (root + d) % 3:
                 logits[d - 1, self.sequence[root + d]] += self.boost
         return logits
+
+
+class BatchHintedDrafter:
+    """``HintedDrafter`` per sequence: the k-th ``new_state`` belongs to the k-th prompt."""
+
+    def __init__(self, drafter, sequences):
+        self.hinted = [HintedDrafter(drafter, s) for s in sequences]
+        self.cfg, self.owner = drafter.cfg, {}
+
+    def new_state(self):
+        state = self.hinted[len(self.owner)].new_state()
+        self.owner[id(state)] = self.hinted[len(self.owner)]
+        return state
+
+    def propose(self, state, new_features, last_token, block_size):
+        return self.owner[id(state)].propose(state, new_features, last_token, block_size)

@@ -21,7 +21,7 @@ from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits, prefill, verify
-from helpers import HintedDrafter, assert_close, toy_pair
+from helpers import BatchHintedDrafter, assert_close, toy_pair
 from test_decode import _biased_accept, _chi_square_pvalue, _exact_first_two
 from test_verify import TOL, assert_same_cache, generator, make_tree, precision, root_path
 
@@ -42,22 +42,6 @@ def pair(preset: str, dtype: torch.dtype):
 
 
 PAIRS = {(p, d): pair(p, d) for p in ("gdn-toy", "mla-toy") for d in DTYPES.values()}
-
-
-class BatchHintedDrafter:
-    """``HintedDrafter`` per sequence: the k-th ``new_state`` belongs to the k-th prompt."""
-
-    def __init__(self, drafter, sequences):
-        self.hinted = [HintedDrafter(drafter, s) for s in sequences]
-        self.cfg, self.owner = drafter.cfg, {}
-
-    def new_state(self):
-        state = self.hinted[len(self.owner)].new_state()
-        self.owner[id(state)] = self.hinted[len(self.owner)]
-        return state
-
-    def propose(self, state, new_features, last_token, block_size):
-        return self.owner[id(state)].propose(state, new_features, last_token, block_size)
 
 
 def prompts_for(seed: int, vocab: int) -> list[torch.Tensor]:

@@ -1,13 +1,55 @@
-"""The bench grid: T = 0 (every GDN mode, auto in the exact mode only) and T = 1 (exact modes)."""
-from ddtree_lab.experiments.bench import bench_grid
+"""The bench grid: T = 0 (every GDN mode, auto in the exact mode only) and every sampled T
+(exact modes); speedups paired by prompt with their interval; the T = 0.3 goal lines."""
+import pandas as pd
+import pytest
+
+from ddtree_lab.experiments.bench import bench_grid, paired_speedups, sampled_goals
 
 
-def test_bench_grid_has_both_temperatures_and_no_auto_for_inexact_or_fork():
-    grid = bench_grid(budgets=(1, 16), t1_budgets=(4,))
+def test_bench_grid_has_every_temperature_and_no_auto_for_inexact_or_fork():
+    grid = bench_grid(budgets=(1, 16), sampled_budgets=(4,))
     keys = {(g["arch"], g["method"], g["gdn_mode"], g["budget"], g["temperature"]) for g in grid}
     assert len(keys) == len(grid)
     assert ("gdn", "ddtree", "naive", 16, 0.0) in keys and ("gdn", "ddtree", "wy", "auto", 0.0) in keys
     assert not any(g["budget"] == "auto" and g["gdn_mode"] in ("naive", "fork") for g in grid)
-    t1 = {k for k in keys if k[4] == 1.0}
-    assert t1 == {("gdn", "ar", "-", 0, 1.0), ("gdn", "dflash", "wy", 7, 1.0), ("gdn", "ddtree", "wy", 4, 1.0),
-                  ("mla", "ar", "-", 0, 1.0), ("mla", "dflash", "-", 7, 1.0), ("mla", "ddtree", "-", 4, 1.0)}
+    assert sorted({k[4] for k in keys}) == [0.0, 0.3, 0.6, 1.0]
+    for temp in (0.3, 0.6, 1.0):
+        sampled = {k[:4] for k in keys if k[4] == temp}
+        assert sampled == {("gdn", "ar", "-", 0), ("gdn", "dflash", "wy", 7), ("gdn", "ddtree", "wy", 4),
+                           ("mla", "ar", "-", 0), ("mla", "dflash", "-", 7), ("mla", "ddtree", "-", 4)}, temp
+    only_one = bench_grid(budgets=(1,), sampled_budgets=(4,), temperatures=(1.0,))
+    assert sorted({g["temperature"] for g in only_one}) == [0.0, 1.0]
+
+
+def _frame(seconds: dict, prompts: int = 10) -> pd.DataFrame:
+    """method -> seconds per prompt (8 tokens each); one arch, T = 0."""
+    rows = []
+    for method, secs in seconds.items():
+        for p in range(prompts):
+            rows.append({"arch": "gdn", "method": method, "gdn_mode": "wy", "budget": 0 if method == "ar" else 16,
+                         "block_size": 8, "temperature": 0.0, "max_new_tokens": 8, "prompt": p,
+                         "_metrics": {"tokens": list(range(8)), "timings": {"total": secs(p)}}})
+    return pd.DataFrame(rows)
+
+
+def test_paired_speedups_pair_by_prompt():
+    # AR is slow on odd prompts; DDTree is exactly 2x AR on every prompt: a pooled rate hides
+    # nothing here, the paired ratio is 2.0 with a zero-width interval and a tiny sign-test p
+    frame = _frame({"ar": lambda p: 1.0 + p % 2, "ddtree": lambda p: (1.0 + p % 2) / 2})
+    out = paired_speedups(frame).set_index("method")
+    print(out.to_string())
+    assert out.loc["ddtree", "speedup_paired"] == pytest.approx(2.0)
+    assert out.loc["ddtree", ["speedup_paired_lo", "speedup_paired_hi"]].tolist() == pytest.approx([2.0, 2.0])
+    assert out.loc["ddtree", "speedup_paired_p"] == pytest.approx(2 / 2 ** 10)
+    assert out.loc["ar", "speedup_paired"] == pytest.approx(1.0)
+
+
+def test_sampled_goals_pass_and_miss_with_the_figure():
+    table = pd.DataFrame([
+        {"arch": "gdn", "temperature": 0.3, "block_size": 8, "method": "dflash", "gdn_mode": "wy", "budget": "7", "tau": 3.2},
+        {"arch": "gdn", "temperature": 0.3, "block_size": 8, "method": "ddtree", "gdn_mode": "wy", "budget": "64", "tau": 3.9},
+        {"arch": "gdn", "temperature": 1.0, "block_size": 8, "method": "dflash", "gdn_mode": "wy", "budget": "7", "tau": 1.1}])
+    lines = sampled_goals(table)
+    print("\n".join(lines))
+    assert lines == ["PASS  gdn: T = 0.3 DFlash tau: 3.200 (goal >= 3.0)",
+                     "MISS  gdn: T = 0.3 DDTree-64 tau: 3.900 (goal >= 4.0)"]

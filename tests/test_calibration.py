@@ -22,7 +22,7 @@ def runs():
     rec = calibration.RoundRecorder()
     gens = []
     for p, (prompt, budget) in enumerate([([1, 2, 3, 4, 5], 80), ([7], 100), ([9, 8, 7, 6, 5, 4, 3], 16)]):
-        rec.labels = {"prompt": p}
+        rec.start(prompt, prompt=p)
         gens.append(decode.generate(target, drafter, prompt, method="ddtree", budget=budget, block_size=6,
                                     max_new_tokens=12, on_round=rec))
     return rec, gens
@@ -35,7 +35,8 @@ def test_rows_and_acceptance(runs):
     lengths = [a for g in gens for a in g.acceptance_lengths]
     print(f"{len(sizes)} rounds, {len(f)} nodes, {int(f.accepted.sum())} accepted")
     assert list(f.columns) == ["prompt", "round", "node", "parent", "depth", "rank", "main_path", "q_cond",
-                               "q_path", "reached", "accepted"]
+                               "q_path", "reached", "accepted", "in_loop"]
+    assert not f.in_loop.any()  # 12 new tokens after short prompts: never 48 periodic tokens
     assert len(f) == sum(sizes) and rec.rounds == len(sizes)
     assert f.groupby("round").size().tolist() == sizes
     assert f.groupby("round").accepted.sum().tolist() == [a - 1 for a in lengths]
@@ -120,3 +121,33 @@ def test_continuation_after_sibling_vs_main_path():
     assert t.index.tolist() == [(1, "after_sibling"), (1, "main_path")]
     assert t.loc[(1, "after_sibling")].tolist() == pytest.approx([0.7, 1.0, 1])
     assert t.loc[(1, "main_path")].tolist() == pytest.approx([0.7, 0.0, 1])
+    pooled = calibration.continuation_summary(pd.concat([t.reset_index(), t.reset_index().assign(depth=2, count=3)]))
+    print(pooled)
+    assert pooled.set_index("group").loc["main_path"].tolist() == pytest.approx([0.7, 0.0, 4])
+    assert pooled.group.tolist() == ["after_sibling", "main_path"]
+
+
+def test_rounds_are_tagged_by_the_loop_state_of_their_context():
+    """A prompt that already loops tags its first round in_loop, as ``loops.round_loop_flags``
+    does from the generation; a recorder without the prompt tags None, left out outside loops."""
+    from ddtree_lab.experiments.loops import round_loop_flags
+    target, drafter = toy_pair("gdn-toy")
+    rec = calibration.RoundRecorder()
+    flags = []
+    for p, prompt in enumerate([[5, 6, 7] * 20, list(range(3, 60))]):
+        rec.start(prompt, prompt=p)
+        g = decode.generate(target, drafter, prompt, method="ddtree", budget=8, block_size=4, max_new_tokens=10,
+                            on_round=rec)
+        flags += round_loop_flags(prompt, g.tokens, g.acceptance_lengths)
+    f = rec.frame()
+    per_round = f.groupby(["prompt", "round"]).in_loop.first().tolist()
+    print("recorded:", per_round, "\nexpected:", flags)
+    assert per_round == flags and flags[0] and not flags[-1]
+    assert len(calibration.outside_loops(f)) == (~f.in_loop.astype(bool)).sum()
+    assert len(calibration.outside_loops(f, looping=True)) == f.in_loop.astype(bool).sum()
+    assert calibration.continuation_table(f.iloc[:0]).empty
+    bare = calibration.RoundRecorder()
+    decode.generate(target, drafter, [1, 2, 3], method="ddtree", budget=4, block_size=4, max_new_tokens=4, on_round=bare)
+    assert bare.frame().in_loop.isna().all() and calibration.outside_loops(bare.frame()).empty
+    with pytest.raises(ValueError, match="no in_loop column"):
+        calibration.outside_loops(f.drop(columns="in_loop"))

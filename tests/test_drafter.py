@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from ddtree_lab.train import data
 from ddtree_lab.core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels,
                                 default_target_layers, drafter_loss, position_weights)
-from ddtree_lab.train.rollouts import drafter_prompts, function_prompts, make_rollouts, prompt_ids
+from ddtree_lab.train.rollouts import (continue_prompts, drafter_prompts, function_prompts, make_rollouts,
+                                      prompt_ids)
 from ddtree_lab.train.drafters import RECIPES, drafter_eval_fn, drafter_loss_fn, load_drafter, train_drafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.train.loop import train
@@ -134,13 +135,20 @@ def test_no_humaneval_prompt_in_drafter_prompts():
 
 
 @pytest.mark.parametrize("preset", TARGETS)
-def test_rollouts_are_greedy_and_resume_from_chunks(preset, tmp_path):
+def test_rollouts_are_greedy_or_sampled_and_resume_from_chunks(preset, tmp_path):
     target = build_target(preset)
-    kw = dict(new_tokens=6, prompt_len=8, batch_size=2, chunk_batches=1, cache_dir=tmp_path)
+    kw = dict(new_tokens=6, prompt_len=8, batch_size=2, chunk_batches=1, cache_dir=tmp_path,
+              temperatures=(0.0, 1.0))
     ref = make_rollouts(target, None, toy_prompts(), **kw)
     assert ref["tokens"].shape == (8, 14) and ref["features"].dtype == torch.float16
+    assert ref["temperature"].tolist() == [0.0, 0.0, 1.0, 1.0] * 2  # batches alternate
     logits = target(ref["tokens"].long()).logits
-    assert torch.equal(logits[:, 7:-1].argmax(-1), ref["tokens"][:, 8:].long())
+    greedy = ref["temperature"] == 0
+    argmax = logits[:, 7:-1].argmax(-1) == ref["tokens"][:, 8:].long()
+    assert argmax[greedy].all() and not argmax[~greedy].all()
+    # a sampled batch is what its seeded generator draws
+    again = continue_prompts(target, ref["tokens"][2:4, :8].long(), 6, 1.0, torch.Generator().manual_seed(1))
+    assert torch.equal(again, ref["tokens"][2:4].long())
     ids = prompt_ids(None, toy_prompts(), 8, 64)
     assert torch.equal(ref["tokens"][:, :8].long(), ids)
     # a crash after chunk 0: its saved part is reused (marked by zeroed features), the rest redone
@@ -148,7 +156,8 @@ def test_rollouts_are_greedy_and_resume_from_chunks(preset, tmp_path):
     path.unlink()
     parts = path.with_suffix(".parts")
     parts.mkdir()
-    torch.save((ref["tokens"][:2], torch.zeros_like(ref["features"][:2])), parts / "00000.pt")
+    torch.save((ref["tokens"][:2], torch.zeros_like(ref["features"][:2]), ref["temperature"][:2]),
+               parts / "00000.pt")
     resumed = make_rollouts(target, None, toy_prompts(), **kw)
     assert (resumed["features"][:2] == 0).all() and torch.equal(resumed["features"][2:], ref["features"][2:])
     assert path.is_file() and not parts.exists()

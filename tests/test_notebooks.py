@@ -14,7 +14,7 @@ NOTEBOOKS = notebook_paths()
 
 def test_there_are_notebooks():
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
-    assert len(NOTEBOOKS) == 7
+    assert len(NOTEBOOKS) == 8
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -332,6 +332,46 @@ def test_loop_split_draws_all_rounds_outside_loops_and_t1(summary):
     assert all(np.allclose(y, 0.5) for y in shares)  # half of every row's rounds were tagged
 
 
+def test_loop_split_draws_every_stored_temperature(figdir):
+    import pandas as pd
+    frame = make_frame()
+    sampled = frame[frame.temperature == 1.0]
+    frame = pd.concat([frame] + [sampled.assign(temperature=t) for t in (0.3, 0.6)], ignore_index=True)
+    fig = plots.plot_loop_split(summarize(_with_loop_tags(frame)), "gdn", block_size=4)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["DDTree, T = 0, all rounds", "DDTree, T = 0, outside loops", "DDTree, T = 0.3, all rounds",
+                      "DDTree, T = 0.6, all rounds", "DDTree, T = 1, all rounds"]
+    assert "T = 0, 0.3, 0.6, 1" in fig._suptitle.get_text()
+    _saved_ok(fig, "loops_temperatures")
+
+
+def test_loop_split_modes_draws_all_rounds_and_outside_loops_per_mode(figdir):
+    s = summarize(_with_loop_tags(make_frame()))
+    s = s[s.temperature == 0]
+    fig = plots.plot_loop_split_modes(s, title="gdn + mla, block 4")
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["gdn naive, all rounds", "gdn naive, outside loops", "gdn wy, all rounds", "gdn wy, outside loops",
+                      "mla, all rounds", "mla, outside loops"]
+    shares = [line.get_ydata() for line in fig.axes[1].get_lines()]
+    assert len(shares) == 3 and all(np.allclose(y, 0.5) for y in shares)
+    _saved_ok(fig, "loops_modes")
+    with pytest.raises(ValueError, match="one temperature"):
+        plots.plot_loop_split_modes(summarize(make_frame()))
+
+
+def test_continuation_figure_leaves_out_thin_points(figdir):
+    import pandas as pd
+    rows = [{"arch": "gdn", "depth": d, "group": g, "predicted": 0.8, "observed": o, "count": c}
+            for d in (1, 2, 3) for g, o, c in (("main_path", 0.9, 50), ("after_sibling", 0.5, 10 if d < 3 else 2))]
+    table = pd.DataFrame(rows)
+    fig = plots.plot_continuation(table, in_loops=table.assign(observed=1.0))
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    assert list(lines["right after a rank >= 1 sibling: observed"].get_xdata()) == [1, 2]   # depth 3: 2 nodes only
+    assert list(lines["main path: observed"].get_ydata()) == [0.9] * 3
+    assert "main path, in loops: observed" in lines
+    _saved_ok(fig, "continuation")
+
+
 def test_teacher_forced_figure_puts_real_text_beside_free_running(summary):
     import pandas as pd
     tf = pd.DataFrame([{"arch": "mla", "block_size": 4, "method": "dflash", "budget": 3, "positions": 9, "tau": 1.2}]

@@ -67,3 +67,53 @@ def test_the_readme_python_example_runs():
     code = re.search(r"```python\n(.*?)```", TEXT, re.S).group(1)
     assert "from ddtree_lab import load_pair, generate" in code
     exec(compile(code.replace('budget=16', 'budget=16, max_new_tokens=8'), "README.md", "exec"), {})
+
+
+def _bench_rows():
+    """A synthetic bench.csv: both archs at T = 0, 0.3, 0.6, 1; DFlash and DDTree-16/64, paired speedups."""
+    rows = []
+    for arch in ("gdn", "mla"):
+        for temp in (0.0, 0.3, 0.6, 1.0):
+            for method, budget, tau in (("dflash", "7", 3.0), ("ddtree", "16", 3.5), ("ddtree", "64", 4.0)):
+                rows.append({"arch": arch, "temperature": temp, "method": method, "budget": budget,
+                             "gdn_mode": "wy" if arch == "gdn" else "-", "block_size": 8, "max_new_tokens": 128,
+                             "n_prompts": 10, "tau": tau, "tau_rounds": tau * (1 + temp), "tau_outside_loops": tau,
+                             "loop_round_share": 0.2 if temp == 0 else 0.0, "entropy": 1 + temp, "speedup": 1.5,
+                             "speedup_paired": 1.5, "speedup_paired_lo": 0.9 if temp else 1.2,
+                             "speedup_paired_hi": 1.8, "speedup_paired_p": 0.02})
+    return rows
+
+
+def test_temperature_block_shows_every_stored_temperature(tmp_path, monkeypatch):
+    import pandas as pd
+    pd.DataFrame(_bench_rows()).to_csv(tmp_path / "bench.csv", index=False)
+    monkeypatch.setattr(readme, "RESULTS_DIR", tmp_path)
+    md = readme.render_temperature()
+    print(md)
+    lines = [line for line in md.splitlines() if line.startswith(("| gdn", "| mla"))]
+    assert [line.split(" | ")[1] for line in lines] == ["0", "0.3", "0.6", "1"] * 2
+    assert "T = 0, 0.3, 0.6, 1" in md
+    first = lines[1].split(" | ")   # gdn, T = 0.3
+    assert first[2:5] == ["1.30", "0%", "3.90 / 3.00"]            # entropy, loop share, DFlash tau all / outside
+    assert first[7] == "1.33 / **1.33**"                          # DDTree-64 / DFlash tau: all / outside loops
+    assert first[8] == "1.50x [0.90, 1.80] noise"                 # the interval holds 1: labelled noise
+    assert lines[0].split(" | ")[8] == "1.50x [1.20, 1.80]"
+
+
+def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeypatch):
+    import pandas as pd
+    ratio = lambda name, m, lo, hi: {name: m, f"{name}_lo": lo, f"{name}_hi": hi, f"{name}_p": 0.01}  # noqa: E731
+    gdn = {"arch": "gdn", "budget": 64, "prefix_len": 128, "repeats": 15, "naive_ms": 24.8, "stock_ms": 30.0,
+           **ratio("naive/stock", 0.83, 0.8, 0.86), **ratio("wy/stock", 0.8, 0.77, 0.82),
+           **ratio("fork/stock", 1.2, 1.1, 1.3), **ratio("wy/naive", 0.99, 0.97, 1.02),
+           **ratio("fork/naive", 1.5, 1.4, 1.6), **ratio("commit/wy", 0.054, 0.05, 0.059),
+           **ratio("commit/fork", 0.033, 0.03, 0.036)}
+    mla = {"arch": "mla", "budget": 64, "prefix_len": 128, "repeats": 15, **ratio("verify/root", 2.55, 2.4, 2.7)}
+    pd.DataFrame([gdn, mla]).to_csv(tmp_path / "bench_verify.csv", index=False)
+    monkeypatch.setattr(readme, "RESULTS_DIR", tmp_path)
+    md = readme.render_verify_cost()
+    print(md)
+    row = md.splitlines()[-1].split(" | ")
+    assert row[1:] == ["24.8 / 30.0", "0.83x [0.80, 0.86]", "0.80x [0.77, 0.82]", "1.20x [1.10, 1.30]",
+                       "0.99x [0.97, 1.02] noise", "1.50x [1.40, 1.60]", "5.4% [5.0, 5.9] / 3.3% [3.0, 3.6]",
+                       "2.55x [2.40, 2.70] |"]

@@ -35,3 +35,17 @@ def test_rows_stored_before_loop_tags_give_nan_not_a_number():
     del row["_metrics"]["round_in_loop"], row["_metrics"]["ends_in_loop"]
     s = summarize(pd.DataFrame([row]))
     assert math.isnan(s.tau_outside_loops[0]) and math.isnan(s.loop_prompts[0])
+
+
+def test_quality_tables_merge_per_target(tmp_path):
+    """Targets measured by separate processes land in one quality file, in target order."""
+    import json
+    from ddtree_lab.experiments.quality import merge_quality
+    path = tmp_path / "q.json"
+    mla = merge_quality(path, {"targets": [{"arch": "mla", "x": 1}], "decoding": [{"arch": "mla", "tau": 2}]}, ("mla",))
+    path.write_text(json.dumps(mla))
+    both = merge_quality(path, {"targets": [{"arch": "gdn", "x": 3}], "decoding": [{"arch": "gdn", "tau": 4}]}, ("gdn",))
+    assert [r["arch"] for r in both["targets"]] == ["gdn", "mla"] and both["decoding"][1]["tau"] == 2
+    path.write_text(json.dumps(both))
+    again = merge_quality(path, {"targets": [{"arch": "gdn", "x": 5}], "decoding": []}, ("gdn",))
+    assert [r["x"] for r in again["targets"]] == [5, 1] and [r["arch"] for r in again["decoding"]] == ["mla"]

@@ -84,3 +84,18 @@ def test_corpus_manifest_identifies_the_corpus():
     assert 8e6 < man["train"]["bytes"] + man["val"]["bytes"] < 2e7
     other = data.manifest({"train": split["train"][1:], "val": split["val"]})
     assert other["train"]["sha256"] != man["train"]["sha256"]
+
+
+def test_time_schedule_ends_on_the_wall_clock(tmp_path):
+    """A wall-clock schedule: warmup by steps, cosine over max_minutes, training stops at 1."""
+    from ddtree_lab.train.loop import lr_at, progress
+    cfg = TrainConfig(max_tokens=10**9, batch_size=2, seq_len=8, lr=1e-2, warmup_steps=2,
+                      max_minutes=0.02, time_schedule=True, eval_every=10**6)
+    assert progress(cfg, 5, 0.6) == 0.5 and progress(cfg, 5, 5.0) == 1.0
+    assert lr_at(cfg, 0) == 5e-3 and abs(lr_at(cfg, 10, 1.2) - 1e-3) < 1e-12
+    with pytest.raises(ValueError, match="max_minutes"):
+        TrainConfig(max_tokens=10, time_schedule=True)
+    model = build_target("gdn-toy")
+    tokens = np.random.default_rng(0).integers(0, 64, 4096).astype(np.uint16)
+    st = train(model, lm_loss_fn(tokens, 2, 8), lambda m: 0.0, cfg, tmp_path)
+    assert 1.2 <= st["elapsed_s"] < 10 and st["stopped_by"] is None and st["step"] > 2

@@ -125,3 +125,17 @@ def test_render_empty_selection(frame):
     assert widgets.select(frame, "mla", "all", 4, 1.0, None).empty  # no mla run at T = 1
     fig = widgets.render(frame, arch="mla", temperature=1.0)
     assert [ax.texts[0].get_text() for ax in fig.axes] == ["no DDTree rows"] * 3
+
+
+def test_temperature_control_offers_every_stored_temperature(frame):
+    """T = 0, 0.3, 0.6 and 1 stored: the explorer offers all four, and picking 0.6 draws its rows."""
+    import pandas as pd
+    sampled = frame[frame.temperature == 1.0]
+    more = pd.concat([frame] + [sampled.assign(temperature=t) for t in (0.3, 0.6)], ignore_index=True)
+    assert widgets.sweep_controls_spec(more, "gdn")["temperature"] == [0.0, 0.3, 0.6, 1.0]
+    box = widgets.explorer(more, gdn_mode="wy", block_size={"gdn": 4, "mla": 4})
+    drop = _find(box, w.Dropdown, "temperature")
+    assert drop.options == (0.0, 0.3, 0.6, 1.0) and not drop.disabled
+    drop.value = 0.6
+    png = _find(box, w.Output).outputs[0]["data"]["image/png"]
+    assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (1, 15), "all", 8))["data"]["image/png"]

@@ -17,7 +17,7 @@ def _cmd_train_target(args):
     from ..train.targets import train_target
     from ..train.checkpoints import ckpt_path
     man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
-                       out=ckpt_path(args.arch, "target", _ckpt_root(args)))
+                       out=ckpt_path(args.arch, "target", _ckpt_root(args)), device=args.device)
     print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
 
 
@@ -26,7 +26,8 @@ def _cmd_train_drafter(args):
     root = _ckpt_root(args)
     from ..train.checkpoints import ckpt_path
     from ..core.models import load_target
-    man = train_drafter(args.arch, args.preset, target=load_target(ckpt_path(args.arch, "target", root)),
+    man = train_drafter(args.arch, args.preset,
+                        target=load_target(ckpt_path(args.arch, "target", root), device=args.device),
                         out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
 
@@ -50,9 +51,9 @@ def _cmd_train_all(args):
         _cmd_train_tokenizer(argparse.Namespace(vocab_size=4096))
     for arch in args.archs:
         if not _finished(ckpt_path(arch, "target", root), args.preset):
-            train_target(arch, args.preset, out=ckpt_path(arch, "target", root))
+            train_target(arch, args.preset, out=ckpt_path(arch, "target", root), device=args.device)
         if not _finished(ckpt_path(arch, "drafter", root), args.preset):
-            train_drafter(arch, args.preset, target=load_target(ckpt_path(arch, "target", root)),
+            train_drafter(arch, args.preset, target=load_target(ckpt_path(arch, "target", root), device=args.device),
                           out=ckpt_path(arch, "drafter", root))
     print(f"all checkpoints ready under {root}")
 
@@ -94,6 +95,23 @@ def _cmd_sweep(args):
     print(summarize(frame).round(3).to_string(index=False))
 
 
+def _cmd_concurrency(args):
+    """Budget x concurrency sweep (resumable store "concurrency"; a progress bar), then its table."""
+    from dataclasses import replace
+    from ..experiments import concurrency as conc
+    grid = conc.GRIDS["smoke" if args.smoke else "full"]
+    overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in
+                 (("archs", args.archs), ("concurrency", args.concurrency), ("budgets", args.budgets),
+                  ("temperatures", args.temperatures), ("max_new_tokens", args.max_new_tokens),
+                  ("num_prompts", args.prompts)) if v is not None}
+    grid = replace(grid, **overrides)
+    if not args.threads:
+        torch.set_num_threads(1)  # one thread, as every timing of the lab (and notebook 07) is taken
+    frame = conc.run_concurrency(grid, conc.concurrency_store(args.smoke), _pairs(grid.archs))
+    table = conc.concurrency_table(conc.summarize_concurrency(frame))
+    print(table.round(3).to_string(index=False))
+
+
 def _cmd_readme(args):
     from ..experiments.readme import README, TABLES_JSON, write_readme
     tables = write_readme(args.blocks)
@@ -116,17 +134,20 @@ def main(argv=None):
     s.add_argument("--arch", choices=["gdn", "mla"], required=True)
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=_cmd_train_target)
     s = sub.add_parser("train-drafter", help="train a DFlash drafter on target rollouts (resumable)")
     s.add_argument("--arch", choices=["gdn", "mla"], required=True)
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=_cmd_train_drafter)
     s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
     s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.add_argument("--retrain-tokenizer", action="store_true",
                    help="retrain data/tokenizer.json too (invalidates every checkpoint)")
+    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=_cmd_train_all)
     s = sub.add_parser("quality", help="quality table of the shipped targets and drafters")
     s.add_argument("--prompts", type=int, default=164, help="HumanEval prompts for the decoding checks")
@@ -148,6 +169,15 @@ def main(argv=None):
     s.add_argument("--prompts", type=int, default=10, help="HumanEval prompts 0..N-1")
     s.add_argument("--store", default="sweeps", help="results store name under data/results/")
     s.set_defaults(func=_cmd_sweep)
+    s = sub.add_parser("concurrency", help="budget x concurrency sweep of batched AR / DFlash / DDTree (resumable)")
+    s.add_argument("--smoke", action="store_true", help="the seconds-long grid, into data/results/smoke/")
+    s.add_argument("--archs", nargs="+", default=None, choices=["gdn", "mla"])
+    s.add_argument("--concurrency", nargs="+", type=int, default=None, help="default 1 2 4 8 16")
+    s.add_argument("--budgets", nargs="+", type=int, default=None, help="T = 0 DDTree budgets (auto is added)")
+    s.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 1")
+    s.add_argument("--max-new-tokens", type=int, default=None, help="default 64")
+    s.add_argument("--prompts", type=int, default=None, help="HumanEval prompts decoded at every concurrency (8)")
+    s.set_defaults(func=_cmd_concurrency)
     s = sub.add_parser("readme", help="render the README's result tables from the stored result files")
     s.add_argument("--blocks", nargs="+", default=None, help="only these blocks (default: all)")
     s.set_defaults(func=_cmd_readme)

@@ -289,11 +289,20 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
 
 # ----------------------------------------------------------------------------- loops, temperature, real text
 
-LENS_STYLES = {  # (column, temperature): label, colour, line style
-    ("tau_rounds", 0.0): ("T = 0, all rounds", sns.color_palette("colorblind")[0], "-"),
-    ("tau_outside_loops", 0.0): ("T = 0, outside loops", sns.color_palette("colorblind")[2], "-"),
-    ("tau_rounds", 1.0): ("T = 1, all rounds", sns.color_palette("colorblind")[3], "-"),
-}
+PALETTE = sns.color_palette("colorblind")
+SAMPLED_COLORS = [PALETTE[i] for i in (9, 4, 3, 5, 6, 7, 8)]  # one per sampled T, ascending (readable first)
+
+
+def loop_split_lenses(temperatures) -> list[tuple[str, float, str, tuple]]:
+    """(column, temperature, label, colour) of every line ``plot_loop_split`` draws: at T = 0
+    all rounds and outside loops, at every sampled T (ascending) all rounds (no loops there
+    to speak of: its loop share is drawn beside)."""
+    temps = sorted({float(t) for t in temperatures})
+    lenses = [("tau_rounds", 0.0, "T = 0, all rounds", PALETTE[0]),
+              ("tau_outside_loops", 0.0, "T = 0, outside loops", PALETTE[2])] if 0.0 in temps else []
+    sampled = [t for t in temps if t > 0]
+    return lenses + [("tau_rounds", t, f"T = {t:g}, all rounds", SAMPLED_COLORS[i % len(SAMPLED_COLORS)])
+                     for i, t in enumerate(sampled)]
 
 
 def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
@@ -304,19 +313,20 @@ def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
 
 def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode: str = "wy") -> Figure:
     """Two panels for one arch and block: tau vs budget over all rounds, outside loops (T = 0)
-    and at T = 1, DFlash as dashed levels; and the share of rounds spent in loops."""
+    and at every stored sampled temperature (``loop_split_lenses``), DFlash as dashed levels;
+    and the share of rounds spent in loops per temperature."""
     with mpl.rc_context(STYLE):
         fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
         mode = "-" if arch == "mla" else gdn_mode
-        budgets = set()
-        for (col, temp), (label, color, ls) in LENS_STYLES.items():
+        budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
+        for col, temp, label, color in loop_split_lenses(temps):
             rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
                            & (summary.temperature == temp) & summary.gdn_mode.isin([mode])]
             curve = _ddtree_curve(rows, col, mode)
             if curve.empty:
                 continue
             budgets |= set(curve.index)
-            ax_tau.plot(curve.index, curve.values, marker="o", ms=3, color=color, ls=ls, label=f"DDTree, {label}")
+            ax_tau.plot(curve.index, curve.values, marker="o", ms=3, color=color, label=f"DDTree, {label}")
             dfl = rows[rows["method"] == "dflash"][col].dropna()
             if len(dfl):
                 ax_tau.axhline(dfl.iloc[0], ls="--", lw=1, color=color, alpha=0.8)
@@ -329,7 +339,66 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
         ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
         ax_tau.legend(fontsize=7)
         ax_loop.legend(fontsize=7)
-        fig.suptitle(f"{arch}: block {block_size}, loops split out, T = 0 and T = 1")
+        fig.suptitle(f"{arch}: block {block_size}, loops split out, T = {', '.join(f'{t:g}' for t in temps)}")
+    return fig
+
+
+def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
+    """Loop split per verification mode: left, tau vs budget over all rounds (solid) and over
+    rounds outside loops (dashed), one colour per (arch, gdn_mode) of the DDTree rows; right,
+    the share of rounds in loops. summary: ``summarize`` rows at one block size and T."""
+    rows = summary[summary["method"] == "ddtree"]
+    if rows["block_size"].nunique() > 1 or rows["temperature"].nunique() > 1:
+        raise ValueError("plot_loop_split_modes draws one block size and one temperature: filter the summary first")
+    with mpl.rc_context(STYLE):
+        fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
+        budgets = set()
+        for i, ((arch, mode), g) in enumerate(rows.groupby(["arch", "gdn_mode"])):
+            color, name = PALETTE[i % len(PALETTE)], arch if mode == "-" else f"{arch} {mode}"
+            for col, ls, lens in (("tau_rounds", "-", "all rounds"), ("tau_outside_loops", "--", "outside loops")):
+                curve = _ddtree_curve(g, col, mode)
+                budgets |= set(curve.index)
+                ax_tau.plot(curve.index, curve.values, marker="o", ms=3, ls=ls, color=color, label=f"{name}, {lens}")
+            share = _ddtree_curve(g, "loop_round_share", mode)
+            ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=name)
+        for ax in (ax_tau, ax_loop):
+            budget_axis(ax, budgets)
+        ax_tau.set(ylabel="τ (tokens per round)", title="acceptance: all rounds / outside loops")
+        ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
+        ax_tau.legend(fontsize=7)
+        ax_loop.legend(fontsize=7)
+        fig.suptitle(title or "loops split out")
+    return fig
+
+
+CONTINUATION_STYLES = {"main_path": ("main path", PALETTE[0]), "after_sibling": ("right after a rank >= 1 sibling", PALETTE[3])}
+
+
+def plot_continuation(table: pd.DataFrame, in_loops: pd.DataFrame | None = None, min_count: int = 5) -> Figure:
+    """By depth, the chance that the next depth is accepted after an accepted node on the main
+    path vs right after a rank >= 1 sibling: observed (solid) and the surrogate's prediction
+    (dashed), one panel per arch; optionally the main path in loops (dotted grey).
+
+    table / in_loops: ``calibration.continuation_table`` outputs with an ``arch`` column (the
+    rounds outside loops / in loops); points with fewer than ``min_count`` nodes are left out."""
+    archs = sorted(table["arch"].unique())
+    with mpl.rc_context(STYLE):
+        fig, axes = _new_axes(None, max(1, len(archs)), panel=(4.2, 3.3))
+        for ax, arch in zip(axes, archs):
+            rows = table[(table.arch == arch) & (table["count"] >= min_count)]
+            for group, (label, color) in CONTINUATION_STYLES.items():
+                g = rows[rows.group == group].sort_values("depth")
+                ax.plot(g.depth, g.observed, marker="o", ms=4, color=color, label=f"{label}: observed")
+                ax.plot(g.depth, g.predicted, ls="--", lw=1.2, color=color, label=f"{label}: surrogate")
+            if in_loops is not None:
+                g = in_loops[(in_loops.arch == arch) & (in_loops.group == "main_path")
+                             & (in_loops["count"] >= min_count)].sort_values("depth")
+                ax.plot(g.depth, g.observed, ls=":", marker=".", color="0.45", label="main path, in loops: observed")
+            ax.set(xlabel="depth of the accepted node", ylabel="P(next depth accepted)", ylim=(0, 1.02),
+                   title=f"{arch}: outside loops (points with >= {min_count} nodes)")
+            ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
+            ax.legend(fontsize=7)
+        fig.suptitle("going on after a sibling vs on the main path")
     return fig
 
 
@@ -493,4 +562,92 @@ def plot_reliability(pred, observed, counts, ax=None, title: str = "reliability"
         ax.set_ylabel("observed accept frequency")
         ax.set_title(f"{title} (ECE {ece:.3f})")
         ax.legend(loc="upper left")
+    return fig
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+def _concurrency_axis(ax, levels) -> None:
+    """A log-2 x axis over the concurrency levels, every level labelled."""
+    levels = sorted({int(c) for c in levels})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(c) for c in levels])
+    ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
+    ax.set_xlabel("concurrency (sequences per batch)")
+
+
+def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
+    """Best fixed DDTree budget (by aggregate tokens/s) vs concurrency, one line per (target,
+    T), from ``experiments.concurrency.concurrency_table``."""
+    fig, (ax,) = _new_axes(ax, 1, (5.2, 3.6))
+    colors = {a: f"C{i}" for i, a in enumerate(sorted(table.arch.unique()))}
+    for (arch, temp), g in table.groupby(["arch", "temperature"]):
+        ax.plot(g.concurrency, g.best_budget, c=colors[arch], marker="o" if temp == 0 else "s", ms=7 if temp == 0 else 5,
+                ls="-" if temp == 0 else "--", label=f"{arch}, T = {temp:g}")  # T = 1 smaller: equal values stay visible
+    _concurrency_axis(ax, table.concurrency)
+    ax.set_yscale("log", base=2)
+    budgets = sorted({int(b) for b in table.best_budget})
+    ax.set_yticks(budgets, [str(b) for b in budgets])
+    ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
+    ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
+    ax.legend()
+    return fig
+
+
+def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.0, ax=None) -> Figure:
+    """Speedup over batched AR at the same concurrency vs concurrency, one panel per target:
+    DFlash, the best fixed DDTree budget (labelled with it) and ``auto``."""
+    fig, axes = _new_axes(ax, len(archs), (5.2, 3.6))
+    for ax, arch in zip(axes, archs):
+        rows = table[(table.arch == arch) & (table.temperature == temperature)]
+        ax.plot(rows.concurrency, rows.dflash_speedup, marker="s", ls="--", label="DFlash")
+        ax.plot(rows.concurrency, rows.best_speedup, marker="o", label="DDTree, best fixed budget")
+        ax.plot(rows.concurrency, rows.auto_speedup, marker="*", ms=10, ls=":", label="DDTree auto (load-aware)")
+        for c, s, b in zip(rows.concurrency, rows.best_speedup, rows.best_budget):
+            ax.annotate(str(int(b)), (c, s), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        ax.axhline(1.0, c="gray", lw=0.8)
+        _concurrency_axis(ax, rows.concurrency)
+        ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def plot_concurrency_budgets(summary: pd.DataFrame, arch: str, temperature: float, concurrency: int,
+                             ax=None) -> Figure:
+    """At one (target, T, concurrency): aggregate tokens/s and speedup over batched AR vs the
+    DDTree budget; DFlash dashed, ``auto`` a star at its mean tree size."""
+    fig, axes = _new_axes(ax, 2, (5.2, 3.6))
+    rows = summary[(summary.arch == arch) & (summary.temperature == temperature)
+                   & (summary.concurrency == concurrency)]
+    fixed = rows[(rows.method == "ddtree") & (rows.budget != "auto")].astype({"budget": int}).sort_values("budget")
+    for ax, metric, label in zip(axes, ("tokens_per_s", "speedup"), ("aggregate tokens/s", "speedup over batched AR")):
+        ax.plot(fixed.budget, fixed[metric], marker="o", label="DDTree")
+        for _, r in rows[rows.method == "dflash"].iterrows():
+            ax.axhline(r[metric], ls="--", c="C1", label="DFlash")
+        for _, r in rows[rows.budget == "auto"].iterrows():
+            ax.plot([r.mean_tree_size], [r[metric]], marker="*", ms=12, ls="", c="C3", label="auto (mean tree)")
+        budget_axis(ax, fixed.budget)
+        ax.set(ylabel=label, title=f"{arch}, T = {temperature:g}, concurrency {concurrency}")
+        ax.legend(fontsize=8)
+    return fig
+
+
+# ----------------------------------------------------------------------------- training curves
+
+def plot_training_curves(curves: dict[str, pd.DataFrame]) -> Figure:
+    """Loss curves of the shipped models: left, the targets' train (solid) and held-out (dashed)
+    loss vs training tokens; right, the drafters' vs step. curves: {"{arch}-{kind}": the run's
+    ``log.csv`` (step, tokens, train_loss, val_loss)}."""
+    with mpl.rc_context(STYLE):
+        fig, (ax_t, ax_d) = _new_axes(None, 2, panel=(4.4, 3.2))
+        for i, (name, log) in enumerate(sorted(curves.items())):
+            arch, kind = name.split("-", 1)
+            ax, x = (ax_t, log["tokens"] / 1e6) if kind == "target" else (ax_d, log["step"])
+            color = PALETTE[0 if arch == "gdn" else 1]
+            ax.plot(x, log["train_loss"], color=color, label=f"{arch} train")
+            ax.plot(x, log["val_loss"], color=color, ls="--", label=f"{arch} held out")
+        ax_t.set(xlabel="training tokens (M)", ylabel="loss (nats / token)", title="targets")
+        ax_d.set(xlabel="step", ylabel="drafter loss", title="drafters")
+        for ax in (ax_t, ax_d):
+            ax.legend(fontsize=7)
     return fig

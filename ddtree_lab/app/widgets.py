@@ -201,3 +201,40 @@ def explorer(frame: pd.DataFrame, arch: str | None = None, gdn_mode=ALL, block_s
     redraw()
     rows = [["arch", "gdn_mode", "block_size", "temperature"], ["max_new_tokens", "prompt", "budget_range"]]
     return w.VBox([w.HBox([controls[n] for n in row]) for row in rows] + [out])
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+def concurrency_controls_spec(summary: pd.DataFrame) -> dict:
+    """Values the concurrency explorer offers, from ``summarize_concurrency``'s summary:
+    {arch: [...], temperature: [...], concurrency: [...]}."""
+    return {"arch": sorted(summary["arch"].unique()),
+            "temperature": sorted(float(t) for t in summary["temperature"].unique()),
+            "concurrency": sorted(int(c) for c in summary["concurrency"].unique())}
+
+
+def concurrency_explorer(summary: pd.DataFrame, arch: str | None = None, temperature: float = 0.0,
+                         concurrency: int | None = None):
+    """ipywidgets.VBox: dropdowns (arch, temperature, concurrency) and an Output (CSS class
+    'ddtree-figure') showing ``plots.plot_concurrency_budgets`` of that selection, redrawn on
+    every change; it opens at the given values (else the first of each)."""
+    import ipywidgets as w
+    spec = concurrency_controls_spec(summary)
+    start = {"arch": arch, "temperature": temperature, "concurrency": concurrency}
+    wide = {"style": {"description_width": "initial"}}
+    controls = {name: w.Dropdown(options=spec[name], description=name,
+                                 value=start[name] if start[name] in spec[name] else spec[name][0], **wide)
+                for name in spec}
+    for c in controls.values():
+        c.disabled = len(c.options) < 2  # nothing to choose: greyed out
+    out = w.Output()
+    out.add_class("ddtree-figure")
+
+    def redraw(change=None):
+        fig = plots.plot_concurrency_budgets(summary, **{name: c.value for name, c in controls.items()})
+        out.outputs = (figure_output(fig),)
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(controls.values())), out])

@@ -5,7 +5,10 @@ section 7). A round for the sequences still running:
 
 1. draft: ``propose_batch``: every sequence's context cache extended (a loop), then ONE
    block forward over the left-padded contexts (a drafter without it: ``propose`` per sequence);
-2. tree: ``build_tree`` (or ``chain_tree``) per sequence, each with its own budget;
+2. tree: ``build_tree`` (or ``chain_tree``) per sequence, each with its own budget, or with
+   ``budget="auto"`` the budgets chosen jointly for the round (``allocate.auto_trees``: the
+   batch's expected tokens per predicted second of a batched round, maximal; the verify pads
+   every tree to the largest, so the trees of a round share one size unless a tree is smaller);
 3. verify: ``batch_verify.verify_batch`` packs every tree into one stock forward of batch B;
 4. accept per sequence (its own temperature-0 argmax or seeded sample);
 5. ragged commit: ``cache.commit`` per sequence keeps its own accepted rows (every sequence
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .allocate import auto_trees
 from .batch_verify import left_padded, verify_batch
 from .cache import TreeCache, commit
 from .drafter import DFlashDrafter, DrafterState
@@ -44,7 +48,7 @@ class _Sequence:
     dstate: DrafterState
     features: torch.Tensor
     root: int
-    budget: int
+    budget: int | str
     max_new_tokens: int
     rng: torch.Generator | None
     gen: Generation = field(default_factory=Generation)
@@ -60,16 +64,18 @@ def _per_sequence(name: str, value, count: int) -> list:
 
 
 def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
-                              temperature, gdn_mode) -> tuple[list, list, list]:
+                              temperature, gdn_mode, cost_model=None) -> tuple[list, list, list]:
     """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
                          + (" of length 0" if isinstance(prompts, (list, tuple)) else ""))
     budgets = _per_sequence("budget", budget, len(prompts))
     news = _per_sequence("max_new_tokens", max_new_tokens, len(prompts))
-    if method != "ar" and any(isinstance(x, str) for x in budgets):
-        raise ValueError(f"budget must be an int (or one int per prompt) in generate_batch; 'auto' is batch 1 "
-                         f"only, got {budget!r}")
+    if method != "ar" and budget != "auto" and any(isinstance(x, str) for x in budgets):
+        raise ValueError(f"budget must be an int, one int per prompt, or 'auto' (for the whole batch), got {budget!r}")
+    if method != "ar" and budget == "auto" and not hasattr(cost_model, "batch_round_seconds"):
+        raise ValueError("budget='auto' in generate_batch needs a batched cost_model with batch_round_seconds "
+                         f"(ddtree_lab.experiments.costs.batch_cost_model), got {type(cost_model).__name__}")
     checked = []
     for b, prompt in enumerate(prompts):
         if isinstance(prompt, (int, float)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 0):
@@ -77,24 +83,26 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
                              f"got the scalar {prompt!r}")
         try:
             checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
-                                               news[b], temperature, gdn_mode))
+                                               news[b], temperature, gdn_mode, cost_model))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
     return checked, budgets, news
 
 
 @torch.no_grad()
-def generate_batch(target, drafter, prompts, *, method: str, budget: int | list = 32, block_size: int = 8,
+def generate_batch(target, drafter, prompts, *, method: str, budget: int | list | str = 32, block_size: int = 8,
                    max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
-                   seed: int = 0) -> list[Generation]:
+                   seed: int = 0, cost_model=None) -> list[Generation]:
     """``decode.generate`` for a batch of prompts (any lengths): one Generation per prompt.
 
-    budget, max_new_tokens: one int, or a list with one per prompt. Sequence b samples with
+    budget, max_new_tokens: one int, or a list with one per prompt; budget "auto" (DDTree):
+    every round the budgets are chosen jointly with ``cost_model`` (``batch_round_seconds``,
+    ``max_budget``: see ``allocate.auto_trees``). Sequence b samples with
     its own generator seeded ``seed + b`` (T > 0). timings: every Generation carries the
     whole batch's seconds per phase (the phases are shared).
     """
     prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
-                                                       max_new_tokens, temperature, gdn_mode)
+                                                       max_new_tokens, temperature, gdn_mode, cost_model)
     rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
     t0 = time.perf_counter()
@@ -102,7 +110,7 @@ def generate_batch(target, drafter, prompts, *, method: str, budget: int | list 
         gens = _generate_batch_ar(target, prompts, news, temperature, rngs, clock)
     else:
         gens = _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news,
-                                    temperature, gdn_mode, rngs, clock)
+                                    temperature, gdn_mode, rngs, clock, cost_model)
     clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
         g.tokens, g.timings = g.tokens[:n], dict(clock.timings)
@@ -117,7 +125,7 @@ def _start(target, drafter, prompt, layers, budget, max_new, rng) -> _Sequence:
 
 
 def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
-                         gdn_mode, rngs, clock: Generation) -> list[Generation]:
+                         gdn_mode, rngs, clock: Generation, cost_model=None) -> list[Generation]:
     layers = tuple(drafter.cfg.target_layer_ids)
     with timed_phase(clock, "prefill"):
         seqs = [_start(target, drafter, p, layers, *args) for p, *args in zip(prompts, budgets, news, rngs)]
@@ -126,7 +134,7 @@ def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, 
         with timed_phase(clock, "draft"):
             drafts = propose_all(drafter, running, block_size)  # [bs-1, V] each
         with timed_phase(clock, "tree"):
-            trees = [draft_tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
+            trees = draft_trees(drafts, running, method, cost_model)
         with timed_phase(clock, "verify"):
             outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
         with timed_phase(clock, "accept"):
@@ -143,6 +151,14 @@ def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, 
                 s.gen.tree_sizes.append(t.num_nodes)
         running = [s for s in running if len(s.gen.tokens) < s.max_new_tokens]
     return [s.gen for s in seqs]
+
+
+def draft_trees(drafts: list[torch.Tensor], running: list[_Sequence], method: str, cost_model) -> list:
+    """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets
+    chosen jointly for this round's batch by ``auto_trees``."""
+    if method == "ddtree" and running[0].budget == "auto":
+        return auto_trees(drafts, [s.root for s in running], cost_model)
+    return [draft_tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
 
 
 def propose_all(drafter, running: list[_Sequence], block_size: int) -> list[torch.Tensor]:

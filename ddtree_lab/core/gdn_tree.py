@@ -79,7 +79,7 @@ def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
     K = weight.shape[1]
     rows = torch.cat([conv_state.T, x])  # [K+N+1, C]
     windows = rows[ancestor_windows(parents.cpu(), K).to(rows.device)]  # [N+1, K, C]
-    return F.silu(torch.einsum("nkc,ck->nc", windows, weight))
+    return F.silu((windows * weight.T).sum(1))  # K is 4: a multiply-sum beats einsum's bmm
 
 
 def tree_conv_reference(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
@@ -213,11 +213,13 @@ def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None, return_aux=False):
     q, k, v = (x.transpose(0, 1) for x in (q, k, v))  # [H, N+1, dk|dv]
     beta, G = beta.T, path_log_gates(g, anc)  # [H, N+1], [N+1, H] float64
     eG = G.T.exp().to(v.dtype)  # [H, N+1]
-    strict = anc & ~torch.eye(anc.shape[0], dtype=torch.bool, device=anc.device)
-    A = beta[..., None] * (k @ k.transpose(1, 2)) * pairwise_decay(G, strict, v.dtype)  # [H, N+1, N+1]
+    D = pairwise_decay(G, anc, v.dtype)  # [H, N+1, N+1], one for both products
+    # A is strictly lower: the solve below reads neither its diagonal (unitriangular) nor
+    # above it, so D's ones on the diagonal (i == j is its own ancestor) never enter it
+    A = beta[..., None] * (k @ k.transpose(1, 2)) * D  # [H, N+1, N+1]
     rhs = beta[..., None] * (v - eG[..., None] * (k @ S0))  # [H, N+1, dv]
     U = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)  # (I + A) U = rhs
-    attn = (q @ k.transpose(1, 2)) * pairwise_decay(G, anc, v.dtype)  # [H, N+1, N+1]
+    attn = (q @ k.transpose(1, 2)) * D  # [H, N+1, N+1]
     o = eG[..., None] * (q @ S0) + attn @ U  # [H, N+1, dv]
     if return_aux:  # what ``wy_state`` needs to form any node's state (W1) after the fact
         return o.transpose(0, 1), {"U": U, "G": G, "k": k}

@@ -6,8 +6,10 @@ marginals along u's path, and assumes a node given its parent is accepted with p
 q_cond(u) = q(u) / q(parent), the drafter's marginal of u's token at u's depth. The
 marginals ignore siblings: a rank-1 branch is only tried where the rank-0 token failed,
 so its real accept rate can sit far below q_cond. ``RoundRecorder`` logs every draft node of
-every round of ``decode.generate(..., on_round=recorder)``; the tables compare prediction
-and observation by depth, by sibling rank and in reliability bins.
+every round of ``decode.generate(..., on_round=recorder)``, tagged by whether the round's
+context was looping when it started (``loops.is_looping``); the tables compare prediction
+and observation by depth, by sibling rank and in reliability bins, and
+``continuation_table`` measures how often the walk goes on after a sibling, outside loops.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted")
+from .loops import is_looping
+
+COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",
+           "in_loop")
 
 
 def sibling_ranks(parents: list[int], q_cond: list[float]) -> list[int]:
@@ -37,7 +42,9 @@ class RoundRecorder:
     q_cond: the drafter's probability of the node's token at its depth (softmax of the
     round's draft logits), q_path: product of q_cond along the path (= exp(log weight) for
     a DDTree tree), main_path: the node and all its ancestors are rank 0, reached: the
-    parent is on the accepted path, accepted: the node is.
+    parent is on the accepted path, accepted: the node is, in_loop: the round's context
+    (prompt + tokens committed so far) was looping when the round started (None when the
+    recorder was not told the prompt: call ``start(prompt_ids, **labels)`` before each run).
     ``labels`` (a dict) is copied into every row, e.g. ``rec.labels = {"prompt": 3}``.
     """
 
@@ -45,6 +52,11 @@ class RoundRecorder:
         self.labels = labels
         self.rows: list[dict] = []
         self.rounds = 0
+        self.context: list[int] | None = None
+
+    def start(self, prompt_ids, **labels) -> None:
+        """A new generation from ``prompt_ids``: rounds are loop-tagged from its context on."""
+        self.labels, self.context = labels, [int(t) for t in prompt_ids]
 
     def __call__(self, rnd) -> None:
         tree = rnd.tree
@@ -60,15 +72,19 @@ class RoundRecorder:
         for i in range(1, len(tree)):
             main[i] = main[parents[i]] and ranks[i] == 0
         on_path = set(rnd.path)
+        in_loop = None if self.context is None else is_looping(self.context)
         for i in range(1, len(tree)):
             self.rows.append({**self.labels, "round": self.rounds, "node": i, "parent": parents[i],
                               "depth": depths[i],
                               "rank": ranks[i], "main_path": main[i], "q_cond": q_cond[i], "q_path": float(np.exp(path_lq[i])),
-                              "reached": parents[i] in on_path, "accepted": i in on_path})
+                              "reached": parents[i] in on_path, "accepted": i in on_path, "in_loop": in_loop})
+        if self.context is not None:  # what the round committed: the accepted draft tokens and the bonus
+            self.context += tree.tokens[rnd.path[1:]].tolist() + [int(rnd.bonus)]
         self.rounds += 1
 
     def frame(self) -> pd.DataFrame:
-        """Columns: labels..., round, node, parent, depth, rank, q_cond, q_path, reached, accepted."""
+        """Columns: labels..., round, node, parent, depth, rank, main_path, q_cond, q_path,
+        reached, accepted, in_loop."""
         return pd.DataFrame(self.rows, columns=list(self.labels) + list(COLUMNS))
 
 
@@ -129,6 +145,14 @@ def tau_cost(frame: pd.DataFrame) -> dict:
             "ratio": observed / predicted if predicted > 0 else float("nan")}
 
 
+def outside_loops(frame: pd.DataFrame, looping: bool = False) -> pd.DataFrame:
+    """The rows of rounds whose context was not looping (``looping=True``: was looping);
+    rounds of unknown context (in_loop None) are in neither."""
+    if "in_loop" not in frame:
+        raise ValueError("the frame has no in_loop column: record it with RoundRecorder.start(prompt_ids)")
+    return frame[frame["in_loop"].astype(object).eq(looping)]
+
+
 def continuation_table(frame: pd.DataFrame) -> pd.DataFrame:
     """After an accepted node at depth d: is depth d + 1 accepted too, by where the node sits?
 
@@ -139,7 +163,10 @@ def continuation_table(frame: pd.DataFrame) -> pd.DataFrame:
     chance to go on (sum of q_cond of the node's children in the tree); observed = the rate
     at which one of them is accepted. Accepted nodes without children in the tree are left
     out (the walk cannot go on there). Columns: depth, group, predicted, observed, count.
+    Outside loops: ``continuation_table(outside_loops(frame))``.
     """
+    if frame.empty:
+        return pd.DataFrame(columns=["depth", "group", "predicted", "observed", "count"])
     keys = [c for c in frame.columns if c not in COLUMNS] + ["round"]
     kids = frame.groupby(keys + ["parent"], dropna=False).agg(go_on=("accepted", "any"), q_next=("q_cond", "sum"))
     acc = frame[frame["accepted"]].merge(kids, left_on=keys + ["node"], right_index=True, how="inner")
@@ -147,3 +174,12 @@ def continuation_table(frame: pd.DataFrame) -> pd.DataFrame:
     return (acc.assign(group=group).groupby(["depth", "group"])
             .agg(predicted=("q_next", "mean"), observed=("go_on", "mean"), count=("go_on", "size"))
             .reset_index())
+
+
+def continuation_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """``continuation_table`` pooled over depths, per group: predicted and observed weighted by
+    count. Columns: group, predicted, observed, count (groups absent from ``table`` left out)."""
+    t = table.assign(_p=table["predicted"] * table["count"], _o=table["observed"] * table["count"])
+    out = t.groupby("group").agg(_p=("_p", "sum"), _o=("_o", "sum"), count=("count", "sum")).reset_index()
+    out["predicted"], out["observed"] = out["_p"] / out["count"], out["_o"] / out["count"]
+    return out[["group", "predicted", "observed", "count"]]

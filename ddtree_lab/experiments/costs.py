@@ -3,6 +3,13 @@
 A round costs one drafter pass plus one verify + commit whose time grows with the tree
 size; the curve is measured once per (model, mode, block size) on a real prefix, stored as
 JSON under ``data/results/costs/`` and interpolated in between measured budgets.
+
+Batched rounds (issue 13 item 3): ``BatchCostModel`` holds the seconds of a batched round
+(one ``propose_batch`` + the batch's tree builds, one ``verify_batch`` + the commits) over a
+grid of batch x per-sequence budget, i.e. batch x verify tokens (B equal trees of b nodes:
+B b tokens; ``core.allocate`` counts a padded verify's tokens as B x the largest tree), measured by
+``measure_batch_cost_model`` and stored as ``batchcost-<key>.json`` beside the batch-1 curves;
+``generate_batch(budget="auto")`` reads it through ``batch_round_seconds``.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ from ..core.cache import commit
 
 COST_DIR = RESULTS_DIR / "costs"
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_BATCHES = (1, 2, 4, 8, 16)
+BATCH_BUDGETS = (1, 4, 16, 64, 128)  # per sequence; the largest is auto's per-sequence maximum
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,113 @@ def cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode: str = 
         return CostModel(**{k: tuple(v) if isinstance(v, list) else v
                             for k, v in json.loads(path.read_text()).items()})
     cm = measure_cost_model(target, drafter, prefix_ids, block_size=block_size, gdn_mode=gdn_mode, **kwargs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(cm)))
+    tmp.replace(path)
+    return cm
+
+
+# ----------------------------------------------------------------------------- batched rounds
+
+def _interp_extended(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Linear interpolation of (xs, ys) at x, clamped left of xs[0], continued past xs[-1]
+    with the last segment's slope (never negative): a total beyond the grid costs more."""
+    y = np.interp(x, xs, ys)
+    if len(xs) > 1:
+        slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+        y = np.where(x > xs[-1], ys[-1] + slope * (x - xs[-1]), y)
+    return y
+
+
+@dataclass(frozen=True)
+class BatchCostModel:
+    """A batched round's seconds over a measured grid.
+
+    batches [m] ascending; budgets [n] ascending, per sequence (grid point (i, j) verifies
+    batches[i] x budgets[j] draft nodes in all); verify_s [m][n]: seconds of one batched
+    verify + commit; draft_s [m]: seconds of one batched drafter pass + the batch's tree builds.
+    """
+    batches: tuple
+    budgets: tuple
+    verify_s: tuple
+    draft_s: tuple
+
+    @property
+    def max_budget(self) -> int:
+        """The largest per-sequence budget measured: ``auto``'s per-sequence maximum."""
+        return int(self.budgets[-1])
+
+    def batch_round_seconds(self, totals: torch.Tensor, batch: int) -> torch.Tensor:
+        """Predicted seconds [n] of a round of ``batch`` trees whose verify processes ``totals``
+        [n] draft-node tokens in all: per measured batch linear in the total (``_interp_extended``),
+        then linear in the batch between the two nearest measured batches (clamped outside them)."""
+        x = totals.double().numpy()
+        rows = np.stack([_interp_extended(x, b * np.asarray(self.budgets, float), np.asarray(v, float)) + d
+                         for b, v, d in zip(self.batches, self.verify_s, self.draft_s)])  # [m, n]
+        where = float(np.interp(batch, self.batches, np.arange(len(self.batches))))
+        lo = int(np.floor(where))
+        hi, frac = min(lo + 1, len(self.batches) - 1), where - lo
+        return torch.from_numpy((1 - frac) * rows[lo] + frac * rows[hi])
+
+    def round_seconds(self, budgets: torch.Tensor) -> torch.Tensor:
+        """Batch 1: the ``CostModel`` interface (so batch-1 ``generate`` can use it too)."""
+        return self.batch_round_seconds(budgets, 1)
+
+
+def _measure_sequence(target, drafter, prefix: torch.Tensor, layers: tuple, block_size: int, budget: int) -> tuple:
+    """(cache, features [<=64, F], root, tree of ``budget`` nodes) for one prefilled prefix."""
+    cache, pre = prefill(target, prefix[:-1], feature_layers=layers)
+    feats = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
+    root = int(prefix[-1])
+    logits = drafter.propose(drafter.new_state(), feats, root, block_size)  # [bs-1, V]
+    return cache, feats[-64:], root, tree_mod.build_tree(logits, root, budget)
+
+
+@torch.no_grad()
+def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
+                             batches=DEFAULT_BATCHES, budgets=BATCH_BUDGETS, repeats: int = 3) -> BatchCostModel:
+    """Time a batched round at every (batch, per-sequence budget) of the grid; sequence i
+    uses ``prefixes[i % len(prefixes)]`` (token ids), its own drafter tree cut to the budget."""
+    from ..core.batch import propose_batch
+    from ..core.batch_verify import verify_batch
+    layers = tuple(drafter.cfg.target_layer_ids)
+    prefixes = [torch.as_tensor(p, dtype=torch.long) for p in prefixes]
+    seqs = [_measure_sequence(target, drafter, prefixes[i % len(prefixes)], layers, block_size, max(budgets))
+            for i in range(max(batches))]
+
+    def draft(B):
+        logits = propose_batch(drafter, [drafter.new_state() for _ in range(B)], [s[1] for s in seqs[:B]],
+                               [s[2] for s in seqs[:B]], block_size)  # [B, bs-1, V]
+        for row, s in zip(logits, seqs[:B]):
+            tree_mod.build_tree(row, s[2], max(budgets))
+
+    def round_at(B, b):
+        trees = [tree_mod.truncate(s[3], min(b, s[3].num_nodes)) for s in seqs[:B]]
+        verify_batch(target, [s[0] for s in seqs[:B]], trees, gdn_mode, layers)
+        for s, t in zip(seqs[:B], trees):
+            commit(target, s[0], t, [0])  # root only: every cache grows by one row per round
+    verify_s = []
+    for B in batches:
+        round_at(B, budgets[0])  # warm-up
+        verify_s.append(tuple(_median_time(lambda: round_at(B, b), repeats) for b in budgets))
+    draft_s = tuple(_median_time(lambda: draft(B), repeats) for B in batches)
+    return BatchCostModel(tuple(int(b) for b in batches), tuple(int(b) for b in budgets), tuple(verify_s), draft_s)
+
+
+def batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
+                     directory: Path = COST_DIR, batches=DEFAULT_BATCHES, budgets=BATCH_BUDGETS,
+                     **kwargs) -> BatchCostModel:
+    """The stored batched cost model for this configuration and grid, measured once if missing."""
+    key = stable_hash({"cost": cost_key(target, drafter, block_size, gdn_mode), "batches": list(batches),
+                       "budgets": list(budgets)})
+    path = Path(directory) / f"batchcost-{key}.json"
+    if path.is_file():
+        raw = json.loads(path.read_text())
+        return BatchCostModel(tuple(raw["batches"]), tuple(raw["budgets"]), tuple(map(tuple, raw["verify_s"])),
+                              tuple(raw["draft_s"]))
+    cm = measure_batch_cost_model(target, drafter, prefixes, block_size=block_size, gdn_mode=gdn_mode,
+                                  batches=batches, budgets=budgets, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(asdict(cm)))

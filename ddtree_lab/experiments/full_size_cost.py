@@ -7,7 +7,9 @@ stock oracle's own agreement with the uncached stock forward on the deepest path
 
 ``cost_rows``: verify ms per GDN mode and budget (naive = the lab's GDN math on the flattened
 tree; stock = transformers' own forward of the flattened tree, stock kernels, no tree mask),
-timed with a device sync, modes interleaved, median of ``repeats`` after a warm-up;
+timed with a device sync, modes interleaved, median of ``repeats`` after a warm-up, and every
+mode over stock as the median of the per-repeat paired ratio with its 95% interval
+(``<mode>/stock``, ``_lo``, ``_hi``, ``_p``; ``spread``: an interval needs >= 6 repeats);
 memory MEASURED: on the CPU the fork states held for commit and the peak live bytes inside one
 ``gated_delta_wy`` call (``verify_cost.LiveBytes``), on CUDA the peak allocation of a verify
 over the cache's. Beside them the README's formula, so the two can be compared:
@@ -29,7 +31,9 @@ from ..core.full_size import relative_error, stock_path_logits, stock_tree_logit
 from ..core.cache import commit
 from ..core.tree import build_tree
 from ..core.verify import GDN_MODES, prefill, tree_logits, verify
-from .verify_cost import fork_state_bytes, random_tree, wy_kernel_peak_bytes
+from .verify_cost import fork_state_bytes, random_tree, stock_flat_timer, wy_kernel_peak_bytes
+from .verify_cost import sync as _sync
+from .spread import format_ratio_columns, ratio_columns
 
 README_HEADS, README_DK, README_DV = 32, 128, 128  # the README's fork-state formula
 TREE_KINDS = ("deep", "bushy")
@@ -93,11 +97,6 @@ def commit_row(model, mode: str, rounds: int = 4, prefix_len: int = 60, budget: 
 
 # ----------------------------------------------------------------------------- cost
 
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def time_verify(model, cache, tree, mode: str) -> float:
     """ms of one ``verify`` on a snapshot of ``cache`` (device-synchronised)."""
     device = next(model.parameters()).device
@@ -107,29 +106,6 @@ def time_verify(model, cache, tree, mode: str) -> float:
     verify(model, work, tree, mode)
     _sync(device)
     return 1e3 * (time.perf_counter() - start)
-
-
-def stock_flat_timer(model, prefix: list[int]):
-    """tree -> ms of the stock forward of the flattened tree (its N+1 tokens read as a sequence,
-    no tree mask) on a copy of a stock ``DynamicCache`` holding ``prefix``: what a tree-unaware
-    engine runs, with the stock kernels (torch chunk / fla, causal-conv1d when installed)."""
-    import copy
-
-    from transformers import DynamicCache
-    device = next(model.parameters()).device
-    cache = DynamicCache(config=model.config)
-    with torch.no_grad():
-        model(torch.tensor([prefix], device=device), past_key_values=cache, use_cache=True)
-
-    @torch.no_grad()
-    def run(tree) -> float:
-        work = copy.deepcopy(cache)
-        _sync(device)
-        start = time.perf_counter()
-        model(tree.tokens[None].to(device), past_key_values=work, use_cache=True)
-        _sync(device)
-        return 1e3 * (time.perf_counter() - start)
-    return run
 
 
 def cuda_peak_bytes(model, cache, tree, mode: str) -> int:
@@ -182,7 +158,8 @@ def cost_rows(model, budgets, prefix_len: int = 128, repeats: int = 3, seed: int
                 times[m] += [ms] if r else []
         row = {"budget": b, "depth": int(tree.depths.max()), "prefix_len": prefix_len,
                **{f"{m}_ms": statistics.median(times[m]) for m in modes},
-               **{f"{m}_min_ms": min(times[m]) for m in modes}, **formula_columns(model, b)}
+               **{f"{m}_min_ms": min(times[m]) for m in modes}, **formula_columns(model, b),
+               **{k: v for m in modes[:-1] for k, v in ratio_columns(f"{m}/stock", times[m], times["stock"]).items()}}
         if measure_memory:
             row.update(_memory(model, cache, tree))
         if "wy_nxn_bytes_per_layer" in row and "gdn_value_heads" in row:
@@ -244,12 +221,14 @@ def cost_readme_table(cost: pd.DataFrame, budgets=(1, 16, 64, 256)) -> str:
     rows = []
     for _, r in cost[cost["budget"].isin(budgets)].iterrows():
         per_layer = r["fork_state_bytes"] / r["gdn_layers"]
+        over_stock = [format_ratio_columns(r, f"{m}/stock") for m in ("naive", "fork", "wy") if f"{m}/stock" in r]
         rows.append([int(r["budget"]), f"{r['naive_ms']:.0f}", f"{r['stock_ms']:.0f}", f"{r['fork_ms']:.0f}",
-                     f"{r['wy_ms']:.0f}", f"{per_layer / mib:.0f} MiB",
+                     f"{r['wy_ms']:.0f}", *over_stock, f"{per_layer / mib:.0f} MiB",
                      f"{per_layer * QWEN35_27B_GDN_LAYERS / gib:.2f} GiB",
                      f"{r['fork_readme_formula_bytes'] / r['gdn_layers'] * QWEN35_27B_GDN_LAYERS / gib:.2f} GiB",
                      f"{r['wy_nxn_bytes_per_layer'] / mib:.1f} MiB"])
-    return _md(["budget", "naive ms", "stock ms", "fork ms", "wy ms", "fork states per GDN layer (measured)",
+    ratios = [f"{m} / stock" for m in ("naive", "fork", "wy") if f"{m}/stock" in cost]
+    return _md(["budget", "naive ms", "stock ms", "fork ms", "wy ms", *ratios, "fork states per GDN layer (measured)",
                 "fork states x 48 GDN layers", "old formula (48 x 32 heads)", "WY peak per GDN layer (measured)"],
                rows)
 

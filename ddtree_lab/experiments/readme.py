@@ -18,6 +18,7 @@ import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
 from . import full_size_cost
+from .spread import format_ratio_columns
 from ..train.checkpoints import CKPT_DIR
 
 README = ROOT / "README.md"
@@ -47,17 +48,21 @@ def _manifest(arch: str, kind: str) -> dict:
     return json.loads((CKPT_DIR / f"{arch}-{kind}" / "manifest.json").read_text())
 
 
+HUMANEVAL_LOSS_GOAL = 2.8  # issue 11: nats/token on the 164 canonical solutions
+
+
 def _quality_cells(target: dict, decoding: pd.DataFrame) -> list:
     """The quality table's column of one arch: target row from quality json, decoding rows."""
-    arch, goal = target["arch"], 2.6
+    arch, goal = target["arch"], HUMANEVAL_LOSS_GOAL
     tman, agree = _manifest(arch, "target"), target["humaneval_agreement_block16"]
+    tokens = tman.get("tokens_trained", tman["train_cfg"]["max_tokens"])
     tau = {(r.method, r.block_size, r.gdn_mode): r.tau for r in decoding.itertuples()}
     exact = "wy" if arch == "gdn" else "-"
     same = decoding.same_as_ar * decoding.prompts
     return [f"{target['params_total'] / 1e6:.2f}M / {target['params_active'] / 1e6:.2f}M",
-            f"{tman['train_cfg']['max_tokens'] / 1e6:.1f}M tokens, {target['target_train_min']:.0f} min",
-            f"{target['val_loss']:.2f} ({'pass' if target['val_loss'] <= goal else 'miss'})",
-            f"{target['humaneval_solution_loss']:.2f}",
+            f"{tokens / 1e6:.1f}M tokens, {target['target_train_min']:.0f} min",
+            f"{target['val_loss']:.2f}",
+            f"{target['humaneval_solution_loss']:.2f} ({'pass' if target['humaneval_solution_loss'] <= goal else 'miss'})",
             f"{_manifest(arch, 'drafter')['drafter_config']['num_layers']} layers, {target['drafter_train_min']:.0f} min",
             " / ".join(f"{agree[i]:.2f}" for i in (0, 7, 14)),
             f"{tau['dflash', 8, exact]:.2f} / {tau['dflash', 16, exact]:.2f}",
@@ -70,8 +75,8 @@ def render_quality() -> str:
     dec = pd.DataFrame(q["decoding"])
     cols = [_quality_cells(t, dec[dec.arch == t["arch"]]) for t in q["targets"]]
     n = int(dec.prompts.max())
-    labels = ["parameters total / active", "training", "validation loss (goal <= 2.6)",
-              "HumanEval canonical-solution loss", "drafter (trained for its target)",
+    labels = ["parameters total / active", "training", "validation loss (held-out packages of the corpus)",
+              f"HumanEval canonical-solution loss (goal <= {HUMANEVAL_LOSS_GOAL})", "drafter (trained for its target)",
               "drafter top-1 agreement on HumanEval, block positions 1 / 8 / 15",
               f"linear tau, {n} HumanEval prompts, block 8 (goal >= 3) / block 16", "DDTree-64 tau, block 8",
               f"speculative output == AR ({n} prompts; DFlash 8 and 16, DDTree-64 with wy and with fork)"]
@@ -95,7 +100,8 @@ def _speed_rows(t: pd.DataFrame) -> list[list]:
     best = {a: fixed[fixed.arch == a].speedup.max() for a in ("gdn", "mla")}
 
     def speed(r, arch=None):
-        return f"**{r.speedup:.2f}x**" if arch and r.budget != "auto" and r.speedup == best[arch] else f"{r.speedup:.2f}x"
+        cell = _speedup_cell(r)
+        return f"**{cell}**" if arch and r.budget != "auto" and r.speedup == best[arch] else cell
 
     gdn_d, mla_d = t[(t.method == "dflash") & (t.arch == "gdn")].iloc[0], t[(t.method == "dflash") & (t.arch == "mla")].iloc[0]
     rows = [[f"DFlash ({gdn_d.budget})", f"{gdn_d.tau:.2f}", speed(gdn_d), "", f"{mla_d.tau:.2f}", speed(mla_d)]]
@@ -106,13 +112,26 @@ def _speed_rows(t: pd.DataFrame) -> list[list]:
     return rows
 
 
+def _speedup_cell(r: pd.Series) -> str:
+    """Speedup over AR: the median per-prompt paired ratio with its 95% interval (``spread``;
+    'noise' when the interval holds 1); a bench file from before the pairing: the pooled one."""
+    if "speedup_paired" in r and pd.notna(r["speedup_paired"]):
+        return format_ratio_columns(r, "speedup_paired")
+    return f"{r.speedup:.2f}x"
+
+
+SPEEDUP_NOTE = ("speedup: median over prompts of tokens/s over AR's on the same prompt, [95% interval] of that "
+                "median (order statistics), 'noise' when the interval holds 1")
+
+
 def render_speed() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
     t = t[t.temperature == 0].copy()   # T = 1 has its own table (render_temperature)
     t["speedup"], t["tau"] = t.speedup.round(6), t.tau.round(6)
     n, new, block = int(t.n_prompts.max()), int(t.max_new_tokens.max()), int(t[t.method == "ddtree"].block_size.max())
     head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, T = 0, one thread, "
-            "all configs interleaved per prompt; AR is transformers' own cached decoding):\n\n")
+            f"all configs interleaved per prompt; AR is transformers' own cached decoding; {SPEEDUP_NOTE}; "
+            "in bold: the best fixed budget by pooled tokens/s, all tokens over all seconds):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
     share = t[(t.budget == "256") & t.gdn_mode.isin(["wy", "-"])].tree_share * 100
@@ -122,17 +141,26 @@ def render_speed() -> str:
 
 # ----------------------------------------------------------------------------- verify cost, build_tree, exactness
 
+def _ratio_cell(r: pd.Series, name: str, percent: bool = False) -> str:
+    """A stored timing ratio with its interval, '-' when the file has no such column."""
+    return format_ratio_columns(r, name, percent) if name in r and pd.notna(r[name]) else "-"
+
+
 def render_verify_cost() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_verify.csv")
     gdn, mla = t[t.arch == "gdn"].set_index("budget"), t[t.arch == "mla"].set_index("budget")
     head = (f"**Exact verification cost** (`python scripts/bench_verify.py`: random-init targets at the shipped "
-            f"width, prefix {int(t.prefix_len.iloc[0])}, one thread, median of {int(t.repeats.iloc[0])}; "
-            "commit as a share of its verify):\n\n")
-    rows = [[b, f"{r['naive_ms']:.1f}", f"{r['wy/naive']:.2f}x", f"{r['fork/naive']:.2f}x",
-             f"{100 * r['commit/wy']:.1f}% / {100 * r['commit/fork']:.1f}%",
-             f"{mla.loc[b, 'verify/root']:.2f}x" if b in mla.index else ""] for b, r in gdn.iterrows()]
-    return head + _table(["budget", "GDN naive verify ms", "wy / naive", "fork / naive", "commit wy / fork",
-                          "MLA verify / 1-node verify"], rows)
+            f"width, prefix {int(t.prefix_len.iloc[0])}, one thread, {int(t.repeats.iloc[0])} interleaved repeats; "
+            "every ratio is the median of the per-repeat paired ratio, [95% interval], 'noise' when the interval "
+            "holds 1; stock: transformers' own forward of the same flattened tokens on its own cache, the "
+            "model's GDN path as a chain verification runs it; naive is the lab's WY kernel on chain parents; "
+            "commit as a share of the same repeat's verify):\n\n")
+    rows = [[b, f"{r['naive_ms']:.1f} / " + (f"{r['stock_ms']:.1f}" if "stock_ms" in r and pd.notna(r["stock_ms"]) else "-"),
+             *(_ratio_cell(r, name) for name in ("naive/stock", "wy/stock", "fork/stock", "wy/naive", "fork/naive")),
+             f"{_ratio_cell(r, 'commit/wy', True)} / {_ratio_cell(r, 'commit/fork', True)}",
+             _ratio_cell(mla.loc[b], "verify/root") if b in mla.index else ""] for b, r in gdn.iterrows()]
+    return head + _table(["budget", "GDN verify ms: naive / stock", "naive / stock", "wy / stock", "fork / stock",
+                          "wy / naive", "fork / naive", "commit wy / fork", "MLA verify / 1-node verify"], rows)
 
 
 def render_build_tree() -> str:
@@ -193,26 +221,33 @@ def render_loops() -> str:
 
 
 def _temperature_row(t: pd.DataFrame, arch: str, temp: float) -> list:
+    """One (arch, T) row: entropy, loop share, tau all rounds / outside loops (DFlash,
+    DDTree-16, DDTree-64), their DDTree-64 / DFlash ratio, and both speedups over AR."""
     rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(["wy", "-"])]
     dfl = rows[rows.method == "dflash"].iloc[0]
+    trees = {b: rows[(rows.method == "ddtree") & (rows.budget == b)] for b in ("16", "64")}
     cells = [arch, f"{temp:g}", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
-             f"{dfl.tau:.2f} / {dfl.tau_outside_loops:.2f}"]
-    for b in ("16", "64"):
-        r = rows[(rows.method == "ddtree") & (rows.budget == b)].iloc[0]
-        cells.append(f"{r.tau:.2f} / {r.tau_outside_loops:.2f}")
-    r = rows[(rows.method == "ddtree") & (rows.budget == "64")].iloc[0]
-    return cells + [f"{dfl.speedup:.2f}x / {r.speedup:.2f}x"]
+             f"{dfl.tau_rounds:.2f} / {dfl.tau_outside_loops:.2f}"]
+    cells += [f"{r.tau_rounds.iloc[0]:.2f} / {r.tau_outside_loops.iloc[0]:.2f}" if len(r) else "-" for r in trees.values()]
+    b64 = trees["64"].iloc[0] if len(trees["64"]) else None
+    if b64 is None:
+        return cells + ["-", _speedup_cell(dfl), "-"]
+    ratio = f"{b64.tau_rounds / dfl.tau_rounds:.2f} / **{b64.tau_outside_loops / dfl.tau_outside_loops:.2f}**"
+    return cells + [ratio, _speedup_cell(dfl), _speedup_cell(b64)]
 
 
 def render_temperature() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
     n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
-    head = (f"**T = 1 beside T = 0** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block 8; tau as "
-            "a mean over prompts / pooled over rounds outside loops; entropy: the target's, nats per new token, at "
-            "T = 0 of its own softmax):\n\n")
-    rows = [_temperature_row(t, a, temp) for a in ("gdn", "mla") for temp in sorted(t.temperature.unique())]
-    return head + _table(["target", "T", "entropy", "rounds in loops (DFlash)", "DFlash tau: all / outside loops",
-                          "DDTree-16 tau", "DDTree-64 tau", "speedup DFlash / DDTree-64"], rows)
+    temps = sorted(t.temperature.unique())
+    head = (f"**Temperature** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block 8, "
+            f"T = {', '.join(f'{x:g}' for x in temps)}; exact modes; tau pooled over all rounds / over rounds "
+            "outside loops; entropy: the target's, nats per new token, of softmax(logits / T) (T = 0: of its own "
+            f"softmax); rounds in loops: DFlash's; {SPEEDUP_NOTE}):\n\n")
+    rows = [_temperature_row(t, a, temp) for a in ("gdn", "mla") for temp in temps]
+    return head + _table(["target", "T", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
+                          "DDTree-16 tau", "DDTree-64 tau", "DDTree-64 / DFlash tau", "DFlash speedup",
+                          "DDTree-64 speedup"], rows)
 
 
 def render_teacher_forced() -> str:
@@ -234,10 +269,96 @@ def render_teacher_forced() -> str:
                          + [f"DDTree-{budgets[-1]} / DFlash"], rows)
 
 
+# ----------------------------------------------------------------------------- concurrency
+
+CONCURRENCY_STORE = "data/results/concurrency.jsonl"
+
+
+def _concurrency_row(r: pd.Series) -> list:
+    """One (target, concurrency) row of the concurrency table (T = 0)."""
+    return [r.arch, int(r.concurrency), int(r.best_budget), f"{r.ar_tokens_per_s:.0f}", f"{r.dflash_speedup:.2f}x",
+            f"{r.best_speedup:.2f}x", f"{r.auto_speedup:.2f}x", f"{r.auto_vs_best:.2f}",
+            f"{r.best_tau:.2f} / {r.best_tau_outside_loops:.2f} ({100 * r.best_loop_round_share:.0f}%)"]
+
+
+def render_concurrency(directory: Path = RESULTS_DIR) -> str:
+    """The concurrency table from the store "concurrency" (the full grid's rows); a line saying
+    it is not measured yet when the store holds none (no stored file is then required)."""
+    from .concurrency import GRIDS, concurrency_store, concurrency_table, grid_frame, summarize_concurrency
+    grid = GRIDS["full"]
+    frame = grid_frame(concurrency_store(directory=directory), grid)
+    head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
+            f"1-{max(grid.concurrency)} sequences, {grid.max_new_tokens} new tokens each, block {grid.block_size}, T = 0, "
+            "one thread; speedup: aggregate tokens/s over batched AR at the same concurrency; auto: the load-aware "
+            "budget, its tokens/s over the best fixed budget's; tau of the best budget, all rounds / outside loops "
+            "(rounds in loops))")
+    if frame.empty:
+        return head + (": not measured yet; run `ddtree-lab concurrency` (both targets, concurrency "
+                       f"{', '.join(str(c) for c in grid.concurrency)}; about 18 min of one thread).")
+    table = concurrency_table(summarize_concurrency(frame))
+    rows = [_concurrency_row(r) for _, r in table[table.temperature == 0].iterrows()]
+    return head + ":\n\n" + _table(["target", "concurrency", "best budget", "batched AR tokens/s", "DFlash speedup",
+                                     "best DDTree speedup", "auto speedup", "auto / best", "tau (best budget)"], rows)
+
+
+# ----------------------------------------------------------------------------- batched verify cost
+
+BATCH_GOALS = {"batch16": 1.5, "per_node": 2.0, "gdn_over_mla": 1.3}  # issue 13 item 4
+
+
+def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
+    """Per target and GDN mode: batch-16 x budget-16 verify over a batch-16 AR step (paired
+    median [95% interval]), per-node ms at 64 and 256 over the FLOP floor, verify ms at 256."""
+    rows = []
+    for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
+        b = g[(g.table == "batch") & (g.B == g[g.table == "batch"].B.max())]
+        n = g[g.table == "per_node"].set_index("budget")
+        if b.empty or n.empty:
+            continue
+        r = b.iloc[0]
+        rows.append([ARCH_TITLES[arch].split(" (")[0], mode if arch == "gdn" else "-", f"{int(r.B)} x {int(r.budget)}",
+                     format_ratio_columns(r, "verify_batch/ar_step"),
+                     " / ".join(f"{n.loc[k, 'per_node/floor']:.1f}x" for k in (64, 256)),
+                     f"{n.loc[256, 'verify_ms']:.1f}"])
+    return rows
+
+
+def render_batch_cost() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench_batch.csv")
+    per = t[t.table == "per_node"].set_index(["arch", "mode", "budget"]).verify_ms
+    gdn_mla = per.get(("gdn", "wy", 256), float("nan")) / per.get(("mla", "wy", 256), float("nan"))
+    head = (f"**Batched verify cost** (`python scripts/bench_batch.py`: random-init targets of the shipped shapes, "
+            f"float32, one thread, prefix {int(t.prefix.iloc[0])}, thread CPU time, {int(t.repeats.iloc[0])} interleaved "
+            f"repeats; goals: batched verify <= {BATCH_GOALS['batch16']}x an AR step of the same batch, a node <= "
+            f"{BATCH_GOALS['per_node']}x its FLOP floor (2 x active parameters at this core's measured fp32 matmul rate), "
+            f"GDN wy verify at 256 nodes <= {BATCH_GOALS['gdn_over_mla']}x MLA's: measured {gdn_mla:.2f}x, medians of "
+            "separate runs):\n\n")
+    return head + _table(["target", "GDN mode", "batch x budget", "batched verify / batched AR step",
+                          "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms"],
+                         _batch_cost_rows(t))
+
+
+# ----------------------------------------------------------------------------- corpus
+
+def render_corpus() -> str:
+    """The training corpus from data/corpus_summary.json: per split packages, files, MB, tokens."""
+    c = json.loads((ROOT / "data/corpus_summary.json").read_text())
+    rows = [[split, len(c[split]["packages"]), c[split]["files"], f"{c[split]['bytes'] / 1e6:.1f}",
+             f"{c[split]['tokens'] / 1e6:.2f}M"] for split in ("train", "val")]
+    dropped = ", ".join(f"{n} {why}" for why, n in c["dropped"].items())
+    skipped = ", ".join(f"{k} ({v})" for k, v in c["skipped_licences"].items())
+    head = ("**Corpus** (`python -m ddtree_lab.train.corpus`: the standard library plus the permissively licensed "
+            f"dependency closure of the pins, Python {c['python']}; files dropped: {dropped}; skipped for their "
+            f"licence: {skipped}; validation held out by package):\n\n")
+    return head + _table(["split", "packages", "files", "MB", "tokens"], rows)
+
+
 BLOCKS = {
+    "corpus": Block(("data/corpus_summary.json",), "python -m ddtree_lab.train.corpus", render_corpus),
     "quality": Block(("data/results/quality-gdn-mla.json", "data/checkpoints"), "ddtree-lab quality", render_quality),
     "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
     "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
+    "batch_cost": Block(("data/results/bench_batch.csv",), "python scripts/bench_batch.py", render_batch_cost),
     "build_tree": Block(("data/results/bench_tree.csv",), "python scripts/bench_tree.py", render_build_tree),
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
@@ -248,6 +369,9 @@ BLOCKS = {
                        "python scripts/full_size_check.py exact && python scripts/full_size_check.py cost && "
                        "torchrun --nproc-per-node 2 scripts/tp_verify.py [--preset kimi-k2.6]",
                        full_size_cost.render_readme),
+    # sources: the store once it exists; absent, the block says "not measured yet" instead of failing
+    "concurrency": Block((CONCURRENCY_STORE,) if (ROOT / CONCURRENCY_STORE).exists() else (), "ddtree-lab concurrency",
+                         render_concurrency),
 }
 
 

@@ -26,9 +26,9 @@ CORE_DIR = ROOT / "ddtree_lab" / "core"
 COMPUTE_MODULES = ("adapter.py", "cache.py", "decode.py", "drafter.py", "gdn_tree.py", "tree.py", "verify.py")
 
 
-def code_version() -> str:
-    """sha256 (16 hex) of the modules that compute results."""
-    return stable_hash(b"".join(name.encode() + b"\0" + (CORE_DIR / name).read_bytes() for name in COMPUTE_MODULES))
+def code_version(modules: tuple = COMPUTE_MODULES) -> str:
+    """sha256 (16 hex) of the modules that compute results (``modules``: file names in core/)."""
+    return stable_hash(b"".join(name.encode() + b"\0" + (CORE_DIR / name).read_bytes() for name in modules))
 
 
 def git_revision() -> str:
@@ -52,12 +52,14 @@ def row_key(config: dict, prompt_id, code: str, models: dict) -> str:
 
 
 class ResultsStore:
-    """data/results/<name>.jsonl; ``add`` appends one finished row atomically."""
+    """data/results/<name>.jsonl; ``add`` appends one finished row atomically. ``modules``:
+    the core modules whose code version keys the rows (a store of batched runs adds the
+    batch modules)."""
 
-    def __init__(self, name: str, directory: Path = RESULTS_DIR):
+    def __init__(self, name: str, directory: Path = RESULTS_DIR, modules: tuple = COMPUTE_MODULES):
         self.path = Path(directory) / f"{name}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.code = code_version()
+        self.code = code_version(modules)
         self._meta = {"git": git_revision(), "versions": versions()}
 
     def rows(self) -> list[dict]:

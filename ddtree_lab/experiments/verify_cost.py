@@ -5,7 +5,14 @@ Everything is timed on one prefilled cache (``prefix_len`` random tokens) with t
 ``build_tree`` over randn(16, V) * 3 draft logits; the tree of a budget depends on
 (seed, budget) only, so tables with different budget lists share their trees. Modes (and, for
 MLA, budgets and the stock decode) are interleaved per repeat with one warm-up repeat, and
-medians are reported, with the minimum beside them as a noise check.
+medians are reported, with the minimum beside them as a noise check. Every ratio is the
+median of the per-repeat paired ratio with its 95% interval and sign test (``spread``:
+columns ``<ratio>_lo``, ``<ratio>_hi``, ``<ratio>_p``).
+
+The honest GDN baseline is ``stock``: transformers' own forward of the same flattened N+1
+tokens on a copy of its own cache (the model's GDN path, as a user's chain verification runs
+it, no tree mask); naive, fork and wy are reported over it as well as over naive (which is
+the lab's own WY kernel on chain parents, so "wy / naive" compares the kernel with itself).
 
 Memory is MEASURED with ``LiveBytes``, a dispatch-mode counter of live tensor storage over
 every aten output (views counted once per storage, freed when the last tensor dies), except
@@ -34,16 +41,20 @@ from ..core import cache as cache_module
 from ..core.tree import ancestor_mask, build_tree, chain_tree
 from ..core.verify import GDN_MODES, prefill, verify
 from ..core.cache import TreeCache, commit
+from .spread import format_ratio_columns, ratio_columns
 
 DEPTH_ROWS, PEAKEDNESS = 16, 3.0
 GDN_BUDGETS = (1, 8, 16, 32, 64, 128, 256)
 MLA_BUDGETS = (0, 1, 8, 16, 32, 64, 128, 256)
-GDN_COLUMNS = ("budget", "depth", "naive_ms", "fork_ms", "wy_ms", "fork/naive", "wy/naive",
+GDN_RATIOS = {"fork/naive": ("fork", "naive"), "wy/naive": ("wy", "naive"), "naive/stock": ("naive", "stock"),
+              "fork/stock": ("fork", "stock"), "wy/stock": ("wy", "stock")}
+GDN_COLUMNS = ("budget", "depth", "naive_ms", "fork_ms", "wy_ms", "stock_ms", *GDN_RATIOS,
                "commit_fork_ms", "commit_wy_ms", "commit/fork", "commit/wy",
-               "naive_min_ms", "fork_min_ms", "wy_min_ms", "commit_fork_min_ms", "commit_wy_min_ms",
-               "fork_state_bytes", "wy_nxn_bytes", "peak_naive_bytes", "peak_fork_bytes", "peak_wy_bytes")
+               "naive_min_ms", "fork_min_ms", "wy_min_ms", "stock_min_ms", "commit_fork_min_ms", "commit_wy_min_ms",
+               "fork_state_bytes", "wy_nxn_bytes", "peak_naive_bytes", "peak_fork_bytes", "peak_wy_bytes",
+               *(f"{r}_{s}" for r in (*GDN_RATIOS, "commit/fork", "commit/wy") for s in ("lo", "hi", "p")))
 MLA_COLUMNS = ("budget", "depth", "verify_ms", "verify_min_ms", "verify/root", "verify/hf",
-               "hf_ms", "hf_min_ms")
+               "hf_ms", "hf_min_ms", *(f"{r}_{s}" for r in ("verify/root", "verify/hf") for s in ("lo", "hi", "p")))
 # goal: (ratio column, comparison, limit, numerator and denominator of its fastest-run twin)
 GOALS = (("wy/naive", "<=", 1.1, "wy_min_ms", "naive_min_ms"),
          ("fork/naive", "<=", 2.0, "fork_min_ms", "naive_min_ms"),
@@ -58,6 +69,35 @@ def timed(fn) -> tuple[float, object]:
     start = time.perf_counter()
     out = fn()
     return 1e3 * (time.perf_counter() - start), out
+
+
+def sync(device) -> None:
+    """Wait for the device (CUDA) so a timer sees the work done; nothing on the CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def stock_flat_timer(model, prefix: list[int]):
+    """tree -> ms of the stock forward of the flattened tree (its N+1 tokens read as a sequence,
+    no tree mask) on a copy of a stock ``DynamicCache`` holding ``prefix``: what a tree-unaware
+    engine runs, with the stock kernels (torch chunk / fla, causal-conv1d when installed)."""
+    import copy
+
+    from transformers import DynamicCache
+    device = next(model.parameters()).device
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(torch.tensor([prefix], device=device), past_key_values=cache, use_cache=True)
+
+    @torch.no_grad()
+    def run(tree) -> float:
+        work = copy.deepcopy(cache)
+        sync(device)
+        start = time.perf_counter()
+        model(tree.tokens[None].to(device), past_key_values=work, use_cache=True)
+        sync(device)
+        return 1e3 * (time.perf_counter() - start)
+    return run
 
 
 class LiveBytes(TorchDispatchMode):
@@ -141,37 +181,44 @@ def random_prefix(model, prefix_len: int, seed: int = 0) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- GDN target
 
-def _time_gdn_modes(model, cache, tree, repeats: int) -> dict:
-    """{(mode, "verify" | "commit"): [ms] * repeats}, modes interleaved in a rotating order;
-    commit keeps the deepest root path (worst case for replay); naive has no commit time."""
+def _time_gdn_modes(model, cache, tree, repeats: int, stock) -> dict:
+    """{(mode, "verify" | "commit"): [ms] * repeats} for the GDN modes and "stock" (``stock``:
+    ``stock_flat_timer``), interleaved in a rotating order; commit keeps the deepest root path
+    (worst case for replay); naive and stock have no commit time."""
     path = tree.path_to(int(tree.depths.argmax()))
-    times = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit")}
+    modes = GDN_MODES + ("stock",)
+    times = {(m, part): [] for m in modes for part in ("verify", "commit")}
     for r in range(repeats + 1):  # repeat 0 warms up
-        for mode in GDN_MODES[r % 3:] + GDN_MODES[:r % 3]:
-            work = cache.snapshot()
-            t_verify, _ = timed(lambda: verify(model, work, tree, mode))
-            t_commit, _ = timed(lambda: commit(model, work, tree, path)) if mode != "naive" else (None, None)
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+            if mode == "stock":
+                t_verify, t_commit = stock(tree), None
+            else:
+                work = cache.snapshot()
+                t_verify, _ = timed(lambda: verify(model, work, tree, mode))
+                t_commit, _ = timed(lambda: commit(model, work, tree, path)) if mode != "naive" else (None, None)
             if r:
                 times[(mode, "verify")].append(t_verify)
                 times[(mode, "commit")].append(t_commit)
     return times
 
 
-def _gdn_row(model, cache, tree, repeats: int) -> dict:
-    times = _time_gdn_modes(model, cache, tree, repeats)
+def _gdn_row(model, cache, tree, repeats: int, stock) -> dict:
+    times = _time_gdn_modes(model, cache, tree, repeats, stock)
     med = {k: statistics.median(v) for k, v in times.items() if v[0] is not None}
     low = {k: min(v) for k, v in times.items() if v[0] is not None}
+    ratios = {}
+    for name, (num, den) in GDN_RATIOS.items():
+        ratios.update(ratio_columns(name, times[(num, "verify")], times[(den, "verify")]))
+    for m in ("fork", "wy"):
+        ratios.update(ratio_columns(f"commit/{m}", times[(m, "commit")], times[(m, "verify")]))
     work = cache.snapshot()
     verify(model, work, tree, "fork")
     row = {"depth": int(tree.depths.max()),
-           **{f"{m}_ms": med[(m, "verify")] for m in GDN_MODES},
-           "fork/naive": med[("fork", "verify")] / med[("naive", "verify")],
-           "wy/naive": med[("wy", "verify")] / med[("naive", "verify")],
+           **{f"{m}_ms": med[(m, "verify")] for m in GDN_MODES + ("stock",)},
            **{f"commit_{m}_ms": med[(m, "commit")] for m in ("fork", "wy")},
-           **{f"commit/{m}": med[(m, "commit")] / med[(m, "verify")] for m in ("fork", "wy")},
-           **{f"{m}_min_ms": low[(m, "verify")] for m in GDN_MODES},
+           **{f"{m}_min_ms": low[(m, "verify")] for m in GDN_MODES + ("stock",)},
            **{f"commit_{m}_min_ms": low[(m, "commit")] for m in ("fork", "wy")},
-           "fork_state_bytes": fork_state_bytes(work), "wy_nxn_bytes": wy_kernel_peak_bytes(model, tree)}
+           **ratios, "fork_state_bytes": fork_state_bytes(work), "wy_nxn_bytes": wy_kernel_peak_bytes(model, tree)}
     row.update({f"peak_{m}_bytes": peak_extra_bytes(model, cache, tree, m) for m in GDN_MODES})
     return row
 
@@ -183,23 +230,30 @@ def _check_gdn(model) -> None:
 
 def gdn_cost_table(model, budgets=GDN_BUDGETS, prefix_len: int = 128, repeats: int = 5,
                    seed: int = 0) -> pd.DataFrame:
-    """One row per budget (median over ``repeats`` of all three GDN modes, interleaved):
+    """One row per budget (median over ``repeats`` of all three GDN modes and the stock
+    forward, interleaved):
 
     budget, depth             draft nodes N and the tree's depth
-    naive_ms fork_ms wy_ms    ``verify`` ms per mode; fork/naive, wy/naive their ratios
+    naive_ms fork_ms wy_ms    ``verify`` ms per mode
+    stock_ms                  transformers' own forward of the same N+1 flattened tokens on
+                              a copy of its DynamicCache (``stock_flat_timer``)
+    fork/naive wy/naive naive/stock fork/stock wy/stock
+                              median of the per-repeat paired ratio, with _lo, _hi (95%
+                              interval) and _p (sign test) beside each (``spread``)
     commit_fork_ms commit_wy_ms  ``commit`` ms of the deepest root path after that verify
                               (fork: pick the stored state; wy: the closed form from U, G, k);
-                              commit/fork, commit/wy: over the same mode's verify
-    *_min_ms                  the fastest run of each of the five timings above
+                              commit/fork, commit/wy: over the same repeat's verify (paired, as above)
+    *_min_ms                  the fastest run of each of the six timings above
     fork_state_bytes          per-node states fork holds until commit, = (N+1) x GDN layers x
                               H x dk x dv x itemsize
     wy_nxn_bytes              measured peak inside one ``gated_delta_wy`` call (N x N matrices)
     peak_{naive,fork,wy}_bytes  measured peak live bytes allocated during a whole verify
     """
     _check_gdn(model)
-    cache, _ = prefill(model, random_prefix(model, prefix_len, seed))
-    V = model.config.vocab_size
-    rows = [{"budget": b, **_gdn_row(model, cache, random_tree(V, b, seed), repeats)} for b in budgets]
+    prefix = random_prefix(model, prefix_len, seed)
+    cache, _ = prefill(model, prefix)
+    stock, V = stock_flat_timer(model, prefix.tolist()), model.config.vocab_size
+    rows = [{"budget": b, **_gdn_row(model, cache, random_tree(V, b, seed), repeats, stock)} for b in budgets]
     return pd.DataFrame(rows, columns=list(GDN_COLUMNS))
 
 
@@ -212,7 +266,7 @@ def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
     row, lines = match.iloc[0], []
     for name, op, limit, num, den in GOALS:
         ok = row[name] <= limit if op == "<=" else row[name] < limit
-        lines.append(f"{'PASS' if ok else 'MISS'}  {name} = {row[name]:.3f} (goal {op} {limit}; "
+        lines.append(f"{'PASS' if ok else 'MISS'}  {name} = {format_ratio_columns(row, name)} (goal {op} {limit}; "
                      f"ratio of the fastest runs: {row[num] / row[den]:.3f})")
     return lines
 
@@ -301,6 +355,8 @@ def mla_cost_table(model, budgets=MLA_BUDGETS, prefix_len: int = 128, repeats: i
     verify_ms, verify_min_ms  ``verify`` ms (median, fastest run)
     verify/root             over a root-only ``verify`` (a 1-token decode on the tree path)
     verify/hf               over the stock HF forward of 1 token with a DynamicCache
+                            (both: median of the per-repeat paired ratio, with _lo, _hi and
+                            _p beside, ``spread``)
     hf_ms, hf_min_ms        that stock decode (median, fastest run)
     """
     prefix = random_prefix(model, prefix_len, seed)
@@ -314,9 +370,9 @@ def mla_cost_table(model, budgets=MLA_BUDGETS, prefix_len: int = 128, repeats: i
             times[b] += [ms] if r else []
         ms = hf_decode()
         times["hf"] += [ms] if r else []
-    root_ms, hf_ms = statistics.median(times[0]), statistics.median(times["hf"])
+    hf_ms = statistics.median(times["hf"])
     rows = [{"budget": b, "depth": int(trees[b].depths.max()), "verify_ms": statistics.median(times[b]),
-             "verify_min_ms": min(times[b]), "verify/root": statistics.median(times[b]) / root_ms,
-             "verify/hf": statistics.median(times[b]) / hf_ms, "hf_ms": hf_ms, "hf_min_ms": min(times["hf"])}
+             "verify_min_ms": min(times[b]), "hf_ms": hf_ms, "hf_min_ms": min(times["hf"]),
+             **ratio_columns("verify/root", times[b], times[0]), **ratio_columns("verify/hf", times[b], times["hf"])}
             for b in budgets]
     return pd.DataFrame(rows, columns=list(MLA_COLUMNS))

@@ -20,6 +20,21 @@ REBUILD = {"target": "ddtree-lab train-target --arch {arch}",
            "drafter": "ddtree-lab train-drafter --arch {arch}"}
 
 
+CURVES_DIR = DATA_DIR / "results" / "training"
+
+
+def store_curve(runs_dir: Path, out: Path, arch: str, kind: str) -> Path | None:
+    """Copy a run's ``log.csv`` (loss curve) to ``data/results/training/{arch}-{kind}.csv``
+    when ``out`` is the shipped checkpoint's place (runs into other folders keep theirs)."""
+    log = Path(runs_dir) / "log.csv"
+    if Path(out).resolve() != ckpt_path(arch, kind).resolve() or not log.is_file():
+        return None
+    CURVES_DIR.mkdir(parents=True, exist_ok=True)
+    dest = CURVES_DIR / f"{arch}-{kind}.csv"
+    dest.write_bytes(log.read_bytes())
+    return dest
+
+
 def ckpt_path(arch: str, kind: str, root: Path = CKPT_DIR) -> Path:
     """data/checkpoints/{arch}-{kind}, kind 'target' or 'drafter'."""
     return Path(root) / f"{arch}-{kind}"

@@ -1,7 +1,7 @@
 """Training the lab's DFlash drafters on target rollouts (``ddtree-lab train-drafter``).
 
-Recipe (DFlash section 4): the target's greedy continuations of stdlib function prompts
-(``drafter_data``), random anchors inside the continuation (and the last prompt token), the
+Recipe (DFlash section 4): the target's continuations of stdlib function prompts
+(``rollouts``), greedy and sampled (``DrafterRecipe.temperatures``), random anchors inside the continuation (and the last prompt token), the
 exp(-(k-1)/gamma) position weights, the lab's one resumable loop (``train.train``).
 Shipped as ``drafter.safetensors`` (bf16) + ``drafter_config.json`` + ``manifest.json`` under
 ``data/checkpoints/{arch}-drafter``; ``load_drafter`` reattaches the target's embedding and
@@ -18,12 +18,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from . import data
-from .checkpoints import REBUILD, check_manifest, ckpt_path, write_manifest
+from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, write_manifest
 from ..core.drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
-from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, split_rollouts,
-                           target_digest)
+from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, select_rollouts,
+                       split_rollouts, target_digest)
 from ..core.models import arch_of, load_target
-from .loop import TrainConfig, train
+from .loop import TrainConfig, model_device, train
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class DrafterRecipe:
     num_layers: int = 3
     block_size: int = 16
     val_frac: float = 0.05
+    # rollout batches cycle through these: 2/5 greedy, 1/5 each at T = 0.3, 0.6 and 1
+    temperatures: tuple = (0.0, 0.3, 0.0, 0.6, 1.0)
 
     @property
     def anchors(self) -> int:
@@ -58,21 +60,22 @@ RECIPES: dict[str, DrafterRecipe] = {
     "quick": DrafterRecipe(_schedule(500, 8, 8, lr=2e-3, warmup_steps=30, eval_every=100),
                            num_rollouts=320),  # ~3 min training + ~1 min rollouts
     "toy": DrafterRecipe(_schedule(4, 2, 3, lr=3e-3, warmup_steps=1, eval_every=2),
-                         num_rollouts=8, prompt_len=8, new_tokens=24, gen_batch=4, num_layers=1),
+                         num_rollouts=8, prompt_len=8, new_tokens=24, gen_batch=4, num_layers=1,
+                         temperatures=(0.0,)),
 }
 
 
-def _batch(rollouts: dict, idx) -> tuple[torch.Tensor, torch.Tensor]:
-    """tokens [B, T] long, features [B, T, F] float32 of the rollouts at ``idx``."""
+def _batch(rollouts: dict, idx, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """tokens [B, T] long, features [B, T, F] float32 of the rollouts at ``idx``, on ``device``."""
     idx = torch.as_tensor(idx)
-    return rollouts["tokens"][idx].long(), rollouts["features"][idx].float()
+    return rollouts["tokens"][idx].long().to(device), rollouts["features"][idx].float().to(device)
 
 
 def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int):
     """loss_fn(model, rng) for ``train.train``: random sequences, random anchors each."""
     def loss_fn(drafter, rng):
         idx = rng.integers(0, len(rollouts["tokens"]), size=batch_size)
-        tokens, features = _batch(rollouts, idx)
+        tokens, features = _batch(rollouts, idx, model_device(drafter))
         return drafter_loss(drafter, tokens, features, sample_anchors(rollouts, batch_size, anchors, rng))
     return loss_fn
 
@@ -85,7 +88,7 @@ def drafter_eval_fn(rollouts: dict, anchors: int, batch_size: int = 16, seed: in
     def eval_fn(drafter):
         losses = []
         for s in range(0, len(anchor_sets), batch_size):
-            tokens, features = _batch(rollouts, range(s, min(s + batch_size, len(anchor_sets))))
+            tokens, features = _batch(rollouts, range(s, min(s + batch_size, len(anchor_sets))), model_device(drafter))
             losses.append(drafter_loss(drafter, tokens, features, anchor_sets[s:s + batch_size]).item())
         return float(np.mean(losses))
     return eval_fn
@@ -97,7 +100,7 @@ def _all_matches(drafter, rollouts: dict, block_size: int, batch_size: int = 4):
     low, high = anchor_range(rollouts)
     n = len(rollouts["tokens"])
     anchors = torch.arange(low, high + 1).expand(n, -1)
-    out = [greedy_matches(drafter, *_batch(rollouts, range(s, min(s + batch_size, n))),
+    out = [greedy_matches(drafter, *_batch(rollouts, range(s, min(s + batch_size, n)), model_device(drafter)),
                           anchors[s:s + batch_size], block_size) for s in range(0, n, batch_size)]
     match, valid = (torch.cat([o[i] for o in out]).flatten(0, 1) for i in (0, 1))
     return match, valid
@@ -119,7 +122,7 @@ def draft_quality(drafter, rollouts: dict, block_size: int) -> dict:
 def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: list | None = None,
                   tok=None, mask_token_id: int | None = None, out: Path | None = None,
                   runs_dir: Path | None = None, cache_dir: Path | None = data.CACHE_DIR,
-                  max_minutes: float | None = None) -> dict:
+                  max_minutes: float | None = None, device: str | None = None) -> dict:
     """Make/load rollouts, train (or resume) a drafter for ``target`` and ship it.
 
     target: defaults to the shipped ``{arch}-target`` (float32). prompts: strings (with
@@ -133,7 +136,7 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
     if target is None:
         path = ckpt_path(arch, "target")
         check_manifest(path, REBUILD["target"].format(arch=arch))
-        target = load_target(path)
+        target = load_target(path, device=device)
     if arch_of(target) != arch:
         raise ValueError(f"target must be a {arch!r} model, got {arch_of(target)!r}")
     if prompts is None or mask_token_id is None:
@@ -141,19 +144,23 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
     prompts = drafter_prompts() if prompts is None else prompts
     mask_token_id = data.special_ids(tok)["mask"] if mask_token_id is None else mask_token_id
     rollouts = make_rollouts(target, tok, prompts, new_tokens=recipe.new_tokens, prompt_len=recipe.prompt_len,
-                             max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch, cache_dir=cache_dir)
+                             max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch,
+                             temperatures=recipe.temperatures, seed=cfg.seed, cache_dir=cache_dir)
     train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=cfg.seed)
     dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
-    drafter = DFlashDrafter(dcfg, target)
+    drafter = DFlashDrafter(dcfg, target).to(target.device)
     runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
     st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors),
                drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"drafter {arch}")
+    out = Path(out or ckpt_path(arch, "drafter"))
+    store_curve(runs_dir, out, arch, "drafter")
     info = {"arch": arch, "preset": preset, "recipe": asdict(replace(recipe, train=cfg)), "train_state": st,
             "target_sha256": target_digest(target),
-            "rollouts": {k: rollouts[k] for k in ("key", "num_rollouts", "prompt_len", "new_tokens", "layer_ids")}}
-    return ship_drafter(drafter, Path(out or ckpt_path(arch, "drafter")), val_r, recipe.anchors, **info)
+            "rollouts": {k: rollouts[k] for k in ("key", "num_rollouts", "prompt_len", "new_tokens", "layer_ids",
+                                                  "temperatures")}}
+    return ship_drafter(drafter, out, val_r, recipe.anchors, **info)
 
 
 def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors: int, **info) -> dict:
@@ -168,11 +175,22 @@ def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors:
     drafter.eval()
     bs = drafter.cfg.block_size
     metrics = {"final_val_loss": drafter_eval_fn(val_rollouts, anchors)(drafter)}
+    greedy = greedy_rollouts(val_rollouts)  # tau is exact on greedy rollouts only
     for size in sorted({bs, max(2, bs // 2)}, reverse=True):
-        quality = draft_quality(drafter, val_rollouts, size)
+        quality = draft_quality(drafter, greedy, size)
         metrics |= {f"agreement_block{size}": quality["agreement"], f"tau_block{size}": quality["tau"]}
     return write_manifest(out, **metrics, train_time_s=info["train_state"]["elapsed_s"],
                           drafter_config=asdict(drafter.cfg), **info)
+
+
+def greedy_rollouts(rollouts: dict) -> dict:
+    """The T = 0 rollouts (all of them when the rollouts carry no temperature)."""
+    if "temperature" not in rollouts:
+        return rollouts
+    keep = torch.nonzero(rollouts["temperature"] == 0).flatten()
+    if len(keep) == 0:
+        raise ValueError("the held-out rollouts hold no greedy (T = 0) rollout to measure tau on")
+    return select_rollouts(rollouts, keep)
 
 
 def load_drafter(path: Path, target) -> DFlashDrafter:

@@ -32,9 +32,14 @@ class TrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     max_minutes: float | None = None  # wall-clock cap (training stops early, noted in the log)
+    time_schedule: bool = False     # warmup + cosine over max_minutes of wall clock, not max_tokens
     eval_every: int = 200
     ckpt_every_s: float = 180.0
     seed: int = 0
+
+    def __post_init__(self):
+        if self.time_schedule and not (self.max_minutes or 0) > 0:
+            raise ValueError(f"max_minutes must be > 0 with time_schedule=True, got {self.max_minutes}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -69,11 +74,22 @@ class SpeedConfig:
     compile: bool = False
 
 
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Linear warmup to cfg.lr, then cosine to cfg.lr * min_lr_frac at total_steps."""
+def progress(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
+    """Fraction of the schedule done: steps over total_steps, or (``time_schedule``) the larger
+    of that and the elapsed wall clock over ``max_minutes``. Training ends at 1."""
+    frac = step / cfg.total_steps
+    if cfg.time_schedule:
+        frac = max(frac, elapsed_s / (60 * cfg.max_minutes))
+    return min(1.0, frac)
+
+
+def lr_at(cfg: TrainConfig, step: int, elapsed_s: float = 0.0) -> float:
+    """Linear warmup to cfg.lr over warmup_steps, then cosine to cfg.lr * min_lr_frac at the
+    end of the schedule (``progress`` 1)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    frac = min(1.0, (step - cfg.warmup_steps) / max(1, cfg.total_steps - cfg.warmup_steps))
+    start = progress(cfg, cfg.warmup_steps) if not cfg.time_schedule else 0.0
+    frac = min(1.0, max(0.0, progress(cfg, step, elapsed_s) - start) / max(1e-9, 1 - start))
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
@@ -108,6 +124,24 @@ class _Log:
     def add(self, **row) -> None:
         with self.path.open("a", newline="") as f:
             csv.DictWriter(f, self.FIELDS).writerow(row)
+
+
+class _Bar:
+    """Progress in steps, or in seconds of the wall-clock schedule (``time_schedule``)."""
+
+    def __init__(self, cfg: TrainConfig, st: dict, desc: str):
+        self.by_time = cfg.time_schedule
+        total, done = (round(60 * cfg.max_minutes), st["elapsed_s"]) if self.by_time else (cfg.total_steps, st["step"])
+        self.bar = tqdm(total=total, initial=round(done), desc=desc, unit="s" if self.by_time else "it",
+                        dynamic_ncols=True)
+
+    def update(self, st: dict, **postfix) -> None:
+        done = min(self.bar.total, round(st["elapsed_s"])) if self.by_time else st["step"]
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix(step=st["step"], **postfix)
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: TrainConfig,
@@ -157,15 +191,15 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
                       "config": asdict(cfg)}, state_path)
 
     model.train()
-    bar = tqdm(total=cfg.total_steps, initial=st["step"], desc=desc, dynamic_ncols=True)
+    bar = _Bar(cfg, st, desc)
     t0, last_ckpt, ema = time.monotonic() - st["elapsed_s"], time.monotonic(), None
-    while st["step"] < cfg.total_steps:
-        if cfg.max_minutes is not None and st["elapsed_s"] > 60 * cfg.max_minutes:
+    while progress(cfg, st["step"], st["elapsed_s"]) < 1:
+        if cfg.max_minutes is not None and not cfg.time_schedule and st["elapsed_s"] > 60 * cfg.max_minutes:
             st["stopped_by"] = f"wall-clock cap {cfg.max_minutes} min at step {st['step']}"
             break
         for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, st["step"])
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=speed.autocast_bf16):
+            g["lr"] = lr_at(cfg, st["step"], st["elapsed_s"])
+        with torch.autocast(model_device(model).type, dtype=torch.bfloat16, enabled=speed.autocast_bf16):
             loss = loss_fn(step_model, np.random.default_rng([cfg.seed, st["step"]]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -174,15 +208,14 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
         st["step"] += 1
         st["elapsed_s"] = time.monotonic() - t0
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
-        bar.update(1)
-        bar.set_postfix(loss=f"{ema:.3f}", val=st["val_loss"])
-        last = st["step"] == cfg.total_steps
+        bar.update(st, loss=f"{ema:.3f}", val=st["val_loss"])
+        last = progress(cfg, st["step"], st["elapsed_s"]) >= 1
         if st["step"] % cfg.eval_every == 0 or last:
             model.eval()
             st["val_loss"] = float(eval_fn(model))
             model.train()
             log.add(step=st["step"], tokens=st["step"] * cfg.tokens_per_step,
-                    elapsed_s=round(st["elapsed_s"], 1), lr=lr_at(cfg, st["step"] - 1),
+                    elapsed_s=round(st["elapsed_s"], 1), lr=lr_at(cfg, st["step"] - 1, st["elapsed_s"]),
                     train_loss=round(ema, 4), val_loss=round(st["val_loss"], 4))
         if time.monotonic() - last_ckpt > cfg.ckpt_every_s or last:
             save()
@@ -195,20 +228,27 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
 
 @torch.no_grad()
 def lm_eval_loss(model, tokens: np.ndarray, seq_len: int = 256, max_windows: int = 64) -> float:
-    """Mean next-token loss (nats) over up to max_windows disjoint windows of a stream."""
-    n = min(max_windows, (len(tokens) - 1) // seq_len)
+    """Mean next-token loss (nats) over up to max_windows disjoint windows of a stream, spread
+    evenly over it (so a subset still samples every part of the split)."""
+    total = (len(tokens) - 1) // seq_len
+    n = min(max_windows, total)
     losses = []
-    for i in range(n):
-        w = torch.from_numpy(tokens[i * seq_len:(i + 1) * seq_len + 1].astype(np.int64))[None]
+    for i in np.linspace(0, total - 1, n).round().astype(int) if n else []:
+        w = torch.from_numpy(tokens[i * seq_len:(i + 1) * seq_len + 1].astype(np.int64))[None].to(model_device(model))
         logits = model(w[:, :-1]).logits
         losses.append(torch.nn.functional.cross_entropy(logits[0].float(), w[0, 1:]).item())
     return float(np.mean(losses))
 
 
+def model_device(model: torch.nn.Module) -> torch.device:
+    """Where the model's parameters live (batches are moved there)."""
+    return next(model.parameters()).device
+
+
 def lm_loss_fn(tokens: np.ndarray, batch_size: int, seq_len: int) -> Callable:
     """loss_fn for next-token training on random windows of a token stream."""
     def loss_fn(model, rng):
-        w = random_windows(tokens, batch_size, seq_len, rng)
+        w = random_windows(tokens, batch_size, seq_len, rng).to(model_device(model))
         logits = model(w[:, :-1]).logits
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten())
     return loss_fn

@@ -1,0 +1,114 @@
+"""Load-aware budgets: share one batched round's draft nodes among the batch's trees
+(issue 13 item 3; DDTree, arXiv 2604.12989, Prop. 1; CaDDTree, arXiv 2606.01813, for one tree).
+
+Under the factorised surrogate a tree's expected accepted draft tokens is the sum of q(u)
+over its nodes; a built tree's pop order makes q non-increasing along it, so q(u) is the
+node's marginal gain and every prefix is the best tree of its size. Every sequence gains its
+bonus token, so a round of B trees with budgets n_b yields B + sum_b G_b(n_b) tokens in
+expectation (G_b: the sum of sequence b's first n_b gains). A batched round costs
+``seconds[v - 1]`` at v verify tokens, from a cost model measured over batch x tokens
+(B trees of equal size: v = B x budget). What v is depends on the verify:
+
+- ``padded=True`` (``batch_verify.verify_batch``, which pads every tree to the largest):
+  v = B x max_b n_b. For a largest budget m every sequence then gets min(m, N_b) nodes (the
+  padding is paid anyway), so the best allocation is the best m:
+  rate(m) = (B + sum_b G_b(min(m, N_b))) / seconds[B m - 1];
+- ``padded=False`` (a packed verify, trees side by side without padding): v = sum_b n_b.
+  For a fixed v the best split is the v largest marginals (each sequence's first node
+  forced: a tree holds at least one node), prefix-closed per sequence, and the best v
+  maximises (B + sum of the v largest marginals) / seconds[v - 1]; trees differ in size.
+
+``allocate_budgets`` does either in one pass (O(N log N)); its twin
+``allocate_budgets_reference`` scores every budget vector (tiny cases only), the test oracle.
+``auto_trees`` applies it to a batch's draft logits.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from . import tree as tree_mod
+
+
+def _verify_tokens(budgets, padded: bool) -> int:
+    """Tokens a batched verify processes for these budgets (padded: B x the largest)."""
+    return len(budgets) * max(budgets) if padded else sum(budgets)
+
+
+def _check_allocation_args(gains: list[torch.Tensor], seconds: torch.Tensor, padded: bool) -> None:
+    """gains: B >= 1 non-empty 1-D tensors; seconds: 1-D, a positive entry per verify-token count."""
+    if not isinstance(gains, (list, tuple)) or not gains \
+            or any(not isinstance(g, torch.Tensor) or g.dim() != 1 or g.numel() < 1 for g in gains):
+        raise ValueError("gains must be a non-empty list of non-empty 1-D tensors (one per sequence)")
+    need = _verify_tokens([g.numel() for g in gains], padded)
+    if not isinstance(seconds, torch.Tensor) or seconds.dim() != 1 or seconds.numel() < need \
+            or not bool((seconds > 0).all()):
+        raise ValueError(f"seconds must be a 1-D tensor of at least {need} positive entries (one per verify-token "
+                         f"count), got {getattr(seconds, 'shape', type(seconds))}")
+
+
+def allocate_budgets(gains: list[torch.Tensor], seconds: torch.Tensor, padded: bool = True) -> list[int]:
+    """Per-sequence budgets maximising expected tokens per predicted second.
+
+    gains: B tensors [N_b], sequence b's node marginals q(u) in pop order (non-increasing);
+    seconds: [>= v_max], entry v-1 the predicted round seconds at v verify tokens (v_max:
+    B x max N_b if padded, else sum N_b). Returns B budgets, 1 <= budget_b <= N_b; among equal
+    rates the fewest verify tokens win; ties between nodes: lower sequence, then earlier node.
+    """
+    _check_allocation_args(gains, seconds, padded)
+    return _allocate_padded(gains, seconds) if padded else _allocate_packed(gains, seconds)
+
+
+def _allocate_padded(gains: list[torch.Tensor], seconds: torch.Tensor) -> list[int]:
+    B, sizes = len(gains), [g.numel() for g in gains]
+    top = max(sizes)
+    cum = torch.stack([torch.cat([g.double().cumsum(0), g.double().sum().expand(top - g.numel())]) for g in gains])
+    tokens = B + cum.sum(0)  # [top]: expected tokens when the largest budget is m = 1 .. top
+    rate = tokens / seconds[B * torch.arange(1, top + 1) - 1].double()  # [top]
+    m = int(rate.argmax()) + 1
+    return [min(m, n) for n in sizes]
+
+
+def _allocate_packed(gains: list[torch.Tensor], seconds: torch.Tensor) -> list[int]:
+    B = len(gains)
+    rest = sorted((-q, b, i) for b, g in enumerate(gains) for i, q in enumerate(g[1:].tolist(), start=1))
+    firsts = math.fsum(float(g[0]) for g in gains)
+    extra = torch.tensor([0.0] + [-neg for neg, _, _ in rest], dtype=torch.float64).cumsum(0)  # [1 + R]
+    rate = (B + firsts + extra) / seconds[B - 1:B + len(rest)].double()  # [1 + R]: totals B .. sum N_b
+    budgets = [1] * B
+    for _, b, _ in rest[:int(rate.argmax())]:
+        budgets[b] += 1
+    return budgets
+
+
+def allocate_budgets_reference(gains: list[torch.Tensor], seconds: torch.Tensor, padded: bool = True) -> list[int]:
+    """``allocate_budgets``' plain twin: every budget vector (1..N_b each) scored as
+    (B + sum of each sequence's first budget_b gains) / seconds[verify tokens - 1]; the best
+    one (among equal rates the fewest verify tokens, then the first in product order)."""
+    _check_allocation_args(gains, seconds, padded)
+    best, best_key = None, None
+    for budgets in itertools.product(*(range(1, g.numel() + 1) for g in gains)):
+        tokens = len(gains) + sum(math.fsum(g[:k].tolist()) for g, k in zip(gains, budgets))
+        v = _verify_tokens(budgets, padded)
+        key = (tokens / float(seconds[v - 1]), -v)
+        if best_key is None or key > best_key:
+            best, best_key = list(budgets), key
+    return best
+
+
+def auto_trees(draft_logits: list[torch.Tensor], roots: list[int], cost_model,
+               padded: bool = True) -> list[tree_mod.DraftTree]:
+    """One tree per sequence (draft logits [bs-1, V] each), sized jointly by ``allocate_budgets``.
+
+    Each tree is built once at ``cost_model.max_budget`` (the per-sequence maximum) and cut to
+    its budget; ``cost_model.batch_round_seconds(tokens [n], batch) -> seconds [n]`` predicts
+    a round of ``batch`` trees whose verify processes ``tokens`` tokens. padded: the verify
+    pads every tree to the largest (``batch_verify.verify_batch`` does).
+    """
+    full = [tree_mod.build_tree(d, r, cost_model.max_budget) for d, r in zip(draft_logits, roots)]
+    gains = [t.log_weights[1:].exp() for t in full]  # [N_b] each, non-increasing
+    most = _verify_tokens([t.num_nodes for t in full], padded)
+    seconds = cost_model.batch_round_seconds(torch.arange(1, most + 1), len(full))  # [most]
+    return [tree_mod.truncate(t, b) for t, b in zip(full, allocate_budgets(gains, seconds, padded))]
