@@ -8,6 +8,7 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
 - ``verify_loop``: the same B trees verified one sequence at a time (batch-1 ``verify``);
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
+- memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
 - breakdown of one batched verify: buffers + mask, the cache view (``BatchCache._stacked``),
   the GDN layers (``gdn_tree_forward_batch``, and its per-sequence twin for comparison), the
   rest of the forward.
@@ -34,7 +35,7 @@ from ddtree_lab.core import batch, batch_verify
 from ddtree_lab.core.models import build_target, count_parameters
 from ddtree_lab.core.verify import prefill, verify
 from ddtree_lab.experiments.spread import ratio_columns
-from ddtree_lab.experiments.verify_cost import random_prefix, random_tree
+from ddtree_lab.experiments.verify_cost import LiveBytes, random_prefix, random_tree
 
 OUT = RESULTS_DIR / "bench_batch.csv"
 clock = time.thread_time  # CPU seconds of this thread: robust to other jobs sharing the machine
@@ -190,6 +191,21 @@ def timed_layer(layer, totals: dict):
     return wrapped
 
 
+# ----------------------------------------------------------------------------- memory
+
+def memory_rows(model, B: int, budget: int, prefix: int, modes) -> list[dict]:
+    """Peak live bytes allocated during one batched verify of B trees of ``budget`` nodes
+    (``verify_cost.LiveBytes``: fork's per-node states, wy's N x N matrices, activations)."""
+    caches, trees = caches_and_trees(model, B, budget, prefix)
+    rows = []
+    for mode in modes:
+        snaps = [c.snapshot() for c in caches]
+        with LiveBytes() as counter:
+            batch_verify.verify_batch(model, snaps, trees, mode)
+        rows.append({"B": B, "budget": budget, "mode": mode, "peak_bytes": counter.peak})
+    return rows
+
+
 # ----------------------------------------------------------------------------- main
 
 def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
@@ -200,7 +216,9 @@ def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
     parts = [breakdown(model, max(args.batches), args.budget, args.prefix, m, args.repeats) for m in modes]
     parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
                         batch_verify.gdn_tree_forward_batch_reference)] if arch == "gdn" else []
-    return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts)}
+    memory = memory_rows(model, max(args.batches), 64, args.prefix, modes)
+    return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts),
+            "memory": pd.DataFrame(memory)}
 
 
 def main():

@@ -319,8 +319,14 @@ def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
         rows.append([ARCH_TITLES[arch].split(" (")[0], mode if arch == "gdn" else "-", f"{int(r.B)} x {int(r.budget)}",
                      format_ratio_columns(r, "verify_batch/ar_step"),
                      " / ".join(f"{n.loc[k, 'per_node/floor']:.1f}x" for k in (64, 256)),
-                     f"{n.loc[256, 'verify_ms']:.1f}"])
+                     f"{n.loc[256, 'verify_ms']:.1f}", _peak_mb(g)])
     return rows
+
+
+def _peak_mb(g: pd.DataFrame) -> str:
+    """Peak MB of the stored batched-verify memory row, '-' when the file has none."""
+    m = g[g.table == "memory"] if "peak_bytes" in g else g.iloc[:0]
+    return f"{m.peak_bytes.iloc[0] / 2**20:.1f} ({int(m.B.iloc[0])} x {int(m.budget.iloc[0])})" if len(m) else "-"
 
 
 def render_batch_cost() -> str:
@@ -334,7 +340,8 @@ def render_batch_cost() -> str:
             f"GDN wy verify at 256 nodes <= {BATCH_GOALS['gdn_over_mla']}x MLA's: measured {gdn_mla:.2f}x, medians of "
             "separate runs):\n\n")
     return head + _table(["target", "GDN mode", "batch x budget", "batched verify / batched AR step",
-                          "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms"],
+                          "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms",
+                          "peak MB of one batched verify (batch x budget)"],
                          _batch_cost_rows(t))
 
 
