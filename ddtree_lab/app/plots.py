@@ -311,6 +311,16 @@ def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
     return pd.Series(dtype=float) if curve is None else curve.set_index("budget")["value"].dropna()
 
 
+def _finish_loop_axes(ax_tau, ax_loop, budgets: set, tau_title: str) -> None:
+    """Budget axes, labels and legends of a loop-split pair: tau (left), loop share (right)."""
+    for ax in (ax_tau, ax_loop):
+        budget_axis(ax, budgets)
+    ax_tau.set(ylabel="τ (tokens per round)", title=tau_title)
+    ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
+    ax_tau.legend(fontsize=7)
+    ax_loop.legend(fontsize=7)
+
+
 def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode: str = "wy") -> Figure:
     """Two panels for one arch and block: tau vs budget over all rounds, outside loops (T = 0)
     and at every stored sampled temperature (``loop_split_lenses``), DFlash as dashed levels;
@@ -333,12 +343,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
             if col == "tau_rounds":
                 share = _ddtree_curve(rows, "loop_round_share", mode)
                 ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=label.split(",")[0])
-        for ax in (ax_tau, ax_loop):
-            budget_axis(ax, budgets)
-        ax_tau.set(ylabel="τ (tokens per round)", title="acceptance (dashed: DFlash)")
-        ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
-        ax_tau.legend(fontsize=7)
-        ax_loop.legend(fontsize=7)
+        _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance (dashed: DFlash)")
         fig.suptitle(f"{arch}: block {block_size}, loops split out, T = {', '.join(f'{t:g}' for t in temps)}")
     return fig
 
@@ -361,12 +366,7 @@ def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
                 ax_tau.plot(curve.index, curve.values, marker="o", ms=3, ls=ls, color=color, label=f"{name}, {lens}")
             share = _ddtree_curve(g, "loop_round_share", mode)
             ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=name)
-        for ax in (ax_tau, ax_loop):
-            budget_axis(ax, budgets)
-        ax_tau.set(ylabel="τ (tokens per round)", title="acceptance: all rounds / outside loops")
-        ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
-        ax_tau.legend(fontsize=7)
-        ax_loop.legend(fontsize=7)
+        _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance: all rounds / outside loops")
         fig.suptitle(title or "loops split out")
     return fig
 
