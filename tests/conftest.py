@@ -1,8 +1,21 @@
 """Shared test setup: tiny models on one CPU thread (small ops run fastest, and the suite
 never oversubscribes a machine that is also training). The shared helpers live in
-``helpers.py`` (``toy_pair`` is re-exported here for the tests that import it from conftest)."""
+``helpers.py`` (``toy_pair`` is re-exported here for the tests that import it from conftest).
+
+``threads``: a test that claims bit-identity takes this fixture and runs once with 1 and once
+with 2 torch threads (another thread count splits reductions differently; a claim of
+bit-identity must survive it)."""
+import pytest
 import torch
 
 from helpers import toy_pair  # noqa: F401
 
 torch.set_num_threads(1)
+
+
+@pytest.fixture(params=[1, 2], ids=lambda n: f"threads{n}")
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

@@ -9,7 +9,7 @@ from ddtree_lab.core.gdn_tree import (ancestor_windows, chain_parents, commit_co
                                  gated_delta_fork, gated_delta_reference, gated_delta_wy, normalize_qk,
                                  tree_conv, tree_conv_reference)
 from ddtree_lab.core.tree import tree_depths, tree_path
-from helpers import assert_close
+from helpers import assert_close, assert_identical
 
 torch.set_num_threads(1)
 H, NK, DK, DV, C, K = 4, 2, 8, 12, 10, 4
@@ -118,8 +118,9 @@ def test_tree_conv_matches_reference(kind):
 
 
 @pytest.mark.parametrize("prefix", [0, 2, 6], ids=lambda p: f"prefix{p}")
-def test_chain_conv_and_commit_match_transformers(prefix):
-    """Conv window and conv-state update == transformers' causal_conv1d_update on the same sequence."""
+def test_chain_conv_and_commit_match_transformers(prefix, threads):
+    """Conv window and conv-state update == transformers' causal_conv1d_update on the same sequence
+    (the state update is a copy of the last K inputs: bit-identical, with 1 and 2 threads)."""
     L, gen = 9, torch.Generator().manual_seed(prefix)
     weight = torch.randn(C, K, generator=gen)
     conv_state = torch.zeros(C, K)  # zero-left-padded short prefix, as the cache keeps it
@@ -129,8 +130,8 @@ def test_chain_conv_and_commit_match_transformers(prefix):
     hf_state = conv_state.clone()[None]
     y_hf = causal_conv1d_update(x.T[None], hf_state, weight, None, "silu")[0].T  # [L, C]; updates hf_state
     assert_close("tree_conv chain vs transformers", y_hf, tree_conv(x, conv_state, weight, chain_parents(L - 1)), 1e-6)
-    assert_close("commit_conv_state vs transformers", hf_state[0], commit_conv_state(conv_state, x), 0.0)
-    assert_close("commit short path", torch.cat([conv_state[:, 2:], x[:2].T], 1), commit_conv_state(conv_state, x[:2]), 0.0)
+    assert_identical("commit_conv_state vs transformers", hf_state[0], commit_conv_state(conv_state, x))
+    assert_identical("commit short path", torch.cat([conv_state[:, 2:], x[:2].T], 1), commit_conv_state(conv_state, x[:2]))
 
 
 def test_naive_flattening_is_wrong_on_branched_tree():
