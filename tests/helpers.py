@@ -44,7 +44,7 @@ def toy_pair(preset: str = "gdn-toy", seed: int = 0, block_size: int = 8):
     cfg = DrafterConfig.for_target(target, mask_token_id=target.config.vocab_size - 1, num_layers=1,
                                    block_size=block_size)
     torch.manual_seed(seed + 1)
-    return target, DFlashDrafter(cfg, target).eval()
+    return target, DFlashDrafter.from_config(cfg, target).eval()
 
 
 class HintedDrafter:
@@ -83,3 +83,7 @@ class BatchHintedDrafter:
 
     def propose(self, state, new_features, last_token, block_size):
         return self.owner[id(state)].propose(state, new_features, last_token, block_size)
+
+    def propose_batch(self, states, new_features, last_tokens, block_size) -> torch.Tensor:
+        """[B, bs-1, V]: each state's own hinted proposal."""
+        return torch.stack([self.propose(*args, block_size) for args in zip(states, new_features, last_tokens)])

@@ -38,7 +38,7 @@ def pair(preset: str, dtype: torch.dtype):
         return target, drafter
     target = build_target(preset, dtype=dtype)
     torch.manual_seed(1)
-    return target, DFlashDrafter(drafter.cfg, target).to(dtype).eval()
+    return target, DFlashDrafter.from_config(drafter.cfg, target).to(dtype).eval()
 
 
 PAIRS = {(p, d): pair(p, d) for p in ("gdn-toy", "mla-toy") for d in DTYPES.values()}
@@ -118,7 +118,7 @@ def test_propose_batch_equals_propose_per_sequence():
     for new_rows in ((0, 3, 9), (2, 1, 4)):
         feats = [torch.randn(n, F, generator=gen) for n in new_rows]
         roots = torch.randint(64, (3,), generator=gen).tolist()
-        out = batch.propose_batch(drafter, many, feats, roots, 6)
+        out = drafter.propose_batch(many, feats, roots, 6)
         for b in range(3):
             assert_close(f"propose seq{b}", drafter.propose(one[b], feats[b], roots[b], 6), out[b], 2e-6)
 

@@ -32,7 +32,7 @@ def make_drafter(preset="gdn-toy", **overrides):
     target = build_target(preset)
     torch.manual_seed(1)
     cfg = DrafterConfig.for_target(target, MASK, num_layers=2, **overrides)
-    return target, DFlashDrafter(cfg, target).eval()
+    return target, DFlashDrafter.from_config(cfg, target).eval()
 
 
 def toy_sequences(drafter, batch=2, length=40, seed=0):
@@ -65,12 +65,44 @@ def test_propose_matches_training_forward(preset, block_size):
         for j, a in enumerate(anchors[b].tolist()):
             state = drafter.new_state()
             for lo, hi in [(0, a // 3), (a // 3, a // 2)]:  # several rounds, then the proposal
-                drafter.extend(state, feats[b, lo:hi])
+                drafter.propose(state, feats[b, lo:hi], tokens[b, hi].item(), block_size)
             incremental = drafter.propose(state, feats[b, a // 2:a], tokens[b, a].item(), block_size)
             one_shot = drafter.propose(drafter.new_state(), feats[b, :a], tokens[b, a].item(), block_size)
             assert incremental.shape == (block_size - 1, 64) and state.length == a
             assert_close(f"incremental vs one-shot a={a}", one_shot, incremental, 1e-5)
             assert_close(f"propose vs training a={a}", train_logits[b, j], incremental, 1e-5)
+
+
+@pytest.mark.parametrize("preset", TARGETS)
+def test_propose_equals_its_reference_twin_the_dflash_loops_cache(preset):
+    """Rounds of 0, 7, 1 and 4 new context rows: the lab's ContextCache path == the published
+    model on a transformers DynamicCache cropped after every block (dflash_generate's way)."""
+    from transformers import DynamicCache
+    _, drafter = make_drafter(preset)
+    gen = torch.Generator().manual_seed(3)
+    state, cache = drafter.new_state(), DynamicCache(config=drafter.model.config)
+    for n, root in zip((0, 7, 1, 4), (5, 9, 2, 11)):
+        feats = torch.randn(n, drafter.cfg.feature_size, generator=gen)
+        assert_close(f"propose after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
+                     drafter.propose(state, feats, root, 8), 1e-5)
+        assert cache.get_seq_length() == state.length
+
+
+def test_drafter_is_the_published_class_and_round_trips_its_layout(tmp_path):
+    """save_pretrained / from_pretrained of dflash.DFlashDraftModel: config.json with
+    dflash_config, the lab's view of it, and the same proposals after the round trip."""
+    from dflash import DFlashDraftModel
+    target, drafter = make_drafter(block_size=8)
+    assert type(drafter.model) is DFlashDraftModel
+    drafter.model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["dflash_config"]["block_size"] == 8 and cfg["dflash_config"]["mask_token_id"] == MASK
+    assert cfg["dflash_config"]["target_layer_ids"] == list(drafter.cfg.target_layer_ids)
+    again = DFlashDrafter(DFlashDraftModel.from_pretrained(tmp_path), target).eval()
+    assert again.cfg == drafter.cfg
+    feats = torch.randn(5, drafter.cfg.feature_size)
+    assert_close("round trip", drafter.propose(drafter.new_state(), feats, 3, 8),
+                 again.propose(again.new_state(), feats, 3, 8), 1e-6)
 
 
 def test_block_size_validation():
@@ -170,12 +202,12 @@ def test_train_drafter_toy_ships_reloads_and_resumes(tmp_path):
     kw = dict(target=target, prompts=toy_prompts(), mask_token_id=MASK, out=tmp_path / "ckpt",
               runs_dir=tmp_path / "runs", cache_dir=tmp_path / "cache")
     man = train_drafter("gdn", "toy", **kw)
-    assert set(man["files"]) == {"drafter.safetensors", "drafter_config.json"}
+    assert set(man["files"]) == {"config.json", "model.safetensors"}
     assert man["train_state"]["step"] == RECIPES["toy"].train.total_steps
     assert len(man["agreement_block16"]) == 15 and len(man["agreement_block8"]) == 7
     assert np.isfinite(man["final_val_loss"]) and 1 <= man["tau_block8"] <= 8 and 1 <= man["tau_block16"] <= 16
     # reload == the trained weights rounded to bf16
-    trained = DFlashDrafter(load_drafter(kw["out"], target).cfg, target).eval()
+    trained = DFlashDrafter.from_config(load_drafter(kw["out"], target).cfg, target).eval()
     saved = torch.load(kw["runs_dir"] / "train_state.pt", weights_only=False)["model"]
     trained.load_state_dict({k: v.bfloat16().float() for k, v in saved.items()})
     loaded = load_drafter(kw["out"], target)
@@ -187,5 +219,5 @@ def test_train_drafter_toy_ships_reloads_and_resumes(tmp_path):
     again = train_drafter("gdn", "toy", **kw)
     assert again["train_state"] == man["train_state"]
     assert (kw["runs_dir"] / "log.csv").read_text() == log
-    assert again["files"]["drafter.safetensors"] == man["files"]["drafter.safetensors"]
+    assert again["files"]["model.safetensors"] == man["files"]["model.safetensors"]
     assert json.loads((kw["out"] / "manifest.json").read_text())["final_val_loss"] == man["final_val_loss"]

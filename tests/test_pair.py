@@ -41,11 +41,55 @@ def test_missing_and_corrupted_files_say_what_to_do(tmp_path):
     shutil.copytree(ckpt_path("mla", "target"), root / "mla-target")
     shutil.copytree(ckpt_path("mla", "drafter"), root / "mla-drafter")
     load_pair("mla", root=root)  # moved elsewhere, the drafter still knows its target
-    (root / "mla-drafter" / "drafter.safetensors").write_bytes(b"broken")
-    with pytest.raises(ValueError, match="drafter.safetensors is corrupted"):
+    (root / "mla-drafter" / "model.safetensors").write_bytes(b"broken")
+    with pytest.raises(ValueError, match="model.safetensors is corrupted"):
         load_pair("mla", root=root)
     (root / "mla-target" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="ddtree-lab train-target --arch mla"):
         load_pair("mla", root=root)
     with pytest.raises(ValueError, match="arch must be one of"):
         load_pair("rnn")
+
+
+def published_copy(tmp_path, **dflash_config):
+    """The shipped MLA drafter as a z-lab checkpoint would come: no manifest; ``dflash_config``
+    entries overridden (config.json edited)."""
+    import json
+    d = tmp_path / "published"
+    shutil.copytree(ckpt_path("mla", "drafter"), d)
+    (d / "manifest.json").unlink()
+    cfg = json.loads((d / "config.json").read_text())
+    for key, value in dflash_config.items():
+        (cfg["dflash_config"] if key in cfg["dflash_config"] else cfg)[key] = value
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_a_published_drafter_directory_without_manifest_loads(tmp_path):
+    shipped = load_pair("mla")
+    pair = load_pair("mla", ckpt_path("mla", "target"), published_copy(tmp_path))
+    assert type(pair.drafter.model).__name__ == "DFlashDraftModel"
+    assert pair.drafter_digest == shipped.drafter_digest  # the same weights: the same rows
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("target_layer_ids", [1, 2, 4, 9], r"target_layer_ids = \[1, 2, 4, 9\] does not fit the target \(layers 0..7\)"),
+    ("mask_token_id", 5000, r"mask_token_id = 5000 does not fit the target \(vocabulary 0..4095\)"),
+    ("vocab_size", 5000, r"vocab_size = 5000 does not fit the target \(4096\)"),
+], ids=["layers", "mask", "vocab"])
+def test_a_drafter_that_does_not_fit_is_a_clear_error(tmp_path, field, value, message):
+    d = published_copy(tmp_path, **{field: value})
+    with pytest.raises(ValueError, match=message):
+        load_pair("mla", ckpt_path("mla", "target"), d)
+
+
+def test_hidden_size_mismatch_and_block_size_over_the_drafters(tmp_path):
+    from ddtree_lab import generate
+    from ddtree_lab.core.drafter import DrafterConfig
+    from ddtree_lab.train.drafters import check_drafter_fits
+    pair = load_pair("mla")
+    wide = DrafterConfig(**{**pair.drafter.cfg.__dict__, "hidden_size": 256, "target_hidden_size": 256})
+    with pytest.raises(ValueError, match=r"hidden_size = 256 does not fit the target \(128\)"):
+        check_drafter_fits(wide, pair.target)
+    with pytest.raises(ValueError, match=r"block_size must be an int in \[2, 16\]"):
+        generate(pair.target, pair.drafter, [5, 6, 7], method="dflash", block_size=32, max_new_tokens=4)

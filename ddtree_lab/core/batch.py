@@ -3,8 +3,8 @@
 Issue 13 item 1 (DDTree, arXiv 2604.12989, sections 3-4, over a batch; docs/background.md
 section 7). A round for the sequences still running:
 
-1. draft: ``propose_batch``: every sequence's context cache extended (a loop), then ONE
-   block forward over the left-padded contexts (a drafter without it: ``propose`` per sequence);
+1. draft: ``DFlashDrafter.propose_batch``: ONE forward of the published ``DFlashDraftModel``
+   over every sequence's new context rows and block, each sequence's context left-padded;
 2. tree: ``build_tree`` (or ``chain_tree``) per sequence, each with its own budget, or with
    ``budget="auto"`` the budgets chosen jointly for the round (``allocate.auto_trees``: the
    batch's expected tokens per predicted second of a batched round, maximal; the verify pads
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 import torch
 
 from .allocate import auto_trees
-from .batch_verify import left_padded, verify_batch
+from .batch_verify import verify_batch
 from .cache import TreeCache, commit
-from .drafter import DFlashDrafter, DrafterState
+from .drafter import DrafterState
 from .decode import Generation, check_generate_args, choose_tokens, draft_tree, timed_phase
 from .tree import accept
 from .verify import prefill
@@ -162,41 +162,9 @@ def draft_trees(drafts: list[torch.Tensor], running: list[_Sequence], method: st
 
 
 def propose_all(drafter, running: list[_Sequence], block_size: int) -> list[torch.Tensor]:
-    """One block per running sequence, [bs-1, V] each: ``propose_batch`` for a
-    ``DFlashDrafter``, else (any object with ``propose``, e.g. a test wrapper) a loop."""
-    if isinstance(drafter, DFlashDrafter):
-        return list(propose_batch(drafter, [s.dstate for s in running], [s.features for s in running],
-                                  [s.root for s in running], block_size))
-    return [drafter.propose(s.dstate, s.features, s.root, block_size) for s in running]
-
-
-@torch.no_grad()
-def propose_batch(drafter: DFlashDrafter, states: list[DrafterState], new_features: list[torch.Tensor],
-                  last_tokens: list[int], block_size: int) -> torch.Tensor:
-    """``DFlashDrafter.propose`` for B states in ONE block forward: -> logits [B, bs-1, V].
-
-    Each state's context cache is extended first (``extend``, a loop); the contexts are then
-    left-padded to the longest, C, and masked: block row j of sequence b sees b's own context
-    rows and its whole block (bool mask [B, 1, bs, C + bs]), at positions length_b + j.
-    """
-    block_size = drafter._check_block_size(block_size)
-    lengths = torch.tensor([s.length + f.shape[0] for s, f in zip(states, new_features)])  # [B] after extend
-    if int(lengths.max()) + block_size > drafter.cfg.max_positions:
-        raise ValueError(f"positions must stay below max_positions={drafter.cfg.max_positions}, "
-                         f"block would end at {int(lengths.max()) + block_size}")
-    for state, feats in zip(states, new_features):
-        drafter.extend(state, feats)
-    dev, C = drafter.fc.weight.device, int(lengths.max())
-    ids = drafter._block_ids(torch.tensor(last_tokens, device=dev), block_size)  # [B, bs]
-    pos = (lengths[:, None] + torch.arange(block_size)).to(dev)  # [B, bs]
-    visible = (torch.arange(C) >= C - lengths[:, None]).to(dev)  # [B, C]
-    mask = torch.cat([visible[:, None, None].expand(-1, 1, block_size, C),
-                      visible.new_ones(len(states), 1, block_size, block_size)], dim=-1)  # [B, 1, bs, C + bs]
-    x = drafter.embed(ids)  # [B, bs, hidden]
-    for i, layer in enumerate(drafter.layers):
-        x = layer(x, pos, left_padded([s.keys[i] for s in states], C), left_padded([s.values[i] for s in states], C),
-                  mask)
-    return drafter.logits(x)[:, 1:]  # [B, bs-1, V]
+    """One block per running sequence, [bs-1, V] each, in one forward (``propose_batch``)."""
+    return list(drafter.propose_batch([s.dstate for s in running], [s.features for s in running],
+                                      [s.root for s in running], block_size))
 
 
 def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from . import adapter, gdn_tree
 from .cache import TreeCache
+from .drafter import left_padded
 from .models import arch_of
 from .tree import DraftTree
 from .verify import Forward, TreeBuffers, check_verify_args, gdn_tree_forward, tree_buffers, verify
@@ -140,15 +141,6 @@ class BatchCache:
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.past
-
-
-def left_padded(rows: list[torch.Tensor], C: int) -> torch.Tensor:
-    """[1, h, c_b, d] per sequence -> [B, h, C, d], each right-aligned (zeros on the left)."""
-    out = rows[0].new_zeros(len(rows), rows[0].shape[1], C, rows[0].shape[3])
-    for b, r in enumerate(rows):
-        if r.shape[2]:
-            out[b, :, C - r.shape[2]:] = r[0]
-    return out
 
 
 # ----------------------------------------------------------------------------- verify

@@ -1,23 +1,27 @@
-"""DFlash block-diffusion drafter (DFlash, arXiv 2602.06036; docs/background.md section 2).
+"""The DFlash block-diffusion drafter (DFlash, arXiv 2602.06036; docs/background.md section 2),
+as the field ships it: ``dflash.DFlashDraftModel`` (z-lab's ``dflash`` package), driven by the lab.
 
 The drafter predicts a whole block in one forward pass. Its input block is
 ``[last committed token, MASK, ..., MASK]`` (``block_size`` positions, bidirectional
 attention inside the block); the hidden states of a few target layers (``target_layer_ids``)
 for every committed token before it are concatenated, projected (``fc``, no bias) and
-RMS-normalised into "context" rows. Every draft layer computes keys and values on
-``[context ; block]`` with its own ``k_proj``/``v_proj`` ("KV injection"); queries come from
-the block only. RoPE positions are absolute: context row i sits at position i and block
-position j of a block starting at P at P + j. Embedding and LM head are the target's, frozen
-and never part of the drafter's ``state_dict``.
+RMS-normalised (``hidden_norm``) into "context" rows. Every draft layer computes keys and
+values on ``[context ; block]`` ("KV injection"); queries come from the block only. RoPE
+positions are absolute: context row i sits at position i and block position j of a block
+starting at P at P + j. Embedding and LM head are the target's, frozen and never part of the
+drafter's weights (the published layout: ``save_pretrained`` / ``from_pretrained``).
 
-Two forwards share every layer:
+``DFlashDrafter`` holds the published model (``.model``) and the target's embedding and head,
+and gives the lab's two calls on it, both through ``DFlashDraftModel.forward``:
 
-- ``propose`` (inference): appends new context rows to a per-layer K/V cache
-  (``DrafterState``) and runs one block; returns ``[block_size - 1, V]`` logits, row d-1
-  scoring depth d, the input of ``tree.build_tree`` / ``tree.chain_tree``;
-- ``block_logits`` (training): all anchors of a sequence in one forward through an
-  attention mask (block of anchor a sees context rows < a and its own block), used by
-  ``drafter_loss`` with the position weights exp(-(k-1)/gamma).
+- ``propose_batch`` / ``propose`` (inference): B sequences in ONE block forward. Each
+  sequence keeps its own context K/V (``DrafterState``); ``ContextCache`` is the cache object
+  the model's attention layers update: it appends each sequence's new context rows to its
+  state and returns the left-padded [context ; block] keys and values, masked per sequence.
+  ``propose`` is the batch of one. -> ``[B, block_size - 1, V]`` logits, row d-1 = depth d;
+- ``block_logits`` (training): all anchors of a sequence in one forward through an attention
+  mask (block of anchor a sees context rows < a and its own block), used by ``drafter_loss``
+  with the position weights exp(-(k-1)/gamma).
 
 Decoding convention: the target has produced features for every committed token except the
 newest one (the bonus token, ``last_token``); each round passes the features of the tokens
@@ -26,12 +30,14 @@ committed since the previous round as ``new_features``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from dflash import DFlashDraftModel, extract_context_feature
 from torch import nn
+from transformers import Qwen3Config
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
 
@@ -45,6 +51,9 @@ def default_target_layers(num_target_layers: int, n: int = 4) -> tuple[int, ...]
 
 @dataclass(frozen=True)
 class DrafterConfig:
+    """The lab's view of a drafter's shape (``DFlashDrafter.cfg``); the model itself is
+    configured by the ``Qwen3Config`` + ``dflash_config`` that ``qwen3_config`` writes and
+    ``from_qwen3_config`` reads (the published layout)."""
     vocab_size: int
     hidden_size: int                  # = the target's (its embedding and LM head are shared)
     num_heads: int
@@ -58,6 +67,8 @@ class DrafterConfig:
     rope_theta: float = 10000.0
     gamma: float = 7.0                # loss weight of predicted position k: exp(-(k-1)/gamma)
     max_positions: int = 2048
+    num_kv_heads: int | None = None   # None: = num_heads
+    num_target_layers: int | None = None
 
     @property
     def feature_size(self) -> int:
@@ -73,16 +84,50 @@ class DrafterConfig:
                   target_layer_ids=default_target_layers(c.num_hidden_layers),
                   target_hidden_size=c.hidden_size, mask_token_id=mask_token_id,
                   block_size=block_size, gamma=GAMMA.get(block_size, 7.0),
-                  max_positions=c.max_position_embeddings)
+                  max_positions=c.max_position_embeddings, num_target_layers=c.num_hidden_layers)
         return cls(**{**kw, **overrides})
+
+    def qwen3_config(self) -> Qwen3Config:
+        """The published configuration: a ``Qwen3Config`` with ``dflash_config``."""
+        if self.target_hidden_size != self.hidden_size:
+            raise ValueError(f"target_hidden_size ({self.target_hidden_size}) must equal hidden_size "
+                             f"({self.hidden_size}): DFlashDraftModel projects len(layers) x hidden_size")
+        return Qwen3Config(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads or self.num_heads, head_dim=self.head_dim,
+            max_position_embeddings=self.max_positions, rms_norm_eps=1e-6, attention_bias=False,
+            rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta}, tie_word_embeddings=False,
+            num_target_layers=self.num_target_layers or max(self.target_layer_ids) + 3,
+            dflash_config={"block_size": self.block_size, "mask_token_id": self.mask_token_id,
+                           "target_layer_ids": list(self.target_layer_ids), "loss_gamma": self.gamma})
+
+    @classmethod
+    def from_qwen3_config(cls, c) -> "DrafterConfig":
+        """The lab's view of a published drafter config (``dflash_config`` or top-level keys)."""
+        d = dict(getattr(c, "dflash_config", None) or {})
+        get = lambda name, default=None: d.get(name, getattr(c, name, default))  # noqa: E731
+        block_size = int(get("block_size", 16))
+        layer_ids = get("target_layer_ids")
+        if layer_ids is None:
+            from dflash.model import build_target_layer_ids
+            layer_ids = build_target_layer_ids(c.num_target_layers, c.num_hidden_layers)
+        rope = getattr(c, "rope_parameters", None) or {}
+        return cls(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_heads=c.num_attention_heads,
+                   head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+                   intermediate_size=c.intermediate_size, target_layer_ids=tuple(int(i) for i in layer_ids),
+                   target_hidden_size=c.hidden_size, mask_token_id=int(get("mask_token_id")),
+                   num_layers=c.num_hidden_layers, block_size=block_size,
+                   rope_theta=float(rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))),
+                   gamma=float(get("loss_gamma", GAMMA.get(block_size, 7.0))),
+                   max_positions=c.max_position_embeddings, num_kv_heads=c.num_key_value_heads,
+                   num_target_layers=getattr(c, "num_target_layers", None))
 
 
 def stack_features(hidden_states, layer_ids) -> torch.Tensor:
-    """[..., T, len(layer_ids) * H] target features from HF ``output_hidden_states``.
-
-    hidden_states[i + 1] is the output of decoder layer i (hidden_states[0]: embeddings).
-    """
-    return torch.cat([hidden_states[i + 1] for i in layer_ids], dim=-1)
+    """[..., T, len(layer_ids) * H] target features from HF ``output_hidden_states``
+    (``dflash.extract_context_feature``: hidden_states[i + 1] is the output of decoder layer i)."""
+    return extract_context_feature(hidden_states, list(layer_ids))
 
 
 def position_weights(block_size: int, gamma: float) -> torch.Tensor:
@@ -90,82 +135,64 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
     return torch.exp(-torch.arange(block_size - 1, dtype=torch.float32) / gamma)
 
 
-# ----------------------------------------------------------------------------- layers
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding (rotate-half) of x [B, H, S, D] at integer positions [B, S]."""
-    d = x.shape[-1]
-    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)  # [D/2]
-    angles = positions.to(torch.float32)[..., None] * inv_freq  # [B, S, D/2]
-    cos = torch.cat([angles.cos(), angles.cos()], -1)[:, None].to(x.dtype)  # [B, 1, S, D]
-    sin = torch.cat([angles.sin(), angles.sin()], -1)[:, None].to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
-
-class DrafterLayer(nn.Module):
-    """Pre-norm block: KV-injected attention (qk-norm, RoPE) + SwiGLU MLP."""
-
-    def __init__(self, cfg: DrafterConfig):
-        super().__init__()
-        h, inner = cfg.hidden_size, cfg.num_heads * cfg.head_dim
-        self.cfg = cfg
-        self.input_norm = nn.RMSNorm(h, eps=1e-6)
-        self.q_proj = nn.Linear(h, inner, bias=False)
-        self.k_proj = nn.Linear(h, inner, bias=False)
-        self.v_proj = nn.Linear(h, inner, bias=False)
-        self.o_proj = nn.Linear(inner, h, bias=False)
-        self.q_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
-        self.k_norm = nn.RMSNorm(cfg.head_dim, eps=1e-6)
-        self.mlp_norm = nn.RMSNorm(h, eps=1e-6)
-        self.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:  # [B, S, H*D] -> [B, H, S, D]
-        return x.unflatten(-1, (self.cfg.num_heads, self.cfg.head_dim)).transpose(1, 2)
-
-    def keys_values(self, x: torch.Tensor, positions: torch.Tensor):
-        """K, V [B, H, S, D] (K normed and rotated) of rows x [B, S, hidden] at positions [B, S]."""
-        k = rope(self.k_norm(self._heads(self.k_proj(x))), positions, self.cfg.rope_theta)
-        return k, self._heads(self.v_proj(x))
-
-    def forward(self, x, positions, ctx_k, ctx_v, mask=None):
-        """x [B, Q, hidden] block rows at positions [B, Q]; ctx_k/ctx_v [B, H, C, D];
-        mask: bool [B, 1, Q, C + Q] (True = attend) or None (all visible)."""
-        h = self.input_norm(x)
-        q = rope(self.q_norm(self._heads(self.q_proj(h))), positions, self.cfg.rope_theta)
-        k, v = self.keys_values(h, positions)
-        k, v = torch.cat([ctx_k, k], 2), torch.cat([ctx_v, v], 2)  # [B, H, C+Q, D]
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, Q, D]
-        x = x + self.o_proj(att.transpose(1, 2).flatten(2))
-        h = self.mlp_norm(x)
-        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
-
-
 @dataclass
 class DrafterState:
-    """Context K/V cache: per layer [1, H, length, D], RoPE already applied."""
+    """One sequence's context K/V: per layer [1, H_kv, length, D], norm and RoPE applied."""
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     length: int = 0
 
 
-class DFlashDrafter(nn.Module):
-    """The drafter; ``target`` lends its (frozen) embedding and LM head, never saved."""
+class ContextCache:
+    """The cache object ``DFlashDraftModel``'s attention layers call (``update``) during one
+    batched block forward of B sequences.
 
-    def __init__(self, cfg: DrafterConfig, target):
+    The forward runs on ``[new context rows (left-padded to n_max) ; block]``; ``update`` gets
+    their keys/values [B, H, n_max + bs, D], appends sequence b's ``new_rows[b]`` real rows to
+    its ``DrafterState`` and returns its whole context, left-padded to ``width``, then the
+    block: [B, H, width + bs, D] (the forward's mask hides the padding)."""
+
+    def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int):
+        self.states, self.new_rows, self.block_size, self.width = states, new_rows, block_size, width
+
+    def update(self, keys, values, layer_idx, cache_kwargs=None):
+        n_max = keys.shape[2] - self.block_size
+        out = []
+        for tensor, name in ((keys, "keys"), (values, "values")):
+            rows = []
+            for b, (state, n) in enumerate(zip(self.states, self.new_rows)):
+                stored = getattr(state, name)
+                stored[layer_idx] = torch.cat([stored[layer_idx], tensor[b:b + 1, :, n_max - n:n_max]], 2)
+                rows.append(stored[layer_idx])
+            out.append(torch.cat([left_padded(rows, self.width), tensor[:, :, n_max:]], 2))
+        return out[0], out[1]
+
+
+def left_padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[1, H, L_b, D] each -> [B, H, width, D], zeros on the left."""
+    return torch.cat([F.pad(r, (0, 0, width - r.shape[2], 0)) for r in rows], 0)
+
+
+class DFlashDrafter(nn.Module):
+    """The lab's handle on a published ``dflash.DFlashDraftModel`` (``.model``, the only
+    trained weights) and the target's frozen embedding and LM head (borrowed, never saved)."""
+
+    def __init__(self, model: DFlashDraftModel, target):
         super().__init__()
-        self.cfg = cfg
-        self.fc = nn.Linear(cfg.feature_size, cfg.hidden_size, bias=False)
-        self.context_norm = nn.RMSNorm(cfg.hidden_size, eps=1e-6)
-        self.layers = nn.ModuleList(DrafterLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = nn.RMSNorm(cfg.hidden_size, eps=1e-6)
+        self.model = model
+        self.cfg = DrafterConfig.from_qwen3_config(model.config)
         self.attach_target(target)
-        with torch.no_grad():  # start at the target's output scale: its final norm's gain
+
+    @classmethod
+    def from_config(cls, cfg: DrafterConfig, target) -> "DFlashDrafter":
+        """A fresh (random-init) published model; its output norm starts at the target's output
+        scale (its final norm's gain)."""
+        drafter = cls(DFlashDraftModel(cfg.qwen3_config()), target)
+        with torch.no_grad():
             ones = torch.ones(1, cfg.hidden_size, dtype=target.model.norm.weight.dtype,
                               device=target.model.norm.weight.device)
-            self.norm.weight.copy_(target.model.norm(ones)[0].float())
+            drafter.model.norm.weight.copy_(target.model.norm(ones)[0].float())
+        return drafter
 
     def attach_target(self, target) -> None:
         """Borrow the target's embedding and LM head (a plain tuple: not submodules)."""
@@ -176,17 +203,21 @@ class DFlashDrafter(nn.Module):
                              f"{self.cfg.hidden_size}], got {tuple(emb.weight.shape)}, {tuple(head.weight.shape)}")
         self._target_io = (emb, head)
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.fc.weight.device
+
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """[..., S] ids -> [..., S, hidden] block embeddings (the target's, times the published
+        ``input_embedding_scale``, 1 by default)."""
         w = self._target_io[0].weight.detach()
-        return F.embedding(ids.to(w.device), w).to(self.fc.weight.dtype)
+        scale = float((getattr(self.model.config, "dflash_config", None) or {}).get("input_embedding_scale", 1.0))
+        return (F.embedding(ids.to(w.device), w) * scale).to(self.model.fc.weight.dtype)
 
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Normed hidden [..., hidden] -> logits [..., V] (``compute_logits`` on the target's head)."""
         w = self._target_io[1].weight.detach()
-        return F.linear(self.norm(x), w.to(x.dtype))
-
-    def project_context(self, features: torch.Tensor) -> torch.Tensor:
-        """[B, C, F] target features -> [B, C, hidden] context rows."""
-        return self.context_norm(self.fc(features.to(self.fc.weight.dtype)))
+        return self.model.compute_logits(hidden, lambda h: F.linear(h, w.to(h.dtype)))
 
     def _block_ids(self, first: torch.Tensor, block_size: int) -> torch.Tensor:
         """[..., block_size]: the first token then MASK x (block_size - 1)."""
@@ -202,39 +233,68 @@ class DFlashDrafter(nn.Module):
     # ------------------------------------------------------------------ inference
 
     def new_state(self) -> DrafterState:
-        empty = self.fc.weight.new_zeros(1, self.cfg.num_heads, 0, self.cfg.head_dim)
-        return DrafterState([empty] * self.cfg.num_layers, [empty] * self.cfg.num_layers, 0)
-
-    @torch.no_grad()
-    def extend(self, state: DrafterState, new_features: torch.Tensor) -> None:
-        """Append context rows [n, F] at positions state.length .. state.length + n - 1."""
-        if new_features.dim() != 2 or new_features.shape[1] != self.cfg.feature_size:
-            raise ValueError(f"new_features must be [n, {self.cfg.feature_size}], got {tuple(new_features.shape)}")
-        n = new_features.shape[0]
-        ctx = self.project_context(new_features.to(self.fc.weight.device)[None])  # [1, n, hidden]
-        pos = torch.arange(state.length, state.length + n, device=ctx.device)[None]  # [1, n]
-        for i, layer in enumerate(self.layers):
-            k, v = layer.keys_values(ctx, pos)
-            state.keys[i] = torch.cat([state.keys[i], k], 2)
-            state.values[i] = torch.cat([state.values[i], v], 2)
-        state.length += n
+        empty = self.model.fc.weight.new_zeros(1, self.model.config.num_key_value_heads, 0, self.cfg.head_dim)
+        n = self.cfg.num_layers
+        return DrafterState([empty] * n, [empty] * n, 0)
 
     @torch.no_grad()
     def propose(self, state: DrafterState, new_features: torch.Tensor, last_token: int,
                 block_size: int) -> torch.Tensor:
-        """Extend the context cache, draft one block; logits [block_size - 1, V], row d-1 = depth d."""
+        """The batch of one: extend the context, draft one block -> logits [block_size - 1, V]."""
+        return self.propose_batch([state], [new_features], [last_token], block_size)[0]
+
+    @torch.no_grad()
+    def propose_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
+                      last_tokens: list[int], block_size: int) -> torch.Tensor:
+        """B sequences in ONE block forward: -> logits [B, bs-1, V].
+
+        new_features[b] [n_b, F]: the features of the tokens sequence b committed since its last
+        round; they are left-padded to n_max and appended to b's context by ``ContextCache``.
+        Block row j of sequence b sees b's own context (L_b rows after the append) and its whole
+        block (bool mask [B, 1, bs, W + bs], W = max L_b) at position L_b + j.
+        """
         block_size = self._check_block_size(block_size)
-        end = state.length + new_features.shape[0] + block_size
-        if end > self.cfg.max_positions:
+        for f in new_features:
+            if f.dim() != 2 or f.shape[1] != self.cfg.feature_size:
+                raise ValueError(f"new_features must be [n, {self.cfg.feature_size}], got {tuple(f.shape)}")
+        dev = self.device
+        new_rows = [int(f.shape[0]) for f in new_features]
+        lengths = torch.tensor([s.length + n for s, n in zip(states, new_rows)])  # [B] after the append
+        width, n_max = int(lengths.max()), max(new_rows)
+        if width + block_size > self.cfg.max_positions:
             raise ValueError(f"positions must stay below max_positions={self.cfg.max_positions}, "
-                             f"block would end at {end}")
-        self.extend(state, new_features)
-        ids = self._block_ids(torch.tensor([last_token], device=self.fc.weight.device), block_size)  # [1, bs]
-        pos = torch.arange(state.length, state.length + block_size, device=ids.device)[None]  # [1, bs]
-        x = self.embed(ids)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, pos, state.keys[i], state.values[i])
-        return self.logits(x)[0, 1:]  # [bs-1, V]
+                             f"block would end at {width + block_size}")
+        feats = torch.stack([F.pad(f.to(dev, self.model.fc.weight.dtype), (0, 0, n_max - f.shape[0], 0))
+                             for f in new_features])  # [B, n_max, F]
+        ctx_pos = torch.stack([F.pad(torch.arange(s.length, s.length + n), (n_max - n, 0))
+                               for s, n in zip(states, new_rows)])  # [B, n_max] (padding at 0)
+        pos = torch.cat([ctx_pos, lengths[:, None] + torch.arange(block_size)], 1).to(dev)  # [B, n_max + bs]
+        visible = (torch.arange(width) >= width - lengths[:, None]).to(dev)  # [B, W]
+        mask = torch.cat([visible[:, None, None].expand(-1, 1, block_size, width),
+                          visible.new_ones(len(states), 1, block_size, block_size)], -1)  # [B, 1, bs, W + bs]
+        cache = ContextCache(states, new_rows, block_size, width)
+        ids = self._block_ids(torch.tensor(last_tokens, device=dev), block_size)  # [B, bs]
+        hidden = self.model(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
+                            target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
+        for state, n in zip(states, new_rows):
+            state.length += n
+        return self.logits(hidden[:, 1:])  # [B, bs-1, V]
+
+    @torch.no_grad()
+    def propose_reference(self, cache, new_features: torch.Tensor, last_token: int,
+                          block_size: int) -> torch.Tensor:
+        """Twin of ``propose``: ``dflash_generate``'s own drafting step. The published model runs
+        on a transformers ``DynamicCache`` holding the context K/V (``cache``), which is cropped
+        back to the context after the block. -> logits [block_size - 1, V]."""
+        block_size = self._check_block_size(block_size)
+        dev, past = self.device, cache.get_seq_length()
+        context = past + new_features.shape[0]
+        ids = self._block_ids(torch.tensor([last_token], device=dev), block_size)  # [1, bs]
+        hidden = self.model(position_ids=torch.arange(past, context + block_size, device=dev)[None],
+                            noise_embedding=self.embed(ids), past_key_values=cache, use_cache=True,
+                            target_hidden=new_features.to(dev, self.model.fc.weight.dtype)[None])
+        cache.crop(context - cache.get_seq_length())  # a negative crop, as dflash_generate's
+        return self.logits(hidden[0, 1:])
 
     # ------------------------------------------------------------------ training
 
@@ -247,19 +307,15 @@ class DFlashDrafter(nn.Module):
         """
         bs = self._check_block_size(block_size or self.cfg.block_size)
         (b, t), a = tokens.shape, anchors.shape[1]
-        dev = self.fc.weight.device
+        dev = self.device
         tokens, anchors = tokens.to(dev), anchors.to(dev).long()
-        ctx = self.project_context(features.to(dev))  # [B, T, hidden]
-        ctx_pos = torch.arange(t, device=dev).expand(b, t)  # [B, T]
         first = tokens.gather(1, anchors)  # [B, A]
         x = self.embed(self._block_ids(first, bs).flatten(1))  # [B, A*bs, hidden]
-        offsets = torch.arange(bs, device=dev)
-        pos = (anchors[..., None] + offsets).flatten(1)  # [B, A*bs]
-        mask = self.training_mask(anchors, t, bs)  # [B, 1, A*bs, T + A*bs]
-        for layer in self.layers:
-            ctx_k, ctx_v = layer.keys_values(ctx, ctx_pos)
-            x = layer(x, pos, ctx_k, ctx_v, mask)
-        return self.logits(x).unflatten(1, (a, bs))[:, :, 1:]  # [B, A, bs-1, V]
+        pos = torch.cat([torch.arange(t, device=dev).expand(b, t),
+                         (anchors[..., None] + torch.arange(bs, device=dev)).flatten(1)], 1)  # [B, T + A*bs]
+        hidden = self.model(position_ids=pos, attention_mask=self.training_mask(anchors, t, bs),
+                            noise_embedding=x, target_hidden=features.to(dev, self.model.fc.weight.dtype))
+        return self.logits(hidden).unflatten(1, (a, bs))[:, :, 1:]  # [B, A, bs-1, V]
 
     @staticmethod
     def training_mask(anchors: torch.Tensor, num_context: int, block_size: int) -> torch.Tensor:

@@ -169,7 +169,6 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
                              batches=DEFAULT_BATCHES, budgets=BATCH_BUDGETS, repeats: int = 3) -> BatchCostModel:
     """Time a batched round at every (batch, per-sequence budget) of the grid; sequence i
     uses ``prefixes[i % len(prefixes)]`` (token ids), its own drafter tree cut to the budget."""
-    from ..core.batch import propose_batch
     from ..core.batch_verify import verify_batch
     layers = tuple(drafter.cfg.target_layer_ids)
     prefixes = [torch.as_tensor(p, dtype=torch.long) for p in prefixes]
@@ -177,8 +176,8 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
             for i in range(max(batches))]
 
     def draft(B):
-        logits = propose_batch(drafter, [drafter.new_state() for _ in range(B)], [s[1] for s in seqs[:B]],
-                               [s[2] for s in seqs[:B]], block_size)  # [B, bs-1, V]
+        logits = drafter.propose_batch([drafter.new_state() for _ in range(B)], [s[1] for s in seqs[:B]],
+                                       [s[2] for s in seqs[:B]], block_size)  # [B, bs-1, V]
         for row, s in zip(logits, seqs[:B]):
             tree_mod.build_tree(row, s[2], max(budgets))
 

@@ -3,9 +3,11 @@
 Recipe (DFlash section 4): the target's continuations of stdlib function prompts
 (``rollouts``), greedy and sampled (``DrafterRecipe.temperatures``), random anchors inside the continuation (and the last prompt token), the
 exp(-(k-1)/gamma) position weights, the lab's one resumable loop (``train.train``).
-Shipped as ``drafter.safetensors`` (bf16) + ``drafter_config.json`` + ``manifest.json`` under
-``data/checkpoints/{arch}-drafter``; ``load_drafter`` reattaches the target's embedding and
-LM head.
+Shipped in the published layout (``dflash.DFlashDraftModel.save_pretrained``: ``config.json``
++ ``model.safetensors``, bf16) with the lab's ``manifest.json`` under
+``data/checkpoints/{arch}-drafter``; ``load_drafter`` reads any published-format directory
+(a z-lab checkpoint has no manifest), checks it against the target and reattaches the
+target's embedding and LM head.
 """
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 
 from . import data
 from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, write_manifest
@@ -150,7 +151,7 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
     dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
-    drafter = DFlashDrafter(dcfg, target).to(target.device)
+    drafter = DFlashDrafter.from_config(dcfg, target).to(target.device)
     runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
     st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors),
                drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"drafter {arch}")
@@ -164,15 +165,13 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
 
 
 def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors: int, **info) -> dict:
-    """Round the drafter to bf16 in place, save it, record the metrics of what ships."""
+    """Round the drafter to bf16 in place, save it in the published layout, record the
+    metrics of what ships."""
     out.mkdir(parents=True, exist_ok=True)
     for p in out.glob("*"):
         p.unlink()
-    state = {k: v.to(torch.bfloat16).contiguous() for k, v in drafter.state_dict().items()}
-    save_file(state, out / "drafter.safetensors")
-    (out / "drafter_config.json").write_text(json.dumps(asdict(drafter.cfg), indent=1))
-    drafter.load_state_dict({k: v.float() for k, v in state.items()})
-    drafter.eval()
+    drafter.model.to(torch.bfloat16).save_pretrained(out)
+    drafter.model.float().eval()
     bs = drafter.cfg.block_size
     metrics = {"final_val_loss": drafter_eval_fn(val_rollouts, anchors)(drafter)}
     greedy = greedy_rollouts(val_rollouts)  # tau is exact on greedy rollouts only
@@ -193,12 +192,34 @@ def greedy_rollouts(rollouts: dict) -> dict:
     return select_rollouts(rollouts, keep)
 
 
-def load_drafter(path: Path, target) -> DFlashDrafter:
-    """A shipped drafter (hashes checked) in float32, on the target's embedding and LM head."""
+def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafter:
+    """A published-format drafter directory (``config.json`` + safetensors, e.g. z-lab's) in
+    float32 on the target's embedding and LM head. A lab manifest, when present, has every
+    file's hash checked; ``check_drafter_fits`` raises a ``ValueError`` naming the field on
+    any mismatch with the target."""
+    from dflash import DFlashDraftModel
     path = Path(path)
-    check_manifest(path, REBUILD["drafter"].format(arch=arch_of(target)))
-    raw = json.loads((path / "drafter_config.json").read_text())
-    cfg = DrafterConfig(**{**raw, "target_layer_ids": tuple(raw["target_layer_ids"])})
-    drafter = DFlashDrafter(cfg, target)
-    drafter.load_state_dict({k: v.float() for k, v in load_file(path / "drafter.safetensors").items()})
-    return drafter.eval()
+    rebuild = REBUILD["drafter"].format(arch=arch_of(target)) if rebuild is None else rebuild
+    if (path / "manifest.json").is_file():
+        check_manifest(path, rebuild)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path / 'config.json'} is missing: a drafter directory holds a published "
+                                f"DFlash checkpoint (save_pretrained layout){'; rebuild it with `' + rebuild + '`' if rebuild else ''}")
+    from transformers import Qwen3Config
+    check_drafter_fits(DrafterConfig.from_qwen3_config(Qwen3Config.from_pretrained(path)), target)
+    model = DFlashDraftModel.from_pretrained(path, dtype=torch.float32)
+    return DFlashDrafter(model, target).eval()
+
+
+def check_drafter_fits(cfg: DrafterConfig, target) -> None:
+    """``ValueError`` naming the field and both values when a drafter cannot serve ``target``."""
+    c = target.config
+    checks = [("hidden_size", cfg.hidden_size, c.hidden_size, cfg.hidden_size == c.hidden_size),
+              ("vocab_size", cfg.vocab_size, c.vocab_size, cfg.vocab_size == c.vocab_size),
+              ("target_layer_ids", list(cfg.target_layer_ids), f"layers 0..{c.num_hidden_layers - 1}",
+               all(0 <= i < c.num_hidden_layers for i in cfg.target_layer_ids)),
+              ("mask_token_id", cfg.mask_token_id, f"vocabulary 0..{c.vocab_size - 1}",
+               0 <= cfg.mask_token_id < c.vocab_size)]
+    for name, mine, theirs, ok in checks:
+        if not ok:
+            raise ValueError(f"drafter {name} = {mine} does not fit the target ({theirs})")

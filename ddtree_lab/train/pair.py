@@ -6,6 +6,7 @@ digests go into every stored row's key, so rows of different models never mix.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from ..core.models import ARCHS, arch_of, load_target
 
 @dataclass(frozen=True, eq=False)
 class Pair:
-    """target (a transformers causal LM), drafter (``DFlashDrafter``), tokenizer, arch
+    """target (a transformers causal LM), drafter (``DFlashDrafter``: a ``dflash``
+    ``DFlashDraftModel`` on the target's embedding and head), tokenizer, arch
     ('gdn' / 'mla') and the sha256 digests of the target's and the drafter's weights.
     Unpacks as ``target, drafter, tokenizer = pair``."""
     arch: str
@@ -52,8 +54,13 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     Kimi checkpoint and a drafter trained for it; ``target_kwargs`` go to ``load_target``,
     e.g. ``dtype=torch.bfloat16, device_map="auto"``).
 
-    Every shipped file's sha256 is checked against its manifest, and a drafter whose
-    manifest names its target must have been trained for exactly this target.
+    ``drafter_path`` is any published-format DFlash directory (``config.json`` + safetensors,
+    with or without the lab's manifest). The tokenizer is ``target_path``'s own when that
+    directory has one (``AutoTokenizer``; the lab uses its ``tokenizers`` backend), else the
+    lab's. Every manifest-listed file's sha256 is checked, a drafter whose manifest names its
+    target must have been trained for exactly this target, and a drafter that does not fit
+    the target (hidden size, vocabulary, target layers, mask id) is a ``ValueError`` naming
+    the field and both values.
     """
     from .drafters import load_drafter
     from .rollouts import target_digest
@@ -66,9 +73,20 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     if arch_of(target) != arch:
         raise ValueError(f"{tpath} holds a {arch_of(target)!r} model, expected {arch!r}")
     dpath = Path(drafter_path or ckpt_path(arch, "drafter", root))
-    drafter = load_drafter(dpath, target)
+    drafter = load_drafter(dpath, target, rebuild=None if drafter_path is None else "")
     tdigest = target_digest(target)
-    if check_manifest(dpath).get("target_sha256") not in (None, tdigest):
+    manifest = dpath / "manifest.json"
+    trained_for = json.loads(manifest.read_text()).get("target_sha256") if manifest.is_file() else None
+    if trained_for not in (None, tdigest):
         raise ValueError(f"{dpath} was trained for another target than {tpath}; "
                          f"rebuild it with `{REBUILD['drafter'].format(arch=arch)}`")
-    return Pair(arch, target, drafter, data.load_tokenizer(), tdigest, drafter_digest(drafter))
+    return Pair(arch, target, drafter, load_tokenizer_for(tpath), tdigest, drafter_digest(drafter))
+
+
+def load_tokenizer_for(target_path: Path):
+    """The target directory's own tokenizer (``AutoTokenizer``, its ``tokenizers`` backend)
+    when it has one, else the lab's ``data/tokenizer.json``."""
+    if any((Path(target_path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(target_path).backend_tokenizer
+    return data.load_tokenizer()

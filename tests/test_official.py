@@ -1,0 +1,64 @@
+"""Peer tests: the lab's loop beside the field's reference loop, ``dflash_generate``.
+
+MLA (no recurrent state): the lab's linear DFlash equals the reference loop token for token and
+round for round. GDN hybrid: the reference loop's rollback (``DynamicCache.crop``) leaves the
+recurrent state of the rejected tokens in place, so it departs from AR; the lab does not."""
+import pytest
+import torch
+
+from ddtree_lab import generate, load_pair
+from ddtree_lab.core.drafter import DFlashDrafter
+from ddtree_lab.experiments.official import crop_rollback_error, lab_generate_aligned, official_generate
+from ddtree_lab.train.data import prompt_tokens
+
+NEW, BLOCK, PROMPTS = 48, 8, (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return {arch: load_pair(arch) for arch in ("gdn", "mla")}
+
+
+def random_drafter(pair):
+    torch.manual_seed(0)
+    return DFlashDrafter.from_config(pair.drafter.cfg, pair.target).eval()
+
+
+@pytest.mark.parametrize("which", ["shipped", "random-init"])
+def test_lab_dflash_equals_the_reference_loop_on_mla(pairs, which):
+    pair = pairs["mla"]
+    drafter = pair.drafter if which == "shipped" else random_drafter(pair)
+    for p in PROMPTS:
+        ids = prompt_tokens(pair.tokenizer, p)
+        ref = official_generate(pair.target, drafter, ids, NEW, BLOCK)
+        tokens, gen = lab_generate_aligned(pair.target, drafter, ids, NEW, BLOCK)
+        assert tokens == ref["tokens"], f"prompt {p}: tokens differ"
+        # every round but the last (the reference loop caps its last round at the length limit)
+        assert gen.acceptance_lengths[:-1] == ref["acceptance_lengths"][:len(gen.acceptance_lengths) - 1]
+        assert sum(ref["acceptance_lengths"]) == NEW - 1 and len(gen.acceptance_lengths) == len(ref["acceptance_lengths"])
+
+
+def test_on_gdn_the_lab_equals_ar_where_the_reference_loop_does_not(pairs):
+    pair = pairs["gdn"]
+    departs = 0
+    for p in PROMPTS:
+        ids = prompt_tokens(pair.tokenizer, p)
+        ar = generate(pair.target, None, ids, method="ar", max_new_tokens=NEW).tokens
+        tokens, _ = lab_generate_aligned(pair.target, pair.drafter, ids, NEW, BLOCK)
+        assert tokens == ar, f"prompt {p}: the lab's exact loop departs from AR"
+        departs += official_generate(pair.target, pair.drafter, ids, NEW, BLOCK)["tokens"] != ar
+    print(f"dflash_generate departs from AR on {departs} of {len(PROMPTS)} prompts")
+    assert departs >= 1, "the reference loop now equals AR on GDN: has transformers fixed DynamicCache.crop?"
+
+
+def test_dynamic_cache_crop_does_not_roll_back_the_gdn_state(pairs):
+    """transformers' crop on the GDN hybrid leaves the rejected tokens in the recurrent state;
+    on MLA it is exact to rounding."""
+    gen = torch.Generator().manual_seed(0)
+    errors = {}
+    for arch, pair in pairs.items():
+        ids = prompt_tokens(pair.tokenizer, 0)
+        rejected = torch.randint(4, pair.target.config.vocab_size, (5,), generator=gen).tolist()
+        errors[arch] = crop_rollback_error(pair.target, ids, rejected, ids[-1])
+    print(f"crop rollback logit error: {errors}")
+    assert errors["mla"] < 1e-4 and errors["gdn"] > 1e-2
