@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ddtree_lab.train import data
-from ddtree_lab.core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels,
+from ddtree_lab.core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels, soft_cross_entropy,
                                 default_target_layers, drafter_loss, position_weights)
 from ddtree_lab.train.rollouts import (continue_prompts, drafter_prompts, function_prompts, make_rollouts,
                                       prompt_ids)
@@ -127,6 +127,23 @@ def test_loss_weights_and_labels():
     assert_close("loss", (ce * w).sum() / w.sum(), drafter_loss(drafter, tokens, feats, anchors), 1e-6)
     w16 = position_weights(16, 7.0)
     assert w16[0] == 1 and abs(w16[7].item() - np.exp(-1)) < 1e-7  # k = 8: exp(-7/7)
+
+
+def test_soft_labels_reduce_to_the_hard_loss_and_follow_the_target_distribution():
+    """One-hot soft labels (K = 1, the next token) give exactly the hard loss; a soft label is
+    the distribution after position a + j for block position j + 1 of anchor a."""
+    _, drafter = make_drafter()
+    tokens, feats = toy_sequences(drafter, batch=2, length=20)
+    anchors = torch.tensor([[3, 18], [0, 7]])
+    one_hot = (torch.cat([tokens[:, 1:], tokens[:, -1:]], 1)[..., None].int(), torch.ones(2, 20, 1))
+    assert_close("one-hot soft == hard", drafter_loss(drafter, tokens, feats, anchors),
+                 drafter_loss(drafter, tokens, feats, anchors, soft=one_hot), 1e-6)
+    logits = drafter.block_logits(tokens, feats, anchors)
+    ids = torch.stack([torch.arange(64)[:4]] * 20)[None].expand(2, -1, -1)  # K = 4 candidates
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1]).expand(2, 20, 4)
+    ce = soft_cross_entropy(logits, anchors, ids, probs)
+    want = -(probs[0, 0] * torch.log_softmax(logits[0, 0, 0], -1)[:4]).sum()
+    assert_close("anchor 3, position 1", want, ce[0, 0, 0], 1e-6)
 
 
 def test_acceptance_length_counts_leading_matches():

@@ -338,21 +338,42 @@ def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block_size: int) -
 
 
 def drafter_loss(drafter: DFlashDrafter, tokens: torch.Tensor, features: torch.Tensor,
-                 anchors: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+                 anchors: torch.Tensor, weights: torch.Tensor | None = None,
+                 soft: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Position-weighted cross entropy of the blocks at ``anchors`` [B, A].
 
     weights [bs-1]: per predicted position (default exp(-(k-1)/gamma)); labels past the end
     of the sequence are ignored; normalised by the total weight of the valid labels.
+    soft: (ids int [B, T, K], probs [B, T, K]), the target's own next-token distribution after
+    each position (its top K, renormalised): the label of the token at t is the distribution
+    soft[:, t - 1] instead of the token (logit distillation, as SpecForge's option).
     """
     bs = drafter.cfg.block_size
     logits = drafter.block_logits(tokens, features, anchors, bs)  # [B, A, bs-1, V]
     labels = block_labels(tokens.to(logits.device), anchors.to(logits.device), bs)  # [B, A, bs-1]
     if weights is None:
         weights = position_weights(bs, drafter.cfg.gamma)
-    ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten(), ignore_index=-100,
-                         reduction="none").view_as(labels)
+    if soft is None:
+        ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten(), ignore_index=-100,
+                             reduction="none").view_as(labels)
+    else:
+        ce = soft_cross_entropy(logits, anchors.to(logits.device), *(t.to(logits.device) for t in soft))
     w = weights.to(logits.device) * (labels != -100)  # [B, A, bs-1]
     return (ce * w).sum() / w.sum().clamp_min(1e-9)
+
+
+def soft_cross_entropy(logits: torch.Tensor, anchors: torch.Tensor, ids: torch.Tensor,
+                       probs: torch.Tensor) -> torch.Tensor:
+    """[B, A, bs-1]: -sum_k p_k log q(ids_k) for block position j of anchor a, against the
+    target's distribution after position a + j (ids / probs [B, T, K]; clamped at the end,
+    where the hard-label mask ignores the rows)."""
+    b, a, n, _ = logits.shape
+    t = ids.shape[1]
+    rows = (anchors.long()[..., None] + torch.arange(n, device=logits.device)).clamp(max=t - 1)  # [B, A, bs-1]
+    take = lambda x: x.gather(1, rows.flatten(1)[..., None].expand(-1, -1, x.shape[-1])).view(b, a, n, -1)  # noqa: E731
+    p = take(probs.float())
+    logq = torch.log_softmax(logits.float(), -1).gather(-1, take(ids.long()))  # [B, A, bs-1, K]
+    return -(p * logq).sum(-1) / p.sum(-1).clamp_min(1e-9)
 
 
 @torch.no_grad()

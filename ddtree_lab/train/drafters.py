@@ -22,7 +22,7 @@ from . import data
 from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, write_manifest
 from ..core.drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
 from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, select_rollouts,
-                       split_rollouts, target_digest)
+                       split_rollouts, target_digest, target_features)
 from ..core.models import arch_of, load_target
 from .loop import TrainConfig, model_device, train
 
@@ -44,6 +44,10 @@ class DrafterRecipe:
     val_frac: float = 0.05
     # rollout batches cycle through these: 2/5 greedy, 1/5 each at T = 0.3, 0.6 and 1
     temperatures: tuple = (0.0, 0.3, 0.0, 0.6, 1.0)
+    # real contexts: windows of the stdlib train split, half of every batch; every sequence
+    # (rollouts too) is labelled by the target's own top-K next-token distribution (soft labels)
+    corpus_windows: int = 2000
+    soft_top_k: int = 8
 
     @property
     def anchors(self) -> int:
@@ -59,10 +63,10 @@ RECIPES: dict[str, DrafterRecipe] = {
     "default": DrafterRecipe(_schedule(3000, 8, 8, lr=2e-3, warmup_steps=100, eval_every=250),
                              num_rollouts=4000),  # ~16 min training + ~11 min rollouts
     "quick": DrafterRecipe(_schedule(500, 8, 8, lr=2e-3, warmup_steps=30, eval_every=100),
-                           num_rollouts=320),  # ~3 min training + ~1 min rollouts
+                           num_rollouts=320, corpus_windows=160),  # ~3 min training + ~1 min rollouts
     "toy": DrafterRecipe(_schedule(4, 2, 3, lr=3e-3, warmup_steps=1, eval_every=2),
                          num_rollouts=8, prompt_len=8, new_tokens=24, gen_batch=4, num_layers=1,
-                         temperatures=(0.0,)),
+                         temperatures=(0.0,), corpus_windows=4, soft_top_k=4),
 }
 
 
@@ -72,13 +76,52 @@ def _batch(rollouts: dict, idx, device=None) -> tuple[torch.Tensor, torch.Tensor
     return rollouts["tokens"][idx].long().to(device), rollouts["features"][idx].float().to(device)
 
 
-def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int):
-    """loss_fn(model, rng) for ``train.train``: random sequences, random anchors each."""
+def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int, corpus: dict | None = None):
+    """loss_fn(model, rng) for ``train.train``: random sequences, random anchors each; with
+    ``corpus`` (real contexts, ``corpus_contexts``) half of every batch comes from it. Sources
+    that carry soft labels (``soft_ids`` / ``soft_probs``) are trained on them."""
+    def part(source, n, drafter, rng):
+        idx = rng.integers(0, len(source["tokens"]), size=n)
+        tokens, features = _batch(source, idx, model_device(drafter))
+        soft = (source["soft_ids"][idx], source["soft_probs"][idx]) if "soft_ids" in source else None
+        return drafter_loss(drafter, tokens, features, sample_anchors(source, n, anchors, rng), soft=soft)
+
     def loss_fn(drafter, rng):
-        idx = rng.integers(0, len(rollouts["tokens"]), size=batch_size)
-        tokens, features = _batch(rollouts, idx, model_device(drafter))
-        return drafter_loss(drafter, tokens, features, sample_anchors(rollouts, batch_size, anchors, rng))
+        if corpus is None:
+            return part(rollouts, batch_size, drafter, rng)
+        half = batch_size // 2
+        return (part(rollouts, batch_size - half, drafter, rng) + part(corpus, half, drafter, rng)) / 2
     return loss_fn
+
+
+@torch.no_grad()
+def target_soft_labels(target, tokens: torch.Tensor, top_k: int, batch_size: int = 32):
+    """(ids int32 [N, T, K], probs float16 [N, T, K]): the target's next-token distribution
+    (T = 1) after every position of tokens [N, T], its top K renormalised."""
+    ids, probs = [], []
+    for s in range(0, len(tokens), batch_size):
+        logits = target(tokens[s:s + batch_size].long().to(target.device)).logits.float()
+        top = torch.softmax(logits, -1).topk(top_k, -1)
+        ids.append(top.indices.int().cpu())
+        probs.append((top.values / top.values.sum(-1, keepdim=True)).half().cpu())
+    return torch.cat(ids), torch.cat(probs)
+
+
+@torch.no_grad()
+def corpus_contexts(target, windows: int, length: int, layer_ids, top_k: int, seed: int = 0,
+                    tok=None, batch_size: int = 32) -> dict:
+    """Real contexts: ``windows`` random windows of ``length`` tokens of the stdlib train split
+    (``data.tokenized_corpus``; HumanEval-free), with the target's features and soft labels,
+    in the rollouts' layout (prompt_len 1: anchors anywhere in the window)."""
+    stream = data.tokenized_corpus(tok)["train"]
+    starts = np.random.default_rng(seed).integers(0, len(stream) - length, size=windows)
+    tokens = torch.from_numpy(np.stack([stream[s:s + length] for s in starts]).astype(np.int64))
+    tokens = tokens % target.config.vocab_size
+    feats = [target_features(target, tokens[s:s + batch_size].to(target.device), layer_ids).half().cpu()
+             for s in range(0, windows, batch_size)]
+    soft_ids, soft_probs = target_soft_labels(target, tokens, top_k, batch_size)
+    return {"tokens": tokens.int(), "features": torch.cat(feats), "soft_ids": soft_ids, "soft_probs": soft_probs,
+            "prompt_len": 1, "layer_ids": tuple(layer_ids)}
 
 
 def drafter_eval_fn(rollouts: dict, anchors: int, batch_size: int = 16, seed: int = 1):
@@ -148,12 +191,16 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
                              max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch,
                              temperatures=recipe.temperatures, seed=cfg.seed, cache_dir=cache_dir)
     train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=cfg.seed)
+    train_r = {**train_r, **dict(zip(("soft_ids", "soft_probs"),
+                                     target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
+    corpus = corpus_contexts(target, recipe.corpus_windows, recipe.prompt_len + recipe.new_tokens,
+                             rollouts["layer_ids"], recipe.soft_top_k, cfg.seed, tok) if recipe.corpus_windows else None
     dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
     drafter = DFlashDrafter.from_config(dcfg, target).to(target.device)
     runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
-    st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors),
+    st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus),
                drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"drafter {arch}")
     out = Path(out or ckpt_path(arch, "drafter"))
     store_curve(runs_dir, out, arch, "drafter")
