@@ -16,13 +16,13 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, batch, batch_verify, decode, gdn_tree
+from ddtree_lab.core import adapter, batch, batch_verify, decode, gdn_tree, sampling
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits, prefill, verify
 from helpers import BatchHintedDrafter, assert_close, toy_pair
-from test_decode import _biased_accept, _chi_square_pvalue, _exact_first_two
+from test_decode import _biased_accept, _chi_square_pvalue, _exact_first_two, _no_residual, _sharp
 from test_verify import TOL, assert_same_cache, generator, make_tree, precision, root_path
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
@@ -227,27 +227,34 @@ def test_batch_of_one_is_generate():
 
 # ----------------------------------------------------------------------------- T > 0
 
-def _first_two_counts_batch(target, drafter, prompts, n, temperature) -> torch.Tensor:
+def _first_two_counts_batch(target, drafter, prompts, n, temperature, accept_rule) -> torch.Tensor:
     """counts [B, 2, V] of each sequence's first two tokens over n batched runs."""
     counts = torch.zeros(len(prompts), 2, target.config.vocab_size)
     for run in range(n):
         gens = batch.generate_batch(target, drafter, prompts, method="ddtree", budget=[6, 3], block_size=4,
-                                    max_new_tokens=2, temperature=temperature, seed=run * len(prompts))
+                                    max_new_tokens=2, temperature=temperature, seed=run * len(prompts),
+                                    accept_rule=accept_rule)
         for b, g in enumerate(gens):
             counts[b, 0, g.tokens[0]] += 1
             counts[b, 1, g.tokens[1]] += 1
     return counts
 
 
-def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch):
-    """T > 0: each sequence's first two tokens fit its own exact distribution (chi-square); a
-    deliberately biased acceptance rule is rejected by the same test."""
+@pytest.mark.slow
+@pytest.mark.parametrize("accept_rule", ["rejection", "target"])
+def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch, accept_rule):
+    """T > 0, both acceptance rules: each sequence's first two tokens fit its own exact
+    distribution (chi-square); a deliberately biased rule is rejected by the same test."""
     target, drafter = PAIRS["gdn-toy", torch.float32]
+    drafter = _sharp(drafter)
     prompts, T = [torch.tensor([5, 9, 2]), torch.tensor([7])], 0.5
     exact = [_exact_first_two(target, p, T) for p in prompts]
-    fair = _first_two_counts_batch(target, drafter, prompts, 200, T)
-    monkeypatch.setattr(batch, "accept", _biased_accept)
-    biased = _first_two_counts_batch(target, drafter, prompts, 100, T)
+    fair = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
+    if accept_rule == "target":
+        monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
+    else:
+        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+    biased = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
     p_fair = [_chi_square_pvalue(fair[b, i], exact[b][i]) for b in range(2) for i in range(2)]
     p_biased = [_chi_square_pvalue(biased[b, i], exact[b][i]) for b in range(2) for i in range(2)]
     print(f"p-values fair {p_fair}, biased {p_biased}")

@@ -8,15 +8,17 @@ from ddtree_lab.experiments.bench import bench_grid, paired_speedups, sampled_go
 
 def test_bench_grid_has_every_temperature_and_no_auto_for_inexact_or_fork():
     grid = bench_grid(budgets=(1, 16), sampled_budgets=(4,))
-    keys = {(g["arch"], g["method"], g["gdn_mode"], g["budget"], g["temperature"]) for g in grid}
+    keys = {(g["arch"], g["method"], g["gdn_mode"], g["budget"], g["temperature"], g["accept_rule"]) for g in grid}
     assert len(keys) == len(grid)
-    assert ("gdn", "ddtree", "naive", 16, 0.0) in keys and ("gdn", "ddtree", "wy", "auto", 0.0) in keys
+    assert ("gdn", "ddtree", "naive", 16, 0.0, "-") in keys and ("gdn", "ddtree", "wy", "auto", 0.0, "-") in keys
     assert not any(g["budget"] == "auto" and g["gdn_mode"] in ("naive", "fork") for g in grid)
     assert sorted({k[4] for k in keys}) == [0.0, 0.3, 0.6, 1.0]
     for temp in (0.3, 0.6, 1.0):
-        sampled = {k[:4] for k in keys if k[4] == temp}
-        assert sampled == {("gdn", "ar", "-", 0), ("gdn", "dflash", "wy", 7), ("gdn", "ddtree", "wy", 4),
-                           ("mla", "ar", "-", 0), ("mla", "dflash", "-", 7), ("mla", "ddtree", "-", 4)}, temp
+        for rule in ("rejection", "target"):  # both acceptance rules at every T > 0, AR once
+            sampled = {k[:4] for k in keys if k[4] == temp and k[5] in (rule, "-")}
+            assert sampled == {("gdn", "ar", "-", 0), ("gdn", "dflash", "wy", 7), ("gdn", "ddtree", "wy", 4),
+                               ("mla", "ar", "-", 0), ("mla", "dflash", "-", 7), ("mla", "ddtree", "-", 4)}, temp
+    assert {k[5] for k in keys if k[4] == 0} == {"-"}
     only_one = bench_grid(budgets=(1,), sampled_budgets=(4,), temperatures=(1.0,))
     assert sorted({g["temperature"] for g in only_one}) == [0.0, 1.0]
 
@@ -48,7 +50,8 @@ def test_sampled_goals_pass_and_miss_with_the_figure():
     table = pd.DataFrame([
         {"arch": "gdn", "temperature": 0.3, "block_size": 8, "method": "dflash", "gdn_mode": "wy", "budget": "7", "tau": 3.2},
         {"arch": "gdn", "temperature": 0.3, "block_size": 8, "method": "ddtree", "gdn_mode": "wy", "budget": "64", "tau": 3.9},
-        {"arch": "gdn", "temperature": 1.0, "block_size": 8, "method": "dflash", "gdn_mode": "wy", "budget": "7", "tau": 1.1}])
+        {"arch": "gdn", "temperature": 1.0, "block_size": 8, "method": "dflash", "gdn_mode": "wy", "budget": "7", "tau": 1.1}]
+    ).assign(accept_rule="rejection")
     lines = sampled_goals(table)
     print("\n".join(lines))
     assert lines == ["PASS  gdn: T = 0.3 DFlash tau: 3.200 (goal >= 3.0)",

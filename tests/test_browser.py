@@ -39,6 +39,7 @@ ON_CI = os.environ.get("CI", "").lower() == "true"  # CI must run this test: a m
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.slow,
     pytest.mark.skipif(not ON_CI and not (CHROMIUM.exists() and CHROMEDRIVER.exists()), reason=NO_BROWSER),
 ]
 

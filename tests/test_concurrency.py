@@ -168,7 +168,7 @@ def test_the_sweep_resumes_and_summarises(tmp_path, pairs):
     assert list(tmp_path.glob("batchcost-*.json"))  # auto measured its cost model once, stored
     summary = conc.summarize_concurrency(frame)
     print(summary[["temperature", "concurrency", "method", "budget", "tokens_per_s", "speedup",
-                   "tau_rounds", "mean_tree_size", "matches_ar"]].round(3).to_string(index=False))
+                   "tau", "mean_tree_size", "matches_ar"]].round(3).to_string(index=False))
     assert len(summary) == len(conc.concurrency_configs(GRID))
     assert (summary[summary.method == "ar"].speedup == 1).all()
     assert (summary.n_sequences == GRID.num_prompts).all()

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from ddtree_lab.core import decode
+from ddtree_lab.core import decode, sampling
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits
@@ -71,12 +71,12 @@ def _biased_accept(tree, target_choice):
     return path, int(choice[path[-1]])
 
 
-def _first_two_counts(target, drafter, prompt, n, temperature):
+def _first_two_counts(target, drafter, prompt, n, temperature, method="ddtree", accept_rule="rejection"):
     V = target.config.vocab_size
     counts = torch.zeros(2, V)
     for seed in range(n):
-        g = decode.generate(target, drafter, prompt, method="ddtree", budget=6, block_size=4,
-                            max_new_tokens=2, temperature=temperature, seed=seed)
+        g = decode.generate(target, drafter, prompt, method=method, budget=6, block_size=4,
+                            max_new_tokens=2, temperature=temperature, seed=seed, accept_rule=accept_rule)
         counts[0, g.tokens[0]] += 1
         counts[1, g.tokens[1]] += 1
     return counts
@@ -92,18 +92,47 @@ def _exact_first_two(target, prompt, temperature):
     return p1, p1 @ p2_given
 
 
-def test_sampling_is_lossless_and_the_test_has_power(monkeypatch):
-    """T>0: the first two tokens of DDTree sampling fit the target's exact distribution
-    (chi-square); a deliberately biased acceptance rule is rejected by the same test."""
+def _no_residual(x, fallback):
+    """Deliberately wrong rejection rule: after a rejected draft token the target
+    distribution is not replaced by the residual max(0, p - q) (and q keeps the token)."""
+    return fallback
+
+
+def _sharp(drafter, scale=4.0):
+    """The toy drafter with sharpened logits: its q differs from p a lot, so a wrong rule
+    shows (a flat random q is nearly uniform and rarely accepted)."""
+    class Sharp:
+        cfg = drafter.cfg
+        new_state = drafter.new_state
+
+        def propose(self, state, feats, root, bs):
+            return drafter.propose(state, feats, root, bs) * scale
+
+        def propose_batch(self, states, feats, roots, bs):
+            return drafter.propose_batch(states, feats, roots, bs) * scale
+    return Sharp()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["dflash", "ddtree"])
+@pytest.mark.parametrize("accept_rule", ["rejection", "target"])
+def test_sampling_is_lossless_and_the_test_has_power(monkeypatch, method, accept_rule):
+    """T>0, both acceptance rules, chain and tree: the first two tokens fit the target's exact
+    distribution (chi-square); a deliberately biased rule is rejected by the same test
+    (target-only: accept the first child on a mismatch; rejection: no residual update)."""
     target, drafter = PAIRS["gdn-toy"]
-    prompt, T, n = torch.tensor([5, 9, 2]), 0.5, 300
+    drafter = _sharp(drafter)
+    prompt, T, n = torch.tensor([5, 9, 2]), 0.5, 400
     p1, p2 = _exact_first_two(target, prompt, T)
-    fair = _first_two_counts(target, drafter, prompt, n, T)
-    monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
-    biased = _first_two_counts(target, drafter, prompt, n, T)
+    fair = _first_two_counts(target, drafter, prompt, n, T, method, accept_rule)
+    if accept_rule == "target":
+        monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
+    else:
+        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+    biased = _first_two_counts(target, drafter, prompt, n, T, method, accept_rule)
     p_fair = [_chi_square_pvalue(fair[i], p) for i, p in enumerate((p1, p2))]
     p_biased = [_chi_square_pvalue(biased[i], p) for i, p in enumerate((p1, p2))]
-    print(f"p-values fair {p_fair}, biased {p_biased}")
+    print(f"{method} {accept_rule}: p-values fair {p_fair}, biased {p_biased}")
     assert min(p_fair) > 1e-3
     assert min(p_biased) < 1e-3
 

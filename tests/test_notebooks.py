@@ -69,6 +69,7 @@ def test_parameterize_injects_after_the_parameters_cell():
     assert "injected-parameters" in nb.cells[2].metadata["tags"]
 
 
+@pytest.mark.slow
 @pytest.mark.notebook
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_smoke_mode(path):

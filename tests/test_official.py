@@ -24,6 +24,7 @@ def random_drafter(pair):
     return DFlashDrafter.from_config(pair.drafter.cfg, pair.target).eval()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["shipped", "random-init"])
 def test_lab_dflash_equals_the_reference_loop_on_mla(pairs, which):
     pair = pairs["mla"]
@@ -38,6 +39,7 @@ def test_lab_dflash_equals_the_reference_loop_on_mla(pairs, which):
         assert sum(ref["acceptance_lengths"]) == NEW - 1 and len(gen.acceptance_lengths) == len(ref["acceptance_lengths"])
 
 
+@pytest.mark.slow
 def test_on_gdn_the_lab_equals_ar_where_the_reference_loop_does_not(pairs):
     pair = pairs["gdn"]
     departs = 0

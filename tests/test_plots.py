@@ -123,7 +123,7 @@ def test_summarize_matches_ar_and_divergence(summary):
 
 def test_summarize_tau_and_tree_size(summary):
     r = _one(summary, arch="gdn", gdn_mode="wy", method="ddtree", budget=7, temperature=0.0)
-    assert r["tau"] == pytest.approx(1.0 + 3 / 2 + 0.1)  # mean over prompts of 2.5 + 0.1 p
+    assert r["tau_prompt_mean"] == pytest.approx(1.0 + 3 / 2 + 0.1)  # mean over prompts of 2.5 + 0.1 p
     assert r["mean_tree_size"] == pytest.approx(7.0)
     auto = _one(summary, arch="gdn", gdn_mode="wy", budget="auto")
     assert auto["mean_tree_size"] == pytest.approx(35 / 5)

@@ -31,12 +31,13 @@ def test_pyproject_and_environment_agree():
     assert "python=3.11" in (ROOT / "environment.yml").read_text()
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_full_suite_command():
     readme = (ROOT / "README.md").read_text()
-    test_cmd = re.search(r"^(bash scripts/test\.sh)\s", readme, re.M)
-    assert test_cmd, "README must show `bash scripts/test.sh` as its test command"
+    assert re.search(r"^bash scripts/test\.sh\s", readme, re.M), "README must show the fast lane `bash scripts/test.sh`"
+    full = re.search(r"^(bash scripts/test\.sh --full)\s", readme, re.M)
+    assert full, "README must show the full suite `bash scripts/test.sh --full`"
     ci = (ROOT / ".ci" / "run").read_text()
-    assert test_cmd.group(1) in ci
+    assert re.search(r"^bash scripts/test\.sh --full$", ci, re.M)
 
 
 def test_python_3_11_to_3_13_are_supported():

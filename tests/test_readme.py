@@ -73,11 +73,12 @@ def _bench_rows():
     """A synthetic bench.csv: both archs at T = 0, 0.3, 0.6, 1; DFlash and DDTree-16/64, paired speedups."""
     rows = []
     for arch in ("gdn", "mla"):
-        for temp in (0.0, 0.3, 0.6, 1.0):
+        for temp, rule in ((0.0, "-"), (0.3, "rejection"), (0.3, "target"), (0.6, "rejection"), (0.6, "target"),
+                           (1.0, "rejection"), (1.0, "target")):
             for method, budget, tau in (("dflash", "7", 3.0), ("ddtree", "16", 3.5), ("ddtree", "64", 4.0)):
-                rows.append({"arch": arch, "temperature": temp, "method": method, "budget": budget,
+                rows.append({"arch": arch, "temperature": temp, "accept_rule": rule, "method": method, "budget": budget,
                              "gdn_mode": "wy" if arch == "gdn" else "-", "block_size": 8, "max_new_tokens": 128,
-                             "n_prompts": 10, "tau": tau, "tau_rounds": tau * (1 + temp), "tau_outside_loops": tau,
+                             "n_prompts": 10, "tau": tau * (1 + temp), "tau_prompt_mean": tau, "tau_outside_loops": tau,
                              "loop_round_share": 0.2 if temp == 0 else 0.0, "entropy": 1 + temp, "speedup": 1.5,
                              "speedup_paired": 1.5, "speedup_paired_lo": 0.9 if temp else 1.2,
                              "speedup_paired_hi": 1.8, "speedup_paired_p": 0.02})
@@ -91,13 +92,14 @@ def test_temperature_block_shows_every_stored_temperature(tmp_path, monkeypatch)
     md = readme.render_temperature()
     print(md)
     lines = [line for line in md.splitlines() if line.startswith(("| gdn", "| mla"))]
-    assert [line.split(" | ")[1] for line in lines] == ["0", "0.3", "0.6", "1"] * 2
+    assert [line.split(" | ")[1] for line in lines] == ["0", "0.3", "0.3", "0.6", "0.6", "1", "1"] * 2
+    assert [line.split(" | ")[2] for line in lines][:3] == ["(argmax)", "rejection", "target"]  # one row per rule
     assert "T = 0, 0.3, 0.6, 1" in md
-    first = lines[1].split(" | ")   # gdn, T = 0.3
-    assert first[2:5] == ["1.30", "0%", "3.90 / 3.00"]            # entropy, loop share, DFlash tau all / outside
-    assert first[7] == "1.33 / **1.33**"                          # DDTree-64 / DFlash tau: all / outside loops
-    assert first[8] == "1.50x [0.90, 1.80] noise"                 # the interval holds 1: labelled noise
-    assert lines[0].split(" | ")[8] == "1.50x [1.20, 1.80]"
+    first = lines[1].split(" | ")   # gdn, T = 0.3, rejection
+    assert first[3:6] == ["1.30", "0%", "3.90 / 3.00"]            # entropy, loop share, DFlash tau all / outside
+    assert first[8] == "1.33 / **1.33**"                          # DDTree-64 / DFlash tau: all / outside loops
+    assert first[9] == "1.50x [0.90, 1.80] noise"                 # the interval holds 1: labelled noise
+    assert lines[0].split(" | ")[9] == "1.50x [1.20, 1.80]"
 
 
 def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeypatch):

@@ -9,7 +9,8 @@ from ddtree_lab.experiments.summary import summarize
 
 def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5):
     cfg = {"arch": "mla", "method": method, "gdn_mode": "-", "budget": 0 if method == "ar" else 7,
-           "block_size": 0 if method == "ar" else 8, "temperature": 0.0, "max_new_tokens": len(tokens)}
+           "block_size": 0 if method == "ar" else 8, "temperature": 0.0, "max_new_tokens": len(tokens),
+           "accept_rule": "-"}
     m = {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [7] * len(acc), "timings": {"total": 1.0},
          "tau": sum(acc) / len(acc), "round_in_loop": flags, "ends_in_loop": ends, "entropy": entropy}
     return {**cfg, "prompt": prompt, "tau": m["tau"], "_metrics": m}
@@ -22,8 +23,8 @@ def test_tau_outside_loops_pools_the_untagged_rounds():
                           _row("dflash", 0, toks, [2, 2, 8], [False, False, True], True, 1.0),
                           _row("dflash", 1, toks, [4, 8], [False, True], False, 2.0)])
     s = summarize(frame).set_index("method")
-    assert s.loc["dflash", "tau"] == pytest.approx((4 + 6) / 2)             # mean of per-prompt tau
-    assert s.loc["dflash", "tau_rounds"] == pytest.approx(24 / 5)           # pooled over rounds
+    assert s.loc["dflash", "tau"] == pytest.approx(24 / 5)                  # the one tau: pooled over rounds
+    assert s.loc["dflash", "tau_prompt_mean"] == pytest.approx((4 + 6) / 2) # its own name: mean of per-prompt tau
     assert s.loc["dflash", "tau_outside_loops"] == pytest.approx(8 / 3)     # rounds 2, 2, 4
     assert s.loc["dflash", "loop_round_share"] == pytest.approx(2 / 5)
     assert s.loc["dflash", "loop_prompts"] == 0.5 and s.loc["dflash", "entropy"] == 1.5
@@ -49,3 +50,15 @@ def test_quality_tables_merge_per_target(tmp_path):
     path.write_text(json.dumps(both))
     again = merge_quality(path, {"targets": [{"arch": "gdn", "x": 5}], "decoding": []}, ("gdn",))
     assert [r["x"] for r in again["targets"]] == [5, 1] and [r["arch"] for r in again["decoding"]] == ["mla"]
+
+
+def test_a_speed_curve_that_mixes_runs_fails():
+    """Timings divided across runs (AR from one pass, a budget from another) are refused;
+    the same rows from one run summarise."""
+    toks = list(range(12))
+    rows = [_row("ar", 0, toks, [1] * 12, [False] * 12, False), _row("dflash", 0, toks, [4, 8], [False, True], False, 2.0)]
+    one = pd.DataFrame(rows).assign(run="05_sweeps")
+    assert len(summarize(one)) == 2
+    mixed = one.assign(run=["03_mla_loops", "05_sweeps"])
+    with pytest.raises(ValueError, match="mixes runs"):
+        summarize(mixed)

@@ -298,10 +298,10 @@ def loop_split_lenses(temperatures) -> list[tuple[str, float, str, tuple]]:
     all rounds and outside loops, at every sampled T (ascending) all rounds (no loops there
     to speak of: its loop share is drawn beside)."""
     temps = sorted({float(t) for t in temperatures})
-    lenses = [("tau_rounds", 0.0, "T = 0, all rounds", PALETTE[0]),
+    lenses = [("tau", 0.0, "T = 0, all rounds", PALETTE[0]),
               ("tau_outside_loops", 0.0, "T = 0, outside loops", PALETTE[2])] if 0.0 in temps else []
     sampled = [t for t in temps if t > 0]
-    return lenses + [("tau_rounds", t, f"T = {t:g}, all rounds", SAMPLED_COLORS[i % len(SAMPLED_COLORS)])
+    return lenses + [("tau", t, f"T = {t:g}, all rounds", SAMPLED_COLORS[i % len(SAMPLED_COLORS)])
                      for i, t in enumerate(sampled)]
 
 
@@ -340,7 +340,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
             dfl = rows[rows["method"] == "dflash"][col].dropna()
             if len(dfl):
                 ax_tau.axhline(dfl.iloc[0], ls="--", lw=1, color=color, alpha=0.8)
-            if col == "tau_rounds":
+            if col == "tau":
                 share = _ddtree_curve(rows, "loop_round_share", mode)
                 ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=label.split(",")[0])
         _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance (dashed: DFlash)")
@@ -360,7 +360,7 @@ def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
         budgets = set()
         for i, ((arch, mode), g) in enumerate(rows.groupby(["arch", "gdn_mode"])):
             color, name = PALETTE[i % len(PALETTE)], arch if mode == "-" else f"{arch} {mode}"
-            for col, ls, lens in (("tau_rounds", "-", "all rounds"), ("tau_outside_loops", "--", "outside loops")):
+            for col, ls, lens in (("tau", "-", "all rounds"), ("tau_outside_loops", "--", "outside loops")):
                 curve = _ddtree_curve(g, col, mode)
                 budgets |= set(curve.index)
                 ax_tau.plot(curve.index, curve.values, marker="o", ms=3, ls=ls, color=color, label=f"{name}, {lens}")
@@ -650,4 +650,62 @@ def plot_training_curves(curves: dict[str, pd.DataFrame]) -> Figure:
         ax_d.set(xlabel="step", ylabel="drafter loss", title="drafters")
         for ax in (ax_t, ax_d):
             ax.legend(fontsize=7)
+    return fig
+
+
+def plot_chain_leak(curve: pd.DataFrame, divergence: pd.DataFrame, max_new_tokens: int) -> Figure:
+    """The leak in the chain, three panels. Left: max logit error of the reference loop's
+    rollback (``DynamicCache.crop``) against the number of rejected tokens, per target (median
+    over prompts, band min-max; exact zeros drawn on the axis and said). Middle: the same as
+    total-variation distance at T = 1. Right: where ``dflash_generate`` first departs from AR
+    on the GDN hybrid, per block size (``divergence``: arch, block_size, first_divergence,
+    None/NaN = never), with the lab's exact loop for contrast."""
+    fig, axes = _new_axes(None, 3, (4.2, 3.4))
+    for ax, col, label in ((axes[0], "max_logit_error", "max |logit error|"), (axes[1], "tv_t1", "TV distance, T = 1")):
+        for i, (arch, g) in enumerate(curve.groupby("arch", sort=True)):
+            stats = g.groupby("rejected")[col].agg(["median", "min", "max"])
+            color = PALETTE[i]
+            ax.plot(stats.index, stats["median"], marker="o", ms=3, color=color, label=f"{arch} (median)")
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=color, alpha=0.2)
+            if (stats["max"] == 0).all():
+                ax.annotate(f"{arch}: exactly 0 at every k", (0.03, 0.9 - 0.1 * i), xycoords="axes fraction", color=color)
+        ax.set(xlabel="rejected tokens cropped (k)", ylabel=label)
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="center right")
+    axes[0].set_title("crop rollback vs a fresh forward")
+    axes[1].set_title("next-token distribution after the crop")
+    ax = axes[2]
+    bins = np.arange(0, max_new_tokens + 9, 8)
+    for i, (block, g) in enumerate(divergence[divergence.arch == "gdn"].groupby("block_size")):
+        first = pd.to_numeric(g.first_divergence, errors="coerce")
+        departs = first.dropna()
+        ax.hist(departs, bins=bins, alpha=0.55, color=PALETTE[i + 2],
+                label=f"reference, block {block}: {len(departs)}/{len(g)} depart")
+    ax.set(xlabel="first new token that differs from AR", ylabel="prompts",
+           title="dflash_generate on the GDN hybrid")
+    ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
+def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
+    """Per target, tokens/s of AR, the field's reference loop (``dflash_generate``), the lab's
+    DFlash and the lab's DDTree budgets, all from one interleaved run; each bar says its tau,
+    and a reference bar whose output departs from AR says so."""
+    order = {"ar": 0, "official": 1, "dflash": 2, "ddtree": 3}
+    fig, axes = _new_axes(None, len(archs), (5.0, 3.6))
+    for ax, arch in zip(axes, archs):
+        rows = summary[summary.arch == arch].copy()
+        rows = rows.assign(_o=rows.method.map(order)).sort_values(["_o", "budget"], key=lambda s: s.astype(str))
+        labels = [{"ar": "AR", "official": "reference\nloop", "dflash": "lab\nDFlash"}.get(m, f"lab DDTree\n{b}")
+                  for m, b in zip(rows.method, rows.budget)]
+        colors = [PALETTE[order[m]] for m in rows.method]
+        bars = ax.bar(range(len(rows)), rows.tokens_per_s, color=colors)
+        for bar, r in zip(bars, rows.itertuples()):
+            note = f"tau {r.tau:.2f}" + ("" if r.method == "ar" or r.matches_ar == 1 else
+                                        f"\n!= AR on {100 * (1 - r.matches_ar):.0f}%")
+            ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize="x-small", color="firebrick" if "!=" in note else "black")
+        ax.set_xticks(range(len(rows)), labels, fontsize="small")
+        ax.set(ylabel="tokens/s", title=f"{arch}: one interleaved run, T = 0")
+        ax.margins(y=0.25)
     return fig

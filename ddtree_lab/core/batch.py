@@ -33,8 +33,7 @@ from .allocate import auto_trees
 from .batch_verify import verify_batch
 from .cache import TreeCache, commit
 from .drafter import DrafterState
-from .decode import Generation, check_generate_args, choose_tokens, draft_tree, timed_phase
-from .tree import accept
+from .decode import Generation, accept_round, check_generate_args, choose_tokens, draft_tree, sampled, timed_phase
 from .verify import prefill
 
 
@@ -64,7 +63,8 @@ def _per_sequence(name: str, value, count: int) -> list:
 
 
 def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
-                              temperature, gdn_mode, cost_model=None) -> tuple[list, list, list]:
+                              temperature, gdn_mode, cost_model=None,
+                              accept_rule="rejection") -> tuple[list, list, list]:
     """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
@@ -83,7 +83,7 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
                              f"got the scalar {prompt!r}")
         try:
             checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
-                                               news[b], temperature, gdn_mode, cost_model))
+                                               news[b], temperature, gdn_mode, cost_model, accept_rule))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
     return checked, budgets, news
@@ -92,7 +92,7 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
 @torch.no_grad()
 def generate_batch(target, drafter, prompts, *, method: str, budget: int | list | str = 32, block_size: int = 8,
                    max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
-                   seed: int = 0, cost_model=None) -> list[Generation]:
+                   seed: int = 0, cost_model=None, accept_rule: str = "rejection") -> list[Generation]:
     """``decode.generate`` for a batch of prompts (any lengths): one Generation per prompt.
 
     budget, max_new_tokens: one int, or a list with one per prompt; budget "auto" (DDTree):
@@ -102,7 +102,8 @@ def generate_batch(target, drafter, prompts, *, method: str, budget: int | list 
     whole batch's seconds per phase (the phases are shared).
     """
     prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
-                                                       max_new_tokens, temperature, gdn_mode, cost_model)
+                                                       max_new_tokens, temperature, gdn_mode, cost_model,
+                                                       accept_rule)
     rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
     t0 = time.perf_counter()
@@ -110,7 +111,7 @@ def generate_batch(target, drafter, prompts, *, method: str, budget: int | list 
         gens = _generate_batch_ar(target, prompts, news, temperature, rngs, clock)
     else:
         gens = _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news,
-                                    temperature, gdn_mode, rngs, clock, cost_model)
+                                    temperature, gdn_mode, rngs, clock, cost_model, accept_rule)
     clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
         g.tokens, g.timings = g.tokens[:n], dict(clock.timings)
@@ -125,7 +126,8 @@ def _start(target, drafter, prompt, layers, budget, max_new, rng) -> _Sequence:
 
 
 def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
-                         gdn_mode, rngs, clock: Generation, cost_model=None) -> list[Generation]:
+                         gdn_mode, rngs, clock: Generation, cost_model=None,
+                         accept_rule: str = "rejection") -> list[Generation]:
     layers = tuple(drafter.cfg.target_layer_ids)
     with timed_phase(clock, "prefill"):
         seqs = [_start(target, drafter, p, layers, *args) for p, *args in zip(prompts, budgets, news, rngs)]
@@ -134,14 +136,15 @@ def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, 
         with timed_phase(clock, "draft"):
             drafts = propose_all(drafter, running, block_size)  # [bs-1, V] each
         with timed_phase(clock, "tree"):
-            trees = draft_trees(drafts, running, method, cost_model)
+            trees = [sampled(t, d, temperature, accept_rule, s.rng)
+                     for t, d, s in zip(draft_trees(drafts, running, method, cost_model), drafts, running)]
         with timed_phase(clock, "verify"):
             outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
         with timed_phase(clock, "accept"):
-            # every sequence walks its own tree with its own target choices: argmax at T = 0, at
-            # T > 0 a sample from its own generator at every node (ancestral sampling from the
-            # target, lossless per sequence whatever the other sequences of the batch accept)
-            walks = [accept(t, choose_tokens(o.logits, temperature, s.rng)) for t, o, s in zip(trees, outs, running)]
+            # every sequence walks its own tree with its own generator (``decode.accept_round``):
+            # lossless per sequence whatever the other sequences of the batch accept
+            walks = [accept_round(t, o.logits, d, temperature, accept_rule, s.rng)[:2]
+                     for t, o, d, s in zip(trees, outs, drafts, running)]
         with timed_phase(clock, "commit"):
             for s, t, o, (path, bonus) in zip(running, trees, outs, walks):
                 commit(target, s.cache, t, path)

@@ -4,8 +4,11 @@ One round (DFlash, arXiv 2602.06036, section 3; DDTree, arXiv 2604.12989, sectio
 -> a tree (``chain_tree`` for DFlash, ``build_tree`` for DDTree) -> ONE target verify ->
 accept walk -> commit (target cache and drafter context advance by the accepted path and
 the bonus). No full re-forward of the sequence per round. At T = 0 the output equals AR
-decoding token for token (exact verification modes); at T > 0 the accept walk follows the
-target's own sample at every node, which is ancestral sampling from the target: lossless.
+decoding token for token (exact verification modes). At T > 0 ``accept_rule`` picks the
+walk (``sampling``): "rejection" (default, DFlash's rule: draft tokens sampled from the
+drafter's q, accepted with min(1, p/q), residual on rejection, recursively over a node's
+children for trees) or "target" (deterministic draft, the walk follows the target's own
+sample at every node). Both are lossless.
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from . import tree as tree_mod
-from .verify import GDN_MODES, prefill, token_ids, verify
 from .cache import commit
+from .sampling import ACCEPT_RULES, accept_rejection, sample_draft
+from .verify import GDN_MODES, prefill, token_ids, verify
 
 METHODS = ("ar", "dflash", "ddtree")
 MAX_BUDGET = 1024
@@ -69,10 +73,12 @@ def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator
 
 
 def check_generate_args(target, drafter, prompt_ids, method, budget, block_size, max_new_tokens,
-                        temperature, gdn_mode, cost_model=None) -> torch.Tensor:
+                        temperature, gdn_mode, cost_model=None, accept_rule="rejection") -> torch.Tensor:
     """Validate everything before any work; returns the prompt as LongTensor[T]."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if accept_rule not in ACCEPT_RULES:
+        raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, got {accept_rule!r}")
     if gdn_mode not in GDN_MODES:
         raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
@@ -123,16 +129,19 @@ def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: 
 @torch.no_grad()
 def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32,
              block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
-             gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None) -> Generation:
+             gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None,
+             accept_rule: str = "rejection") -> Generation:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS.
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
     per predicted second with ``cost_model``, see ``auto_tree``).
     on_round: optional callback ``on_round(Round)`` after every speculative round (for
     calibration and leakage studies; not timed apart from the loop).
+    accept_rule: ``sampling.ACCEPT_RULES``, the T > 0 walk ("rejection": DFlash's rule with
+    the drafter's q; "target": target-only matching); ignored at T = 0.
     """
     prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
-                                 max_new_tokens, temperature, gdn_mode, cost_model)
+                                 max_new_tokens, temperature, gdn_mode, cost_model, accept_rule)
     rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
     gen = Generation()
     t0 = time.perf_counter()
@@ -140,7 +149,7 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
         _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen)
     else:
         _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                       temperature, gdn_mode, rng, gen, cost_model, on_round)
+                       temperature, gdn_mode, rng, gen, cost_model, on_round, accept_rule)
     gen.timings["total"] = time.perf_counter() - t0
     gen.tokens = gen.tokens[:max_new_tokens]
     gen.entropies = gen.entropies[:max_new_tokens]
@@ -173,6 +182,23 @@ def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> 
     return tree_mod.build_tree(drafter_logits, root, budget)
 
 
+def sampled(tree: tree_mod.DraftTree, draft_logits, temperature: float, accept_rule: str, rng):
+    """The tree the round verifies: under the rejection rule at T > 0 its tokens are drawn
+    from the drafter's q (``sampling.sample_draft``), else the deterministic tree itself."""
+    if temperature > 0 and accept_rule == "rejection":
+        return sample_draft(tree, draft_logits, temperature, rng)
+    return tree
+
+
+def accept_round(tree, target_logits, draft_logits, temperature: float, accept_rule: str, rng):
+    """(path, bonus, choice): the round's accept walk. choice [N+1] is the target's own token
+    at every node (argmax, or a sample under the target-only rule); None under rejection."""
+    if temperature > 0 and accept_rule == "rejection":
+        return (*accept_rejection(tree, target_logits, draft_logits, temperature, rng), None)
+    choice = choose_tokens(target_logits, temperature, rng)
+    return (*tree_mod.accept(tree, choice), choice)
+
+
 @dataclass(frozen=True, eq=False)
 class Round:
     """What one speculative round saw: draft logits [bs-1, V], the tree, the target's
@@ -180,13 +206,14 @@ class Round:
     draft_logits: torch.Tensor
     tree: tree_mod.DraftTree
     target_logits: torch.Tensor
-    target_choice: torch.Tensor
+    target_choice: torch.Tensor | None  # None under the rejection rule at T > 0
     path: list
     bonus: int
 
 
 def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                   temperature, gdn_mode, rng, gen: Generation, cost_model, on_round) -> None:
+                   temperature, gdn_mode, rng, gen: Generation, cost_model, on_round,
+                   accept_rule: str = "rejection") -> None:
     layers = tuple(drafter.cfg.target_layer_ids)
     with timed_phase(gen, "prefill"):
         cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
@@ -199,11 +226,11 @@ def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_
         with timed_phase(gen, "tree"):
             tree = (auto_tree(draft_logits, root, cost_model) if budget == "auto"
                     else draft_tree(draft_logits, root, method, budget))
+            tree = sampled(tree, draft_logits, temperature, accept_rule, rng)
         with timed_phase(gen, "verify"):
             out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
         with timed_phase(gen, "accept"):
-            choice = choose_tokens(out.logits, temperature, rng)
-            path, bonus = tree_mod.accept(tree, choice)
+            path, bonus, choice = accept_round(tree, out.logits, draft_logits, temperature, accept_rule, rng)
         with timed_phase(gen, "commit"):
             commit(target, cache, tree, path)
             new_features = out.features[path]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.decode import PHASES
+from ..core.sampling import ACCEPT_RULES
 from ..common import RESULTS_DIR
 from .results import ResultsStore
 from .spread import format_ratio_columns, ratio_columns
 from .summary import summarize
-from .sweep import AXES, expand_grid, run_sweep
+from .sweep import AXES, expand_grid, run_sweep, with_axes
 
 BUDGETS = (1, 4, 16, 32, 64, 128, 256)
 SAMPLED_TEMPERATURES = (0.3, 0.6, 1.0)   # beside T = 0; 1.0 is the DDTree paper's second setting
@@ -27,37 +28,41 @@ SAMPLED_BUDGETS = (1, 4, 16, 64)         # sampling shortens acceptance: small t
 
 def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_new_tokens: int = 128,
                sampled_budgets=SAMPLED_BUDGETS, temperatures=SAMPLED_TEMPERATURES) -> list[dict]:
-    """T = 0: AR, DFlash, DDTree at ``budgets`` + auto (GDN: naive, fork, wy; auto wy only);
-    every T > 0 of ``temperatures``: AR, DFlash, DDTree (exact wy) at ``sampled_budgets``."""
+    """T = 0: AR, DFlash, the reference loop ("official", ``dflash_generate``, at every T), DDTree
+    at ``budgets`` + auto (GDN: naive, fork, wy; auto wy only);
+    every T > 0 of ``temperatures``: AR, DFlash, DDTree (exact wy) at ``sampled_budgets``,
+    under both acceptance rules (``core.sampling.ACCEPT_RULES``)."""
     common = dict(max_new_tokens=[max_new_tokens], block_size=[block_size])
     temps = [float(t) for t in temperatures if t > 0]
     grid = []
     for arch in archs:
         modes = ["naive", "fork", "wy"] if arch == "gdn" else ["-"]
-        grid += expand_grid(arch=[arch], method=["ar", "dflash"], budget=[0], gdn_mode=["wy"],
-                            temperature=[0.0] + temps, **common)
+        grid += expand_grid(arch=[arch], method=["ar", "dflash", "official"], budget=[0], gdn_mode=["wy"],
+                            temperature=[0.0] + temps, accept_rule=list(ACCEPT_RULES), **common)
         grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(budgets) + ["auto"],
                             gdn_mode=modes, temperature=[0.0], **common)
         grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(sampled_budgets), gdn_mode=["wy"],
-                            temperature=temps, **common)
+                            temperature=temps, accept_rule=list(ACCEPT_RULES), **common)
     return [g for g in grid if not (g["budget"] == "auto" and g["gdn_mode"] in ("naive", "fork"))]
 
 
-def paired_speedups(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per config (AXES): speedup over AR paired by prompt, tokens/s of the config over AR's on
-    the same prompt (same arch, T, length), as ``spread.ratio_columns``: speedup_paired (the
-    median), _lo, _hi (95% interval), _p (sign test); NaN where no AR row pairs."""
+def paired_speedups(frame: pd.DataFrame, over: str = "ar", name: str = "speedup_paired") -> pd.DataFrame:
+    """Per config (AXES): tokens/s of the config over ``over``'s (a method: AR, or the
+    reference loop "official") on the same prompt (same arch, T, length, same run), as
+    ``spread.ratio_columns``: name (the median), _lo, _hi (95% interval), _p (sign test);
+    NaN where no row of ``over`` pairs."""
+    frame = with_axes(frame)
     rate = frame["_metrics"].map(lambda m: len(m["tokens"]) / max(1e-12, m["timings"]["total"]))
     rows = frame.assign(_rate=rate)
     ref = ["arch", "temperature", "max_new_tokens", "prompt"]
-    ar = rows[rows["method"] == "ar"].groupby(ref)["_rate"].first()
+    base = rows[rows["method"] == over].groupby(ref)["_rate"].first()
     out = []
     for key, g in rows.groupby(list(AXES), sort=False, dropna=False):
-        den = [ar.get(tuple(k), float("nan")) for k in g[ref].itertuples(index=False)]
+        den = [base.get(tuple(k), float("nan")) for k in g[ref].itertuples(index=False)]
         pairs = [(n, d) for n, d in zip(g["_rate"], den) if d == d]
-        cols = ratio_columns("speedup_paired", *zip(*pairs)) if pairs else {}
+        cols = ratio_columns(name, *zip(*pairs)) if pairs else {}
         out.append({**dict(zip(AXES, key)), **cols})
-    return pd.DataFrame(out, columns=list(AXES) + [f"speedup_paired{s}" for s in ("", "_lo", "_hi", "_p")])
+    return pd.DataFrame(out, columns=list(AXES) + [f"{name}{s}" for s in ("", "_lo", "_hi", "_p")])
 
 
 def tree_share(frame: pd.DataFrame) -> pd.Series:
@@ -66,11 +71,12 @@ def tree_share(frame: pd.DataFrame) -> pd.Series:
 
 
 def bench_table(frame: pd.DataFrame) -> pd.DataFrame:
-    frame = frame.assign(tree_share=tree_share(frame))
+    frame = with_axes(frame).assign(tree_share=tree_share(frame))
     table = summarize(frame)
-    keys = ["arch", "method", "gdn_mode", "budget", "temperature"]
+    keys = ["arch", "method", "gdn_mode", "budget", "temperature", "accept_rule"]
     share = frame.groupby(keys, dropna=False)["tree_share"].mean()
-    return table.join(share, on=keys).merge(paired_speedups(frame), on=list(AXES), how="left")
+    return (table.join(share, on=keys).merge(paired_speedups(frame), on=list(AXES), how="left")
+            .merge(paired_speedups(frame, "official", "vs_official"), on=list(AXES), how="left"))
 
 
 def goals(table: pd.DataFrame) -> list[str]:
@@ -100,7 +106,8 @@ def goals(table: pd.DataFrame) -> list[str]:
 def sampled_goals(table: pd.DataFrame, temperature: float = 0.3) -> list[str]:
     """At T = 0.3, block 8 (issue 11): DFlash tau >= 3.0 and DDTree-64 tau >= 4.0, per arch."""
     out = []
-    for arch, t in table[(table.temperature == temperature) & (table.block_size == 8)].groupby("arch"):
+    rows = table[(table.temperature == temperature) & (table.block_size == 8) & (table.accept_rule == "rejection")]
+    for arch, t in rows.groupby("arch"):
         dfl = t[t.method == "dflash"]
         b64 = t[(t.method == "ddtree") & t.gdn_mode.isin(["wy", "-"]) & (t.budget.astype(str) == "64")]
         if len(dfl):
@@ -120,7 +127,7 @@ def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, **grid_kw
     store = ResultsStore("bench")
     if fresh and store.path.is_file():
         store.path.unlink()
-    frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs)
+    frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs, run="bench")
     table = bench_table(frame[frame.prompt < num_prompts])
     cols = ["arch", "temperature", "method", "gdn_mode", "budget", "block_size", "tau", "tokens_per_s",
             "speedup", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share", "tau_outside_loops",

@@ -77,7 +77,8 @@ def concurrency_configs(grid: ConcurrencyGrid) -> list[dict]:
         methods = [("ar", 0), ("dflash", 0)] + [("ddtree", b) for b in (*budgets, "auto")]
         for method, budget in methods:
             cfg = normalise(dict(arch=arch, method=method, gdn_mode="wy", budget=budget, block_size=grid.block_size,
-                                 temperature=float(temp), max_new_tokens=grid.max_new_tokens))
+                                 temperature=float(temp), max_new_tokens=grid.max_new_tokens,
+                                 accept_rule="rejection"))
             out.append({**cfg, "concurrency": int(c)})
     return out
 
@@ -115,7 +116,9 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
             budgets=grid.cost_budgets)
     gens = generate_batch(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
                           block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
-                          temperature=cfg["temperature"], gdn_mode=mode, seed=group * cfg["concurrency"], **kwargs)
+                          temperature=cfg["temperature"], gdn_mode=mode, seed=group * cfg["concurrency"],
+                          accept_rule="rejection" if cfg.get("accept_rule", "-") == "-" else cfg["accept_rule"],
+                          **kwargs)
     return _metrics(pids, ids, gens)
 
 
@@ -203,7 +206,7 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
 
     n_groups, n_sequences; tokens_per_s (aggregate: every token over every group's seconds);
     latency_s (mean wall seconds of a group = of its slowest sequence); ms_per_token (latency
-    per new token of a sequence); tau_rounds, tau_outside_loops, loop_round_share (pooled
+    per new token of a sequence); tau (accepted tokens per target forward), tau_outside_loops, loop_round_share (pooled
     over every sequence's rounds); loop_sequences (share ending in a loop); mean_tree_size;
     matches_ar (share of sequences equal to batched AR's); speedup (tokens/s over batched AR
     at the same arch, T, length and concurrency).
@@ -218,7 +221,7 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     out["tokens_per_s"] = out._n_tokens / out._seconds.clip(lower=1e-12)
     out["latency_s"] = out._seconds / out.n_groups
     out["ms_per_token"] = 1e3 * out.latency_s / out.max_new_tokens
-    out["tau_rounds"] = out._acc_sum / out._acc_n.clip(lower=1)
+    out["tau"] = out._acc_sum / out._acc_n.clip(lower=1)
     out["tau_outside_loops"] = out._out_sum / out._out_n.where(out._out_n > 0)
     out["loop_round_share"] = 1 - out._out_n / out._acc_n.clip(lower=1)
     out["loop_sequences"] = out._loops / out.n_sequences
@@ -228,7 +231,7 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     ar = out[out.method == "ar"].set_index(ref).tokens_per_s
     out["speedup"] = out.tokens_per_s / np.array([ar.get(tuple(k), np.nan) for k in out[ref].itertuples(index=False)])
     cols = list(C_AXES) + ["n_groups", "n_sequences", "tokens_per_s", "speedup", "latency_s", "ms_per_token",
-                           "tau_rounds", "tau_outside_loops", "loop_round_share", "loop_sequences", "mean_tree_size",
+                           "tau", "tau_outside_loops", "loop_round_share", "loop_sequences", "mean_tree_size",
                            "matches_ar"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
     keys = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
@@ -244,7 +247,7 @@ def _table_row(g: pd.DataFrame) -> dict:
     nan = float("nan")
     return {"ar_tokens_per_s": pick["ar"].tokens_per_s if pick["ar"] is not None else nan,
             "dflash_speedup": pick["dflash"].speedup if pick["dflash"] is not None else nan,
-            "best_budget": int(best.budget), "best_speedup": best.speedup, "best_tau": best.tau_rounds,
+            "best_budget": int(best.budget), "best_speedup": best.speedup, "best_tau": best.tau,
             "best_tau_outside_loops": best.tau_outside_loops, "best_loop_round_share": best.loop_round_share,
             "auto_speedup": auto.speedup if auto is not None else nan,
             "auto_vs_best": auto.tokens_per_s / best.tokens_per_s if auto is not None else nan,

@@ -52,10 +52,10 @@ def lab_generate_aligned(target, drafter, prompt_ids, max_new_tokens: int, block
 
 
 @torch.no_grad()
-def crop_rollback_error(target, prefix_ids, rejected_ids, next_id: int) -> float:
-    """max |logits| error of the reference loop's rollback: prefill ``prefix_ids``, feed the
-    k ``rejected_ids``, ``DynamicCache.crop(-k)``, feed ``next_id``; against a fresh forward
-    of prefix + [next_id]. 0 up to rounding on attention-only targets."""
+def crop_rollback_logits(target, prefix_ids, rejected_ids, next_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(after, fresh) next-token logits [V]: the reference loop's rollback (prefill
+    ``prefix_ids``, feed the k ``rejected_ids``, ``DynamicCache.crop(-k)``, feed ``next_id``)
+    and a fresh forward of prefix + [next_id]."""
     from transformers import DynamicCache
     dev = target.device
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long).reshape(1, -1).to(dev)
@@ -68,4 +68,79 @@ def crop_rollback_error(target, prefix_ids, rejected_ids, next_id: int) -> float
     cache.crop(-rejected.shape[1])
     after = target(nxt, past_key_values=cache, use_cache=True).logits[0, -1]
     fresh = target(torch.cat([prefix, nxt], 1)).logits[0, -1]
+    return after, fresh
+
+
+def crop_rollback_error(target, prefix_ids, rejected_ids, next_id: int) -> float:
+    """max |logits| error of ``crop_rollback_logits``: 0 up to rounding on attention-only targets."""
+    after, fresh = crop_rollback_logits(target, prefix_ids, rejected_ids, next_id)
     return (after - fresh).abs().max().item()
+
+
+@torch.no_grad()
+def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int = 15):
+    """Per (arch, prompt, k = 1..max_rejected rejected tokens): the max logit error of the
+    crop rollback and, at T = 1, the total-variation distance between the next-token
+    distribution after the crop and a fresh forward's (the reference loop samples from the
+    former). The rejected tokens are the drafter's own first block proposals (argmax), the
+    next token the target's greedy one. -> DataFrame. Needs a drafter block of at least
+    max_rejected + 1."""
+    import pandas as pd
+    rows = []
+    for arch, pair in pairs.items():
+        for i, ids in enumerate(prompt_ids):
+            drafts = pair.drafter.propose_reference(_draft_cache(pair), _prompt_features(pair, ids[:-1]),
+                                                    ids[-1], pair.drafter.cfg.block_size).argmax(-1).tolist()
+            nxt = int(pair.target(torch.as_tensor(ids)[None].to(pair.target.device)).logits[0, -1].argmax())
+            for k in range(1, max_rejected + 1):
+                after, fresh = crop_rollback_logits(pair.target, ids, drafts[:k], nxt)
+                tv = 0.5 * (torch.softmax(after.double(), -1) - torch.softmax(fresh.double(), -1)).abs().sum().item()
+                rows.append({"arch": arch, "prompt": i, "rejected": k, "max_logit_error": (after - fresh).abs().max().item(),
+                             "tv_t1": tv})
+    return pd.DataFrame(rows)
+
+
+def _draft_cache(pair):
+    from transformers import DynamicCache
+    return DynamicCache(config=pair.drafter.model.config)
+
+
+@torch.no_grad()
+def _prompt_features(pair, ids) -> torch.Tensor:
+    from ..core.drafter import stack_features
+    out = pair.target(torch.as_tensor(ids)[None].to(pair.target.device), output_hidden_states=True)
+    return stack_features(out.hidden_states, pair.drafter.cfg.target_layer_ids)[0]
+
+
+def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_tokens: int,
+                     temperature: float, seed: int) -> dict:
+    """One results-store row of the reference loop (``sweep.run_config`` for method
+    "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
+    loop tags. Its first token comes from the prefill, so its rounds start after it."""
+    from .loops import is_looping, round_loop_flags
+    t0 = time.perf_counter()
+    out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed)
+    total = time.perf_counter() - t0
+    tokens, acc = out["tokens"], out["acceptance_lengths"]
+    timings = dict.fromkeys(("draft", "tree", "verify", "accept", "commit", "prefill"), 0.0) | {"total": total}
+    return {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [block_size - 1] * len(acc),
+            "timings": timings, "tau": sum(acc) / max(1, len(acc)), "tokens_per_s": len(tokens) / max(total, 1e-12),
+            "rounds": len(acc), "prompt_len": len(prompt_ids), "entropy": float("nan"),
+            "round_in_loop": round_loop_flags(list(prompt_ids) + tokens[:1], tokens[1:], acc),
+            "ends_in_loop": is_looping(tokens)}
+
+
+def chain_divergence(frame):
+    """Per non-AR row of a results frame: (arch, method, block_size, prompt,
+    first_divergence), the first new token that differs from AR on the same prompt (None:
+    identical)."""
+    import pandas as pd
+    from .leakage import first_divergence
+    ar = {(a, p, n): m["tokens"] for a, p, n, m, meth in
+          zip(frame.arch, frame.prompt, frame.max_new_tokens, frame._metrics, frame.method) if meth == "ar"}
+    rows = [{"arch": a, "method": meth, "block_size": b, "prompt": p,
+             "first_divergence": first_divergence(ar[(a, p, n)], m["tokens"])}
+            for a, meth, b, p, n, m in zip(frame.arch, frame.method, frame.block_size, frame.prompt,
+                                           frame.max_new_tokens, frame._metrics)
+            if meth != "ar" and (a, p, n) in ar]
+    return pd.DataFrame(rows, columns=["arch", "method", "block_size", "prompt", "first_divergence"])

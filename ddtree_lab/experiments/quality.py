@@ -56,24 +56,34 @@ def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: 
 
 
 def quality_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
-    """AR, DFlash at blocks 8 and 16, DDTree-64 at block 8 (GDN: both exact modes, wy and fork)."""
+    """AR, DFlash at blocks 8 and 16, DDTree-64 at block 8 (GDN: both exact modes, wy and fork),
+    and the field's reference loop (``dflash_generate``, method "official") at blocks 8 and 16."""
     common = dict(temperature=[0.0], max_new_tokens=[max_new_tokens])
     return (expand_grid(arch=list(archs), method=["ar"], budget=[0], block_size=[0], gdn_mode=["wy"], **common)
             + expand_grid(arch=list(archs), method=["dflash"], budget=[0], block_size=[8, 16], gdn_mode=["wy"],
                           **common)
             + expand_grid(arch=list(archs), method=["ddtree"], budget=[64], block_size=[8],
-                          gdn_mode=["wy", "fork"], **common))
+                          gdn_mode=["wy", "fork"], **common)
+            + expand_grid(arch=list(archs), method=["official"], budget=[0], block_size=[8, 16], gdn_mode=["-"],
+                          **common))
 
 
 def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (arch, method, block, budget): mean tau, prompts, fraction identical to AR."""
+    """Per (arch, method, block, budget): tau (accepted tokens per target forward, pooled over
+    every round of every prompt), tau_prompt_mean (mean of per-prompt taus), prompts,
+    fraction identical to AR."""
     ar_rows = frame[frame.method == "ar"]
     ar = {(a, p): m["tokens"] for a, p, m in zip(ar_rows.arch, ar_rows.prompt, ar_rows["_metrics"])}
     spec = frame[frame.method != "ar"].copy()
     spec["same_as_ar"] = [m["tokens"] == ar.get((a, p)) for a, p, m in zip(spec.arch, spec.prompt, spec["_metrics"])]
-    return (spec.groupby(["arch", "method", "gdn_mode", "block_size", "budget"])
-            .agg(tau=("tau", "mean"), prompts=("prompt", "count"), same_as_ar=("same_as_ar", "mean"))
-            .reset_index())
+    spec["_acc"] = [sum(m["acceptance_lengths"]) for m in spec["_metrics"]]
+    spec["_rounds"] = [len(m["acceptance_lengths"]) for m in spec["_metrics"]]
+    out = (spec.groupby(["arch", "method", "gdn_mode", "block_size", "budget"])
+           .agg(tau_prompt_mean=("tau", "mean"), _acc=("_acc", "sum"), _rounds=("_rounds", "sum"),
+                prompts=("prompt", "count"), same_as_ar=("same_as_ar", "mean"))
+           .reset_index())
+    out["tau"] = out._acc / out._rounds.clip(lower=1)
+    return out.drop(columns=["_acc", "_rounds"])
 
 
 def target_table(pairs: dict) -> pd.DataFrame:

@@ -139,6 +139,62 @@ def render_speed() -> str:
                            "(exact modes, both targets).")
 
 
+def _official_row(t: pd.DataFrame, arch: str) -> list:
+    """One target at T = 0: the reference loop, the lab's DFlash and the lab's best DDTree
+    budget and auto, tau / speedup over AR / tokens/s over the reference loop's (paired)."""
+    t = t[(t.arch == arch) & (t.temperature == 0)]
+    off, dfl = t[t.method == "official"].iloc[0], t[t.method == "dflash"].iloc[0]
+    trees = t[(t.method == "ddtree") & t.gdn_mode.isin(["wy", "-"])]
+    fixed = trees[trees.budget != "auto"]
+    best, auto = fixed.loc[fixed.tokens_per_s.idxmax()], trees[trees.budget == "auto"]
+    same = "yes" if off.matches_ar == 1 else f"**no**: {100 * (1 - off.matches_ar):.0f}% of prompts depart"
+    cells = [arch, f"{off.tau:.2f}", _speedup_cell(off), same, f"{dfl.tau:.2f}",
+             format_ratio_columns(dfl, "vs_official"), f"{best.budget}: {best.tau:.2f}",
+             format_ratio_columns(best, "vs_official")]
+    if len(auto):
+        cells.append(format_ratio_columns(auto.iloc[0], "vs_official"))
+    return cells
+
+
+def render_official() -> str:
+    t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
+    head = (f"**The field's reference loop beside the lab's** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new "
+            "tokens, block 8, T = 0, interleaved per prompt in one run; the reference loop is `dflash_generate` of "
+            "z-lab's `dflash` 0.1.0 on the same target and drafter; tau: accepted tokens per target forward; "
+            "'vs reference' is tokens/s over the reference loop's on the same prompt, median [95% interval]; "
+            f"{SPEEDUP_NOTE}):\n\n")
+    rows = [_official_row(t, a) for a in ("gdn", "mla")]
+    return head + _table(["target", "reference tau", "reference speedup", "reference == AR", "lab DFlash tau",
+                          "lab DFlash vs reference", "lab DDTree best budget: tau", "lab DDTree best vs reference",
+                          "lab DDTree auto vs reference"], rows)
+
+
+def render_leak() -> str:
+    """The leak in the chain (quality store): the reference loop against AR, per target and block."""
+    from .leakage import first_divergence
+    from .results import ResultsStore
+    frame = ResultsStore("quality").frame()
+    s = _store_summary("quality")
+    ar = {(a, p): m["tokens"] for a, p, m, meth in zip(frame.arch, frame.prompt, frame._metrics, frame.method)
+          if meth == "ar"}
+    rows = []
+    for (arch, block), g in frame[frame.method == "official"].groupby(["arch", "block_size"]):
+        divs = [first_divergence(ar[(arch, p)], m["tokens"]) for p, m in zip(g.prompt, g._metrics)]
+        departs = [d for d in divs if d is not None]
+        off = s[(s.arch == arch) & (s.method == "official") & (s.block_size == block)].iloc[0]
+        lab = s[(s.arch == arch) & (s.method == "dflash") & (s.block_size == block)].iloc[0]
+        median = f"{pd.Series(departs).median():.0f}" if departs else "-"
+        rows.append([arch, block, f"{len(departs)} / {len(divs)}", median, f"{100 * lab.matches_ar:.0f}%",
+                     f"{off.tau:.2f} / {off.tau_outside_loops:.2f}", f"{lab.tau:.2f} / {lab.tau_outside_loops:.2f}"])
+    n, new = int(s.n_prompts.max()), int(s.max_new_tokens.max())
+    head = (f"**The leak in the chain** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0; the reference "
+            "loop `dflash_generate` rolls back with transformers' `DynamicCache.crop`, which leaves the GDN recurrent "
+            "state of the rejected tokens in place; tau: all rounds / outside loops):\n\n")
+    return head + _table(["target", "block", "reference loop departs from AR", "median first divergence (new token)",
+                          "lab DFlash == AR", "reference tau", "lab DFlash tau"], rows)
+
+
 # ----------------------------------------------------------------------------- verify cost, build_tree, exactness
 
 def _ratio_cell(r: pd.Series, name: str, percent: bool = False) -> str:
@@ -203,9 +259,9 @@ def _loop_cells(s: pd.DataFrame, arch: str) -> list:
     dfl = rows[(rows.method == "dflash") & (rows.block_size == 8)].iloc[0]
     tree = rows[(rows.method == "ddtree") & (rows.budget.astype(str) == "64")].iloc[0]
     return [f"{100 * ar.loop_prompts:.0f}%",
-            f"{dfl.tau_rounds:.2f} / {dfl.tau_outside_loops:.2f} ({100 * dfl.loop_round_share:.0f}%)",
-            f"{tree.tau_rounds:.2f} / {tree.tau_outside_loops:.2f} ({100 * tree.loop_round_share:.0f}%)",
-            f"{tree.tau_rounds / dfl.tau_rounds:.2f} / **{tree.tau_outside_loops / dfl.tau_outside_loops:.2f}**"]
+            f"{dfl.tau:.2f} / {dfl.tau_outside_loops:.2f} ({100 * dfl.loop_round_share:.0f}%)",
+            f"{tree.tau:.2f} / {tree.tau_outside_loops:.2f} ({100 * tree.loop_round_share:.0f}%)",
+            f"{tree.tau / dfl.tau:.2f} / **{tree.tau_outside_loops / dfl.tau_outside_loops:.2f}**"]
 
 
 def render_loops() -> str:
@@ -220,19 +276,19 @@ def render_loops() -> str:
                          [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
 
 
-def _temperature_row(t: pd.DataFrame, arch: str, temp: float) -> list:
-    """One (arch, T) row: entropy, loop share, tau all rounds / outside loops (DFlash,
-    DDTree-16, DDTree-64), their DDTree-64 / DFlash ratio, and both speedups over AR."""
-    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(["wy", "-"])]
+def _temperature_row(t: pd.DataFrame, arch: str, temp: float, rule: str) -> list:
+    """One (arch, T, acceptance rule) row: entropy, loop share, tau all rounds / outside loops
+    (DFlash, DDTree-16, DDTree-64), their DDTree-64 / DFlash ratio, and both speedups over AR."""
+    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(["wy", "-"]) & (t.accept_rule == rule)]
     dfl = rows[rows.method == "dflash"].iloc[0]
     trees = {b: rows[(rows.method == "ddtree") & (rows.budget == b)] for b in ("16", "64")}
-    cells = [arch, f"{temp:g}", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
-             f"{dfl.tau_rounds:.2f} / {dfl.tau_outside_loops:.2f}"]
-    cells += [f"{r.tau_rounds.iloc[0]:.2f} / {r.tau_outside_loops.iloc[0]:.2f}" if len(r) else "-" for r in trees.values()]
+    cells = [arch, f"{temp:g}", rule if temp else "(argmax)", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
+             f"{dfl.tau:.2f} / {dfl.tau_outside_loops:.2f}"]
+    cells += [f"{r.tau.iloc[0]:.2f} / {r.tau_outside_loops.iloc[0]:.2f}" if len(r) else "-" for r in trees.values()]
     b64 = trees["64"].iloc[0] if len(trees["64"]) else None
     if b64 is None:
         return cells + ["-", _speedup_cell(dfl), "-"]
-    ratio = f"{b64.tau_rounds / dfl.tau_rounds:.2f} / **{b64.tau_outside_loops / dfl.tau_outside_loops:.2f}**"
+    ratio = f"{b64.tau / dfl.tau:.2f} / **{b64.tau_outside_loops / dfl.tau_outside_loops:.2f}**"
     return cells + [ratio, _speedup_cell(dfl), _speedup_cell(b64)]
 
 
@@ -241,11 +297,14 @@ def render_temperature() -> str:
     n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
     temps = sorted(t.temperature.unique())
     head = (f"**Temperature** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block 8, "
-            f"T = {', '.join(f'{x:g}' for x in temps)}; exact modes; tau pooled over all rounds / over rounds "
+            f"T = {', '.join(f'{x:g}' for x in temps)}; exact modes; at T > 0 under each acceptance rule "
+            "(rejection: DFlash's, draft sampled from q and accepted with min(1, p/q), recursively over a node's "
+            "children; target: target-only matching); tau pooled over all rounds / over rounds "
             "outside loops; entropy: the target's, nats per new token, of softmax(logits / T) (T = 0: of its own "
             f"softmax); rounds in loops: DFlash's; {SPEEDUP_NOTE}):\n\n")
-    rows = [_temperature_row(t, a, temp) for a in ("gdn", "mla") for temp in temps]
-    return head + _table(["target", "T", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
+    rows = [_temperature_row(t, a, temp, rule) for a in ("gdn", "mla") for temp in temps
+            for rule in (sorted(set(t[t.temperature == temp].accept_rule) - {"-"}) if temp else ["-"])]
+    return head + _table(["target", "T", "acceptance rule", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
                           "DDTree-16 tau", "DDTree-64 tau", "DDTree-64 / DFlash tau", "DFlash speedup",
                           "DDTree-64 speedup"], rows)
 
@@ -370,6 +429,8 @@ BLOCKS = {
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
     "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
+    "official": Block(("data/results/bench.csv",), "ddtree-lab bench", render_official),
+    "leak": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_leak),
     "teacher_forced": Block(("data/results/teacher_forced.jsonl",), "bash scripts/lab.sh (notebook 05)",
                             render_teacher_forced),
     "full_size": Block(full_size_cost.README_SOURCES,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -46,9 +48,11 @@ def versions() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def row_key(config: dict, prompt_id, code: str, models: dict) -> str:
-    """The identity of a row: config, prompt, code version and ``models`` (``Pair.digests``)."""
-    return stable_hash({"config": config, "prompt": prompt_id, "code": code, "models": models}, 24)
+def row_key(config: dict, prompt_id, code: str, models: dict, run: str = "") -> str:
+    """The identity of a row: config, prompt, code version, ``models`` (``Pair.digests``) and
+    ``run``, the name of the interleaved pass it belongs to (a curve that divides timings
+    takes every point, AR included, from one run)."""
+    return stable_hash({"config": config, "prompt": prompt_id, "code": code, "models": models, "run": run}, 24)
 
 
 class ResultsStore:
@@ -60,7 +64,8 @@ class ResultsStore:
         self.path = Path(directory) / f"{name}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.code = code_version(modules)
-        self._meta = {"git": git_revision(), "versions": versions()}
+        self.pass_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"  # this process's pass
+        self._meta = {"git": git_revision(), "versions": versions(), "pass": self.pass_id}
 
     def rows(self) -> list[dict]:
         """Every complete row (a torn last line from a crash is skipped)."""
@@ -77,10 +82,11 @@ class ResultsStore:
     def done_keys(self) -> set[str]:
         return {r["key"] for r in self.rows()}
 
-    def add(self, config: dict, prompt_id, metrics: dict, models: dict) -> None:
-        """Append one finished row; ``models``: the pair's digests (``Pair.digests``)."""
-        row = {"key": row_key(config, prompt_id, self.code, models), "config": config, "prompt": prompt_id,
-               "metrics": metrics, "models": models, **self._meta, "code": self.code}
+    def add(self, config: dict, prompt_id, metrics: dict, models: dict, run: str = "") -> None:
+        """Append one finished row; ``models``: the pair's digests (``Pair.digests``); ``run``:
+        the named interleaved run it belongs to (every row also records this process's pass)."""
+        row = {"key": row_key(config, prompt_id, self.code, models, run), "config": config, "prompt": prompt_id,
+               "metrics": metrics, "models": models, "run": run, **self._meta, "code": self.code}
         line = json.dumps(row, default=float) + "\n"
         with open(self.path, "a") as f:
             if f.tell() and not self._ends_with_newline():
@@ -107,5 +113,6 @@ class ResultsStore:
             if models is not None and models.get(r["config"].get("arch")) != r["models"]:
                 continue
             scalars = {k: v for k, v in r["metrics"].items() if not isinstance(v, (list, dict))}
-            recs.append({**r["config"], "prompt": r["prompt"], **scalars, "_metrics": r["metrics"]})
+            recs.append({**r["config"], "prompt": r["prompt"], **scalars, "_metrics": r["metrics"],
+                         "run": r.get("run", ""), "pass": r.get("pass", "")})
         return pd.DataFrame(recs)

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .leakage import first_divergence
-from .sweep import AXES
+from .sweep import AXES, with_axes
 
 
 def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
@@ -47,36 +47,53 @@ def _loop_stats(m: dict) -> dict:
 
 def _sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Order rows arch, method (ar, dflash, ddtree), gdn_mode, block, T, length, budget ('auto' last)."""
-    order = {"ar": 0, "dflash": 1, "ddtree": 2}
+    order = {"ar": 0, "official": 1, "dflash": 2, "ddtree": 3}
     keys = summary.assign(_m=summary["method"].map(order),
                           _b=[math.inf if b == "auto" else float(b) for b in summary["budget"]])
     keys = keys.sort_values(["arch", "_m", "gdn_mode", "block_size", "temperature", "max_new_tokens", "_b"])
     return keys.drop(columns=["_m", "_b"]).reset_index(drop=True)
 
 
+def check_one_run(frame: pd.DataFrame) -> None:
+    """``ValueError`` if the rows a speedup divides (one arch, T and length: AR and every
+    config beside it) come from more than one named run: their timings were not measured in
+    one interleaved pass."""
+    if "run" not in frame or frame.empty:
+        return
+    for key, g in frame.groupby(["arch", "temperature", "max_new_tokens"], dropna=False):
+        runs = sorted(g["run"].astype(str).unique())
+        if len(runs) > 1:
+            raise ValueError(f"a speed curve mixes runs {runs} at (arch, T, length) = {key}: take the rows of "
+                             f"one run (run_sweep(..., run=...) returns them)")
+
+
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per config (the AXES columns) from a results frame (one row per config x prompt).
 
     frame needs AXES, ``prompt``, ``tau`` and ``_metrics`` (tokens, tree_sizes, timings.total).
-    Returns AXES + n_prompts, tau (mean over prompts), tokens_per_s (sum of tokens / sum of
+    Returns AXES + n_prompts, tau (accepted tokens per target forward, pooled over every
+    round of every prompt: the lab's one tau, what speed follows), tau_prompt_mean (the mean
+    of the per-prompt taus, a different aggregate under its own name), tokens_per_s (sum of tokens / sum of
     total seconds over prompts), speedup (tokens_per_s over the AR config with the same
     arch, temperature and max_new_tokens; NaN without one), matches_ar (fraction of prompts
     whose tokens equal AR's for that prompt), first_divergence (mean first differing
     position, max_new_tokens when identical), mean_tree_size (draft nodes per round),
-    tau_rounds (pooled over every round), tau_outside_loops (pooled over the rounds whose
+    tau_outside_loops (pooled over the rounds whose
     context was not looping, ``loops.round_loop_flags``), loop_round_share (share of rounds
     in loops), loop_prompts (share of prompts whose text ends in a loop), entropy (mean
     target entropy per new token, nats).
     """
+    frame = with_axes(frame)
+    check_one_run(frame)
     rows = pd.concat([frame, _row_stats(frame)], axis=1)
     out = rows.groupby(list(AXES), sort=False, dropna=False).agg(
-        n_prompts=("prompt", "nunique"), tau=("tau", "mean"), _n_tokens=("_n_tokens", "sum"),
+        n_prompts=("prompt", "nunique"), tau_prompt_mean=("tau", "mean"), _n_tokens=("_n_tokens", "sum"),
         _seconds=("_seconds", "sum"), _size_sum=("_size_sum", "sum"), _size_n=("_size_n", "sum"),
         matches_ar=("_match", "mean"), first_divergence=("_div", "mean"), _acc_sum=("_acc_sum", "sum"),
         _acc_n=("_acc_n", "sum"), _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"),
         loop_prompts=("_ends_in_loop", "mean"), entropy=("_entropy", "mean")).reset_index()
     out["loop_round_share"] = 1 - out["_out_n"] / out["_acc_n"].clip(lower=1)
-    out["tau_rounds"] = out["_acc_sum"] / out["_acc_n"].clip(lower=1)
+    out["tau"] = out["_acc_sum"] / out["_acc_n"].clip(lower=1)
     out["tau_outside_loops"] = out["_out_sum"] / out["_out_n"].where(out["_out_n"] > 0)
     out["tokens_per_s"] = out["_n_tokens"] / out["_seconds"].clip(lower=1e-12)
     out["mean_tree_size"] = out["_size_sum"] / out["_size_n"].where(out["_size_n"] > 0)
@@ -85,6 +102,6 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
     out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
     cols = list(AXES) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
-                         "first_divergence", "mean_tree_size", "tau_rounds", "tau_outside_loops",
+                         "first_divergence", "mean_tree_size", "tau_prompt_mean", "tau_outside_loops",
                          "loop_round_share", "loop_prompts", "entropy"]
     return _sort_summary(out[cols])

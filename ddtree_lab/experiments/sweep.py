@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from .loops import is_looping, round_loop_flags
 from .results import ResultsStore
 
-AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens")
+AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens", "accept_rule")
 
 
 def normalise(cfg: dict) -> dict:
@@ -20,15 +20,29 @@ def normalise(cfg: dict) -> dict:
     cfg = dict(cfg)
     if cfg["method"] == "ar":
         cfg.update(budget=0, block_size=0, gdn_mode="-")
-    elif cfg["method"] == "dflash":
+    elif cfg["method"] in ("dflash", "official"):
         cfg["budget"] = cfg["block_size"] - 1
+    if cfg["method"] == "official":
+        cfg["gdn_mode"] = "-"  # the reference loop has no GDN mode: it crops transformers' cache
     if cfg["arch"] == "mla":
         cfg["gdn_mode"] = "-"
+    if cfg["method"] == "ar" or cfg["temperature"] == 0:
+        cfg["accept_rule"] = "-"  # one walk at T = 0, none for AR
+    elif cfg["method"] == "official":
+        cfg["accept_rule"] = "rejection"  # the reference loop's own rule
     return {k: cfg[k] for k in AXES}
 
 
+def with_axes(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every AXES column; a frame without ``accept_rule`` (a hand-made one, or
+    T = 0 rows only) reads as "-"."""
+    return frame if "accept_rule" in frame else frame.assign(accept_rule="-")
+
+
 def expand_grid(**axes) -> list[dict]:
-    """Cartesian product of the axes (each a list), normalised and deduplicated, in order."""
+    """Cartesian product of the axes (each a list), normalised and deduplicated, in order;
+    ``accept_rule`` defaults to ["rejection"] (DFlash's rule, ``core.sampling``)."""
+    axes = {"accept_rule": ["rejection"], **axes}
     missing = set(AXES) - set(axes)
     if missing:
         raise ValueError(f"expand_grid needs every axis {AXES}; missing {sorted(missing)}")
@@ -43,18 +57,23 @@ def expand_grid(**axes) -> list[dict]:
 
 
 def run_config(cfg: dict, prompt_id: int, pair) -> dict:
-    """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``); its metrics."""
+    """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``); its metrics.
+    Method "official" is the field's reference loop, ``dflash_generate`` (``official``)."""
     from .costs import cost_model
+    from .official import official_metrics
     from ..core.decode import generate
     from ..train.data import prompt_tokens
     ids = prompt_tokens(pair.tokenizer, prompt_id)
+    if cfg["method"] == "official":
+        return official_metrics(pair, ids, cfg["block_size"], cfg["max_new_tokens"], cfg["temperature"], prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
                                           gdn_mode=_mode(cfg))
     g = generate(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
                  block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
-                 temperature=cfg["temperature"], gdn_mode=_mode(cfg), seed=prompt_id, **kwargs)
+                 temperature=cfg["temperature"], gdn_mode=_mode(cfg), seed=prompt_id,
+                 accept_rule="rejection" if cfg["accept_rule"] == "-" else cfg["accept_rule"], **kwargs)
     return {"tokens": g.tokens, "acceptance_lengths": g.acceptance_lengths, "tree_sizes": g.tree_sizes,
             "timings": g.timings, "tau": g.tau, "tokens_per_s": g.tokens_per_s,
             "rounds": len(g.acceptance_lengths), "prompt_len": len(ids),
@@ -78,9 +97,11 @@ def _check_pairs(configs: list[dict], pairs: dict) -> None:
 
 
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,
-              progress: bool = True, runner=run_config) -> pd.DataFrame:
-    """Run every (config, prompt) not yet in ``store`` with ``pairs`` ({arch: Pair}); returns
-    the store's frame restricted to the rows of these pairs (and the current code).
+              progress: bool = True, runner=run_config, run: str = "") -> pd.DataFrame:
+    """Run every (config, prompt) of the named ``run`` not yet in ``store`` with ``pairs``
+    ({arch: Pair}); returns the store's rows of that run, these pairs and the current code.
+    A figure that divides timings draws one run: every config of its curve, AR included,
+    measured in that run's interleaved pass (rows of another run are never borrowed).
 
     Prompts are the outer loop, so configs compared in one run are timed side by side
     (machine noise hits them alike) and an interrupted run leaves whole prompts done.
@@ -90,9 +111,10 @@ def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, p
     _check_pairs(configs, pairs)
     done = store.done_keys()
     todo = [(c, p) for p in prompt_ids for c in configs
-            if row_key(c, p, store.code, pairs[c["arch"]].digests) not in done]
+            if row_key(c, p, store.code, pairs[c["arch"]].digests, run) not in done]
     desc = f"sweep {store.path.stem} ({', '.join(getattr(p, 'tag', a) for a, p in pairs.items())})"
     for cfg, p in tqdm(todo, desc=desc, disable=not progress or not todo):
         pair = pairs[cfg["arch"]]
-        store.add(cfg, p, runner(cfg, p, pair), pair.digests)
-    return store.frame(models={a: p.digests for a, p in pairs.items()})
+        store.add(cfg, p, runner(cfg, p, pair), pair.digests, run)
+    frame = store.frame(models={a: p.digests for a, p in pairs.items()})
+    return frame[frame["run"] == run].reset_index(drop=True) if len(frame) else frame

@@ -1,0 +1,97 @@
+"""Acceptance at T > 0: the official DFlash rule with the drafter's q, for chains and trees.
+
+Two rules, chosen once per generation (``ACCEPT_RULES``); at T = 0 both are the argmax walk.
+
+- ``"target"``: target-only matching. The draft is deterministic (argmax chain, top-K tree);
+  the target samples at every node and the walk follows the child with that token
+  (ancestral sampling from the target: lossless). A draft token x is accepted with
+  probability p(x) only.
+- ``"rejection"`` (DFlash's ``dflash_generate``; speculative sampling, arXiv 2211.17192 /
+  2302.01318; for trees SpecInfer's multi-step speculative sampling, arXiv 2305.09781
+  section 4, without replacement as in recursive rejection sampling, arXiv 2402.14160):
+  draft tokens are SAMPLED from the drafter's marginal q_d = softmax(logits_d / T) at depth d.
+  The tree's shape is the best-first tree of the sorted marginals (fixed before sampling);
+  its rank-r nodes at depth d carry the r-th token of one sample without replacement from
+  q_d (``sample_draft``), so every node's children are the first m tokens of such a sample.
+  At a node with target distribution p, the children are tried in rank order:
+
+      r <- p, s <- q_d
+      child x: accept with probability min(1, r(x) / s(x)); on acceptance descend;
+      on rejection r <- max(0, r - s) / Z and s <- s without x, renormalised;
+      no child accepted: the bonus is a sample of r.
+
+  Each trial is one speculative-sampling step with proposal s and target r, so the output is
+  distributed as p whatever q is (lossless); a chain is the tree with one child per node.
+"""
+from __future__ import annotations
+
+import torch
+
+from .tree import DraftTree
+
+ACCEPT_RULES = ("rejection", "target")
+
+
+def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) in float64 on the host: [..., V]."""
+    return torch.softmax(logits.double().cpu() / temperature, dim=-1)
+
+
+def canonical_ranks(draft_logits: torch.Tensor) -> torch.Tensor:
+    """[L, V] rank of every token per row, ordered as ``build_tree`` ranks (logit descending,
+    token id ascending)."""
+    order = torch.sort(-draft_logits.double().cpu(), dim=-1, stable=True).indices  # [L, V]
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(order.shape[-1]).expand_as(order).contiguous())
+    return ranks
+
+
+def sample_draft(tree: DraftTree, draft_logits: torch.Tensor, temperature: float,
+                 rng: torch.Generator | None) -> DraftTree:
+    """The tree with its tokens drawn from q: node of rank r at depth d gets the r-th token of
+    one sample without replacement from q_d = softmax(draft_logits[d - 1] / T) (same shape,
+    parents, depths; log weights kept from the shape)."""
+    depths = tree.depths.tolist()
+    ranks = canonical_ranks(draft_logits)  # [L, V]
+    need = {}
+    for i in range(1, len(tree)):
+        d, r = depths[i], int(ranks[depths[i] - 1, int(tree.tokens[i])])
+        need[d] = max(need.get(d, 0), r + 1)
+    q = probs(draft_logits, temperature)  # [L, V]
+    drawn = {d: torch.multinomial(q[d - 1], m, replacement=False, generator=rng) for d, m in need.items()}
+    tokens = tree.tokens.clone()
+    for i in range(1, len(tree)):
+        tokens[i] = drawn[depths[i]][int(ranks[depths[i] - 1, int(tree.tokens[i])])]
+    return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
+
+
+def accept_rejection(tree: DraftTree, target_logits: torch.Tensor, draft_logits: torch.Tensor,
+                     temperature: float, rng: torch.Generator | None) -> tuple[list[int], int]:
+    """The rejection walk (module docstring) over a ``sample_draft`` tree: target logits
+    [N+1, V] at every node, draft logits [L, V]. -> (path, bonus)."""
+    children = tree.children  # per node, in pop order = rank order
+    depths = tree.depths.tolist()
+    path = [0]
+    while True:
+        u = path[-1]
+        r = probs(target_logits[u], temperature)  # [V]
+        nxt = None
+        if children[u]:
+            s = probs(draft_logits[depths[u]], temperature)  # q at the children's depth
+            for c in children[u]:
+                x = int(tree.tokens[c])
+                if torch.rand((), generator=rng, dtype=torch.float64) * s[x] < r[x]:
+                    nxt = c
+                    break
+                r = _renormalised((r - s).clamp_min(0), fallback=r)
+                s = s.clone()
+                s[x] = 0.0
+                s = _renormalised(s, fallback=s)
+        if nxt is None:
+            return path, int(torch.multinomial(r, 1, generator=rng))
+        path.append(nxt)
+
+
+def _renormalised(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    total = x.sum()
+    return x / total if total > 0 else fallback
