@@ -244,7 +244,6 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
     float32 on the target's embedding and LM head. A lab manifest, when present, has every
     file's hash checked; ``check_drafter_fits`` raises a ``ValueError`` naming the field on
     any mismatch with the target."""
-    from dflash import DFlashDraftModel
     path = Path(path)
     rebuild = REBUILD["drafter"].format(arch=arch_of(target)) if rebuild is None else rebuild
     if (path / "manifest.json").is_file():
@@ -254,8 +253,16 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
                                 f"DFlash checkpoint (save_pretrained layout){'; rebuild it with `' + rebuild + '`' if rebuild else ''}")
     from transformers import Qwen3Config
     check_drafter_fits(DrafterConfig.from_qwen3_config(Qwen3Config.from_pretrained(path)), target)
-    model = DFlashDraftModel.from_pretrained(path, dtype=torch.float32)
+    model = drafter_class(path).from_pretrained(path, dtype=torch.float32)
     return DFlashDrafter(model, target).eval()
+
+
+def drafter_class(path: Path):
+    """``DFlash2DraftModel`` for a directory whose config names it (its convolutions and
+    candidate selector load too; the lab drafts from its unary logits), else ``DFlashDraftModel``."""
+    from dflash import DFlash2DraftModel, DFlashDraftModel
+    archs = json.loads((Path(path) / "config.json").read_text()).get("architectures") or []
+    return DFlash2DraftModel if "DFlash2DraftModel" in archs else DFlashDraftModel
 
 
 def check_drafter_fits(cfg: DrafterConfig, target) -> None:

@@ -1,0 +1,27 @@
+"""The main job is deterministic: rerunning every notebook on the committed stores only
+redraws, and leaves the checkout as it was (figures included)."""
+import shutil
+import subprocess
+
+import pytest
+
+from ddtree_lab.common import ROOT
+
+TRACKED = ["figures", "data", "README.md", "notebooks"]
+
+
+def _status() -> str:
+    out = subprocess.run(["git", "status", "--porcelain", "--", *TRACKED], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_rerunning_the_main_job_on_the_committed_store_changes_no_tracked_file():
+    before = _status()
+    if before:
+        pytest.skip(f"the checkout has uncommitted changes under {TRACKED}; commit them first:\n{before}")
+    from ddtree_lab.app.notebooks import run_all
+    run_all(smoke=False)
+    after = _status()
+    assert after == "", f"the main job rewrote tracked files:\n{after}"
