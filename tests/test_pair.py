@@ -93,3 +93,28 @@ def test_hidden_size_mismatch_and_block_size_over_the_drafters(tmp_path):
         check_drafter_fits(wide, pair.target)
     with pytest.raises(ValueError, match=r"block_size must be an int in \[2, 16\]"):
         generate(pair.target, pair.drafter, [5, 6, 7], method="dflash", block_size=32, max_new_tokens=4)
+
+
+def test_a_dflash2_directory_loads_as_its_own_class(tmp_path):
+    """A DFlash 2 drafter (grouped dynamic convolutions, candidate selector) in the published
+    layout loads as ``DFlash2DraftModel``, every weight its own, and drafts (unary logits)."""
+    from dflash import DFlash2DraftModel
+    from transformers import Qwen3Config
+    shipped = load_pair("mla")
+    cfg = Qwen3Config(**{k: v for k, v in shipped.drafter.model.config.to_dict().items()
+                         if k not in ("architectures", "dflash_config", "transformers_version", "dtype")})
+    cfg.dflash_config = {**shipped.drafter.model.config.dflash_config, "conv_kernel_size": 3, "conv_group_size": 32,
+                         "selector_rank": 8, "selector_top_k": 4}
+    torch.manual_seed(0)
+    model = DFlash2DraftModel(cfg)
+    with torch.no_grad():
+        for layer in model.layers:
+            for conv in (layer.attention_conv, layer.mlp_conv):
+                conv.base_kernel.normal_(0, 0.1)
+    model.save_pretrained(tmp_path)
+    pair = load_pair("mla", ckpt_path("mla", "target"), tmp_path)
+    assert type(pair.drafter.model) is DFlash2DraftModel
+    for (name, a), b in zip(model.state_dict().items(), pair.drafter.model.state_dict().values()):
+        assert torch.equal(a.float(), b), name
+    logits = pair.drafter.propose(pair.drafter.new_state(), torch.randn(4, pair.drafter.cfg.feature_size), 5, 8)
+    assert logits.shape == (7, 4096) and torch.isfinite(logits).all()

@@ -1,0 +1,123 @@
+"""Conditional draft trees over DFlash 2 (``dflash.DFlash2DraftModel``'s candidate selector).
+
+A DFlash 2 drafter keeps, at every depth d, the unary top-K candidates c of its logits and
+scores them given the predecessor token t (the parent's token in a tree):
+
+    s_d(c | t) = unary_d(c) + < P[t] * h_d , S[c] >        (P, S: the selector's codebooks,
+                                                             h_d: its projected hidden state)
+    q(c | t, d) = softmax over the K candidates of s_d(. | t)
+
+so a node's children depend on its own token. Under this surrogate the expected number of
+accepted draft tokens of a tree is still the sum over its nodes of the product of q along the
+node's path; every q <= 1, so a path weighs no more than its prefix and the best tree of B
+nodes is again the B heaviest paths. ``build_conditional_tree`` finds them best-first, each
+node's children ranked by its own q (computed when the node is popped);
+``build_conditional_tree_reference`` enumerates every path (tiny K and L only). Both share
+the tie rule of ``tree``: children by (log q descending, token id ascending), paths by (log
+weight descending, rank path ascending).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from .tree import DraftTree
+
+
+@dataclass(frozen=True)
+class ConditionalDraft:
+    """One DFlash 2 block as a parent-conditioned surrogate.
+
+    candidates [L, K] long: depth d+1's candidate tokens (the unary top-K);
+    unary [L, K]: their unary logits; hidden [L, R]: the selector's projected hidden state;
+    predecessor [V, R], successor [V, R]: the selector's codebooks."""
+    candidates: torch.Tensor
+    unary: torch.Tensor
+    hidden: torch.Tensor
+    predecessor: torch.Tensor
+    successor: torch.Tensor
+
+    @property
+    def depth(self) -> int:
+        return self.candidates.shape[0]
+
+    def child_log_probs(self, parent_token: int, depth: int) -> torch.Tensor:
+        """[K] float64: log q(candidates[depth - 1] | parent_token, depth)."""
+        d = depth - 1
+        scores = self.unary[d].double() + (self.successor[self.candidates[d]].double()
+                                           @ (self.predecessor[parent_token].double() * self.hidden[d].double()))
+        return torch.log_softmax(scores, -1)
+
+    def ranked_children(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
+        """(tokens, log q) of depth ``depth``'s candidates given the parent, best first
+        (ties: lower token id first)."""
+        logq = self.child_log_probs(parent_token, depth).tolist()
+        tokens = self.candidates[depth - 1].tolist()
+        order = sorted(range(len(tokens)), key=lambda i: (-logq[i], tokens[i]))
+        return [tokens[i] for i in order], [logq[i] for i in order]
+
+
+def from_selector(selector, hidden: torch.Tensor, logits: torch.Tensor) -> ConditionalDraft:
+    """A ``ConditionalDraft`` from ``dflash``'s ``CandidateSelector`` (``model.candidate_selector``),
+    the drafter's block hidden states [L, H] and logits [L, V] of depths 1..L."""
+    with torch.no_grad():
+        unary, candidates = torch.topk(logits.float(), selector.top_k, dim=-1)  # sorted, [L, K]
+        return ConditionalDraft(candidates, unary, selector.hidden_projection(hidden.to(
+            selector.hidden_projection.weight.dtype)), selector.predecessor_codebook.weight,
+            selector.successor_codebook.weight)
+
+
+def _check(draft: ConditionalDraft, root_token: int, budget: int) -> None:
+    vocab = draft.predecessor.shape[0]
+    if isinstance(root_token, bool) or not isinstance(root_token, int) or not 0 <= root_token < vocab:
+        raise ValueError(f"root_token must be an int in [0, {vocab - 1}], got {root_token!r}")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be an int >= 1, got {budget!r}")
+
+
+def build_conditional_tree(draft: ConditionalDraft, root_token: int, budget: int) -> DraftTree:
+    """The ``budget`` heaviest paths of the conditional surrogate, in pop order (topological)."""
+    _check(draft, root_token, budget)
+    node_tokens, parents, depths, weights = [root_token], [-1], [0], [0.0]
+    ranked = {0: draft.ranked_children(root_token, 1)}  # node -> its children, best first
+    k = draft.candidates.shape[1]
+    heap = [(-ranked[0][1][0], (0,), 0, 1, 0)]  # (-log weight, rank path, parent, depth, rank)
+    while heap and len(node_tokens) <= budget:
+        neg, path, parent, depth, rank = heapq.heappop(heap)
+        node = len(node_tokens)
+        node_tokens.append(ranked[parent][0][rank])
+        parents.append(parent)
+        depths.append(depth)
+        weights.append(-neg)
+        if rank + 1 < k:  # next sibling, ranked by the same parent
+            heapq.heappush(heap, (-(weights[parent] + ranked[parent][1][rank + 1]), path[:-1] + (rank + 1,),
+                                  parent, depth, rank + 1))
+        if depth < draft.depth:  # first child, ranked by this node's own token
+            ranked[node] = draft.ranked_children(node_tokens[node], depth + 1)
+            heapq.heappush(heap, (-(weights[node] + ranked[node][1][0]), path + (0,), node, depth + 1, 0))
+    return _tree(node_tokens, parents, depths, weights)
+
+
+def build_conditional_tree_reference(draft: ConditionalDraft, root_token: int, budget: int) -> DraftTree:
+    """Brute-force twin: every path of up to L ranks (K^L of them), weighed by the product of
+    its conditional q, sorted by (-log weight, rank path), the first ``budget`` kept."""
+    _check(draft, root_token, budget)
+    k = draft.candidates.shape[1]
+    paths = {(): (root_token, 0.0)}  # rank path -> (token, log weight)
+    for depth in range(1, draft.depth + 1):
+        for path in itertools.product(range(k), repeat=depth):
+            token, weight = paths[path[:-1]]
+            tokens, logq = draft.ranked_children(token, depth)
+            paths[path] = (tokens[path[-1]], weight + logq[path[-1]])
+    best = sorted((-w, path) for path, (_, w) in paths.items() if path)[:budget]
+    index = {(): 0} | {path: i for i, (_, path) in enumerate(best, start=1)}
+    return _tree([root_token] + [paths[p][0] for _, p in best], [-1] + [index[p[:-1]] for _, p in best],
+                 [0] + [len(p) for _, p in best], [0.0] + [-n for n, _ in best])
+
+
+def _tree(tokens, parents, depths, weights) -> DraftTree:
+    return DraftTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                     torch.tensor(depths, dtype=torch.long), torch.tensor(weights, dtype=torch.float64))
