@@ -64,3 +64,38 @@ def test_dynamic_cache_crop_does_not_roll_back_the_gdn_state(pairs):
         errors[arch] = crop_rollback_error(pair.target, ids, rejected, ids[-1])
     print(f"crop rollback logit error: {errors}")
     assert errors["mla"] < 1e-4 and errors["gdn"] > 1e-2
+
+
+@pytest.mark.slow
+def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(monkeypatch):
+    """MLA toy target, T = 0.8: the first two tokens of the reference loop's rejection sampler
+    and of the lab's DFlash (rejection rule) both fit the target's exact distribution
+    (chi-square); the lab with a biased rule (no residual) fails the same test."""
+    from ddtree_lab.core import sampling
+    from helpers import toy_pair
+    from test_decode import _chi_square_pvalue, _exact_first_two, _no_residual
+    target, drafter = toy_pair("mla-toy")
+    with torch.no_grad():  # a drafter whose q is far from p, so a wrong rule shows
+        drafter.model.norm.weight.mul_(4.0)
+    prompt, T, n = torch.tensor([5, 9, 2]), 0.8, 400
+    p1, p2 = _exact_first_two(target, prompt, T)
+
+    def counts(run):
+        c = torch.zeros(2, target.config.vocab_size)
+        for seed in range(n):
+            tokens = run(seed)
+            c[0, tokens[0]] += 1
+            c[1, tokens[1]] += 1
+        return c
+
+    reference = counts(lambda s: official_generate(target, drafter, prompt, 2, 4, temperature=T, seed=s)["tokens"])
+    lab = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4, max_new_tokens=2,
+                                    temperature=T, seed=s).tokens)
+    monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+    biased = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4,
+                                       max_new_tokens=2, temperature=T, seed=s).tokens)
+    pv = {name: [_chi_square_pvalue(c[i], p) for i, p in enumerate((p1, p2))]
+          for name, c in (("reference", reference), ("lab", lab), ("biased", biased))}
+    print(pv)
+    assert min(pv["reference"]) > 1e-3 and min(pv["lab"]) > 1e-3
+    assert min(pv["biased"]) < 1e-3
