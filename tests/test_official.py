@@ -76,7 +76,7 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     from test_decode import _chi_square_pvalue, _exact_first_two, _no_residual
     target, drafter = toy_pair("mla-toy")
     with torch.no_grad():  # a drafter whose q is far from p, so a wrong rule shows
-        drafter.model.norm.weight.mul_(4.0)
+        drafter.model.norm.weight.mul_(8.0)
     prompt, T, n = torch.tensor([5, 9, 2]), 0.8, 400
     p1, p2 = _exact_first_two(target, prompt, T)
 
