@@ -86,10 +86,13 @@ def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int =
     next token the target's greedy one. -> DataFrame. Needs a drafter block of at least
     max_rejected + 1."""
     import pandas as pd
+    from transformers import DynamicCache
+    from ..core.verify import prefill
     rows = []
     for arch, pair in pairs.items():
         for i, ids in enumerate(prompt_ids):
-            drafts = pair.drafter.propose_reference(_draft_cache(pair), _prompt_features(pair, ids[:-1]),
+            _, pre = prefill(pair.target, ids[:-1], feature_layers=tuple(pair.drafter.cfg.target_layer_ids))
+            drafts = pair.drafter.propose_reference(DynamicCache(config=pair.drafter.model.config), pre.features,
                                                     ids[-1], pair.drafter.cfg.block_size).argmax(-1).tolist()
             nxt = int(pair.target(torch.as_tensor(ids)[None].to(pair.target.device)).logits[0, -1].argmax())
             for k in range(1, max_rejected + 1):
@@ -100,29 +103,18 @@ def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int =
     return pd.DataFrame(rows)
 
 
-def _draft_cache(pair):
-    from transformers import DynamicCache
-    return DynamicCache(config=pair.drafter.model.config)
-
-
-@torch.no_grad()
-def _prompt_features(pair, ids) -> torch.Tensor:
-    from ..core.drafter import stack_features
-    out = pair.target(torch.as_tensor(ids)[None].to(pair.target.device), output_hidden_states=True)
-    return stack_features(out.hidden_states, pair.drafter.cfg.target_layer_ids)[0]
-
-
 def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_tokens: int,
                      temperature: float, seed: int) -> dict:
     """One results-store row of the reference loop (``sweep.run_config`` for method
     "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
     loop tags. Its first token comes from the prefill, so its rounds start after it."""
+    from ..core.decode import PHASES
     from .loops import is_looping, round_loop_flags
     t0 = time.perf_counter()
     out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed)
     total = time.perf_counter() - t0
     tokens, acc = out["tokens"], out["acceptance_lengths"]
-    timings = dict.fromkeys(("draft", "tree", "verify", "accept", "commit", "prefill"), 0.0) | {"total": total}
+    timings = dict.fromkeys(PHASES + ("prefill",), 0.0) | {"total": total}
     return {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [block_size - 1] * len(acc),
             "timings": timings, "tau": sum(acc) / max(1, len(acc)), "tokens_per_s": len(tokens) / max(total, 1e-12),
             "rounds": len(acc), "prompt_len": len(prompt_ids), "entropy": float("nan"),

@@ -173,16 +173,14 @@ def render_official() -> str:
 
 def render_leak() -> str:
     """The leak in the chain (quality store): the reference loop against AR, per target and block."""
-    from .leakage import first_divergence
+    from .official import chain_divergence
     from .results import ResultsStore
-    frame = ResultsStore("quality").frame()
     s = _store_summary("quality")
-    ar = {(a, p): m["tokens"] for a, p, m, meth in zip(frame.arch, frame.prompt, frame._metrics, frame.method)
-          if meth == "ar"}
+    div = chain_divergence(ResultsStore("quality").frame())
     rows = []
-    for (arch, block), g in frame[frame.method == "official"].groupby(["arch", "block_size"]):
-        divs = [first_divergence(ar[(arch, p)], m["tokens"]) for p, m in zip(g.prompt, g._metrics)]
-        departs = [d for d in divs if d is not None]
+    for (arch, block), g in div[div.method == "official"].groupby(["arch", "block_size"]):
+        divs = g.first_divergence.tolist()
+        departs = [d for d in divs if d is not None and d == d]
         off = s[(s.arch == arch) & (s.method == "official") & (s.block_size == block)].iloc[0]
         lab = s[(s.arch == arch) & (s.method == "dflash") & (s.block_size == block)].iloc[0]
         median = f"{pd.Series(departs).median():.0f}" if departs else "-"
