@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Recompute every stored result after retraining (`ddtree-lab train-all`), in two lanes, one
 # CPU core each (this machine has two), then render the README from the new stores.
-#   lane 0: quality (GDN), the concurrency sweep, the bench (T = 0 / 0.3 / 0.6 / 1), build_tree
-#           and verify-cost timing
-#   lane 1: quality (MLA), every notebook (their stores: leakage, verify cost, sweeps,
-#           calibration, teacher-forced; 07 finds the concurrency rows of lane 0), exactness,
-#           batched verify cost
+#   lane 0: quality (GDN), the DFlash 2 study (GDN), the bench (T = 0 / 0.3 / 0.6 / 1),
+#           build_tree and verify-cost timing
+#   lane 1: quality (MLA), the DFlash 2 study (MLA), the concurrency sweep, every notebook
+#           (their stores: leakage, verify cost, sweeps, calibration, teacher-forced; 07 and 08
+#           find the concurrency and DFlash 2 rows), exactness, batched verify cost
 # Logs under data/results/recompute-logs/. Every step is resumable: rerun after a crash.
 # Rows of older models stay in the stores unless removed (`--fresh` removes every store first).
 set -euo pipefail
@@ -19,13 +19,15 @@ export OMP_NUM_THREADS=1 PYTHONPATH=.
 lab() { python -m ddtree_lab --threads 1 "$@"; }
 lane0() {
   lab quality --archs gdn > "$LOGS/quality-gdn.log" 2>&1
-  lab concurrency > "$LOGS/concurrency.log" 2>&1
+  lab dflash2 --archs gdn > "$LOGS/dflash2-gdn.log" 2>&1
   lab bench --fresh > "$LOGS/bench.log" 2>&1
   python scripts/bench_tree.py > "$LOGS/bench_tree.log" 2>&1
   python scripts/bench_verify.py > "$LOGS/bench_verify.log" 2>&1
 }
 lane1() {
   lab quality --archs mla > "$LOGS/quality-mla.log" 2>&1
+  lab dflash2 --archs mla > "$LOGS/dflash2-mla.log" 2>&1
+  lab concurrency > "$LOGS/concurrency.log" 2>&1
   lab notebooks > "$LOGS/notebooks.log" 2>&1
   python scripts/exactness.py > "$LOGS/exactness.log" 2>&1
   python scripts/bench_batch.py > "$LOGS/bench_batch.log" 2>&1

@@ -3,7 +3,7 @@ drafter pair, and a drafter that knows part of the answer (so losslessness tests
 accept draft tokens)."""
 import torch
 
-from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
 from ddtree_lab.core.models import build_target
 
 
@@ -47,6 +47,20 @@ def toy_pair(preset: str = "gdn-toy", seed: int = 0, block_size: int = 8):
     return target, DFlashDrafter.from_config(cfg, target).eval()
 
 
+def toy_dflash2(preset: str = "gdn-toy", seed: int = 0, scale: float = 3.0):
+    """(target, DFlash 2 drafter): ``toy_pair``'s drafter as a ``DFlash2DraftModel``
+    (``dflash2_from``: top-4 candidates, rank 8), its selector's codebooks randomised (x
+    ``scale``) so children depend on the parent."""
+    from ddtree_lab.train.drafters import dflash2_from
+    target, drafter = toy_pair(preset, seed=seed)
+    d2 = dflash2_from(drafter, target, selector_rank=8, selector_top_k=4)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for emb in (d2.selector.predecessor_codebook, d2.selector.successor_codebook):
+            emb.weight.copy_(torch.randn(emb.weight.shape, generator=gen) * scale)
+    return target, d2.eval()
+
+
 class HintedDrafter:
     """A real drafter whose proposals are nudged toward a known continuation ``sequence``
     (prompt + the target's AR output) at depths d with (position + d) % 3 != 0, so rounds
@@ -68,6 +82,11 @@ class HintedDrafter:
                 logits[d - 1, self.sequence[root + d]] += self.boost
         return logits
 
+    selector = None
+
+    def draft(self, state, new_features, last_token: int, block_size: int) -> Draft:
+        return Draft(self.propose(state, new_features, last_token, block_size))
+
 
 class BatchHintedDrafter:
     """``HintedDrafter`` per sequence: the k-th ``new_state`` belongs to the k-th prompt."""
@@ -87,3 +106,8 @@ class BatchHintedDrafter:
     def propose_batch(self, states, new_features, last_tokens, block_size) -> torch.Tensor:
         """[B, bs-1, V]: each state's own hinted proposal."""
         return torch.stack([self.propose(*args, block_size) for args in zip(states, new_features, last_tokens)])
+
+    selector = None
+
+    def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
+        return [Draft(row) for row in self.propose_batch(states, new_features, last_tokens, block_size)]

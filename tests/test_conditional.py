@@ -67,3 +67,127 @@ def test_from_selector_reads_dflash_candidate_selector():
     assert torch.allclose(got, torch.log_softmax(want.double(), -1), atol=1e-6)
     with pytest.raises(ValueError, match="budget"):
         build_conditional_tree(draft, 7, 0)
+
+
+# ----------------------------------------------------------------------------- DFlash 2 in the loop
+
+def _toy_dflash2(preset: str = "gdn-toy"):
+    from helpers import toy_dflash2
+    return toy_dflash2(preset)
+
+
+def test_dflash2_from_starts_as_the_dflash_drafter():
+    from ddtree_lab.train.drafters import dflash2_from
+    from helpers import assert_close, toy_pair
+    target, drafter = toy_pair()
+    d2 = dflash2_from(drafter, target, selector_rank=8, selector_top_k=4)
+    feats = torch.randn(9, drafter.cfg.feature_size, generator=torch.Generator().manual_seed(0))
+    assert_close("DFlash 2 at init == DFlash", drafter.propose(drafter.new_state(), feats, 3, 8),
+                 d2.propose(d2.new_state(), feats, 3, 8), 1e-6)
+    draft = d2.draft(d2.new_state(), feats, 3, 8).conditional
+    assert torch.equal(draft.scores(5, 1), draft.unary[0].double())  # zero successor codebook: unary only
+
+
+def test_conditional_chain_is_dflash_selector_path_walk():
+    """Peer test: the lab's DFlash 2 chain equals ``CandidateSelector.select`` at T = 0 (the
+    path ``dflash_generate`` drafts with a DFlash2DraftModel)."""
+    from ddtree_lab.core.conditional import conditional_chain
+    target, d2 = _toy_dflash2()
+    feats = torch.randn(11, d2.cfg.feature_size, generator=torch.Generator().manual_seed(2))
+    for root in (0, 7, 33):
+        hidden = d2.propose_hidden_batch([d2.new_state()], [feats], [root], 8)  # [1, 7, H]
+        path, _, _ = d2.selector.select(hidden, d2.logits(hidden), torch.tensor([root]), 0.0)
+        chain = conditional_chain(d2.draft(d2.new_state(), feats, root, 8).conditional, root)
+        assert chain.tokens[1:].tolist() == path[0].tolist()
+
+
+@pytest.mark.parametrize("method,budget", [("dflash", 8), ("ddtree", 1), ("ddtree", 16), ("ddtree", 64)])
+@pytest.mark.parametrize("tree", [None, "unary"])
+@pytest.mark.parametrize("arch", ["gdn", "mla"])
+def test_dflash2_generation_equals_ar(arch, method, budget, tree):
+    """T = 0: conditional trees (the DFlash 2 default) and unary trees from the same drafter are
+    both lossless."""
+    from ddtree_lab.core.decode import generate
+    target, d2 = _toy_dflash2(f"{arch}-toy")
+    prompt = torch.randint(2, 60, (9,), generator=torch.Generator().manual_seed(4)).tolist()
+    ar = generate(target, None, prompt, method="ar", max_new_tokens=24).tokens
+    out = generate(target, d2, prompt, method=method, budget=budget, max_new_tokens=24, tree=tree)
+    assert out.tokens == ar
+
+
+def test_tree_choice_is_checked():
+    from ddtree_lab.core.decode import generate
+    from helpers import toy_pair
+    target, drafter = toy_pair()
+    with pytest.raises(ValueError, match="tree='conditional' needs a DFlash 2 drafter"):
+        generate(target, drafter, [3, 4, 5], method="ddtree", tree="conditional", max_new_tokens=4)
+    with pytest.raises(ValueError, match=r"tree must be one of \('unary', 'conditional'\)"):
+        generate(target, drafter, [3, 4, 5], method="ddtree", tree="marginal", max_new_tokens=4)
+
+
+def test_conditional_trees_differ_from_unary_trees():
+    """The default tree of a DFlash 2 drafter really is conditional: on a random selector it
+    differs from the unary tree of the same block."""
+    from ddtree_lab.core.decode import tree_rule
+    from ddtree_lab.core.tree import build_tree
+    target, d2 = _toy_dflash2()
+    draft = d2.draft(d2.new_state(), torch.randn(5, d2.cfg.feature_size), 3, 8)
+    cond = tree_rule(d2, None).tree(draft, 3, "ddtree", 32)
+    assert tree_rule(d2, None).name == "conditional"
+    assert cond.tokens.tolist() != build_tree(draft.logits, 3, 32).tokens.tolist()
+
+
+def _two_token_counts(draft, table, budget, T, trials, seed, walk_proposal=None):
+    """One rejection round over a conditional tree with root token 2, the target's logits at a
+    node = table[node token] ([V, V]). -> (counts of the first emitted token [V], counts [V, V]
+    of the second emitted token after an ACCEPTED first token a: row a)."""
+    from ddtree_lab.core import sampling
+    proposal = sampling.Conditional(draft)
+    walker = walk_proposal(proposal) if walk_proposal else proposal
+    tree = build_conditional_tree(draft, 2, budget)
+    first, second = torch.zeros(table.shape[0]), torch.zeros(table.shape)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(trials):
+        drawn = proposal.sample_tree(tree, T, gen)
+        path, bonus = sampling.accept_rejection(drawn, table[drawn.tokens], walker, T, gen)
+        emitted = drawn.tokens[path[1:]].tolist() + [bonus]
+        first[emitted[0]] += 1
+        if len(path) > 1:
+            second[emitted[0], emitted[1]] += 1
+    return first, second
+
+
+def _chi2_p(counts, p):
+    from scipy.stats import chisquare
+    keep = p > 0
+    return chisquare(counts[keep].numpy(), (p[keep] * counts.sum()).numpy()).pvalue
+
+
+def _second_token_p(second, table, T):
+    """The smallest chi-square p-value over the first tokens accepted >= 200 times: the second
+    token after an accepted a must be ~ softmax(table[a] / T)."""
+    rows = [a for a in range(len(second)) if second[a].sum() >= 200]
+    assert rows, "no first token accepted often enough"
+    return min(_chi2_p(second[a], torch.softmax(table[a].double() / T, -1)) for a in rows)
+
+
+@pytest.mark.parametrize("T", [0.8, pytest.param(1.0, marks=pytest.mark.slow)])
+def test_conditional_rejection_round_is_distributed_as_the_target(T):
+    """q(. | parent) over K candidates, children sampled without replacement, the recursive
+    rejection walk: the first emitted token ~ p(. | root) and, after an accepted draft token a,
+    the next ~ p(. | a) (chi-square); a walk that scores every node's children with q given
+    the ROOT's token (the parent ignored) fails the second test."""
+    vocab = 6
+    draft = random_draft(5, depth=2, k=3, vocab=vocab, scale=2.0)
+    table = torch.randn(vocab, vocab, generator=torch.Generator().manual_seed(9)) * 1.5
+    first, second = _two_token_counts(draft, table, 12, T, 8000, 0)
+    assert _chi2_p(first, torch.softmax(table[2].double() / T, -1)) > 1e-3
+    assert _second_token_p(second, table, T) > 1e-3
+
+    def parent_ignored(proposal):
+        class Walk:
+            def child_probs(self, token, depth, temp):
+                return proposal.child_probs(2, depth, temp)
+        return Walk()
+    _, biased = _two_token_counts(draft, table, 12, T, 8000, 0, walk_proposal=parent_ignored)
+    assert _second_token_p(biased, table, T) < 1e-6

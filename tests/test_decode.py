@@ -6,6 +6,7 @@ import torch
 
 from ddtree_lab.core import decode, sampling
 from ddtree_lab.core import tree as tree_mod
+from ddtree_lab.core.drafter import Draft
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits
 from helpers import HintedDrafter, assert_close, toy_pair
@@ -110,6 +111,14 @@ def _sharp(drafter, scale=4.0):
 
         def propose_batch(self, states, feats, roots, bs):
             return drafter.propose_batch(states, feats, roots, bs) * scale
+
+        selector = None
+
+        def draft(self, state, feats, root, bs):
+            return Draft(self.propose(state, feats, root, bs))
+
+        def draft_batch(self, states, feats, roots, bs):
+            return [Draft(row) for row in self.propose_batch(states, feats, roots, bs)]
     return Sharp()
 
 
@@ -189,10 +198,10 @@ def test_auto_budget_picks_a_prefix_of_the_largest_tree():
     from ddtree_lab.experiments.costs import CostModel
     logits = torch.randn(7, 64) * 3
     flat = CostModel(budgets=(1, 256), verify_s=(1.0, 1.0), draft_s=0.0)  # free nodes: take all
-    assert decode.auto_tree(logits, 1, flat).num_nodes == 256
+    assert decode.auto_tree(Draft(logits), 1, flat).num_nodes == 256
     steep = CostModel(budgets=(1, 256), verify_s=(1.0, 1e6), draft_s=0.0)  # nodes cost: take one
-    assert decode.auto_tree(logits, 1, steep).num_nodes == 1
-    t = decode.auto_tree(logits, 1, CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))
+    assert decode.auto_tree(Draft(logits), 1, steep).num_nodes == 1
+    t = decode.auto_tree(Draft(logits), 1, CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))
     full = tree_mod.build_tree(logits, 1, 256)
     assert torch.equal(t.tokens, full.tokens[:len(t)])
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ddtree_lab.train import data
-from ddtree_lab.core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels, soft_cross_entropy,
+from ddtree_lab.core.drafter import (_rows, DFlashDrafter, DrafterConfig, acceptance_length, block_labels, soft_cross_entropy,
                                 default_target_layers, drafter_loss, position_weights)
 from ddtree_lab.train.rollouts import (continue_prompts, drafter_prompts, function_prompts, make_rollouts,
                                       prompt_ids)
@@ -141,7 +141,7 @@ def test_soft_labels_reduce_to_the_hard_loss_and_follow_the_target_distribution(
     logits = drafter.block_logits(tokens, feats, anchors)
     ids = torch.stack([torch.arange(64)[:4]] * 20)[None].expand(2, -1, -1)  # K = 4 candidates
     probs = torch.tensor([0.4, 0.3, 0.2, 0.1]).expand(2, 20, 4)
-    ce = soft_cross_entropy(logits, anchors, ids, probs)
+    ce = soft_cross_entropy(logits, *(_rows(t, anchors, 15) for t in (ids, probs)))
     want = -(probs[0, 0] * torch.log_softmax(logits[0, 0, 0], -1)[:4]).sum()
     assert_close("anchor 3, position 1", want, ce[0, 0, 0], 1e-6)
 

@@ -118,3 +118,14 @@ def test_a_dflash2_directory_loads_as_its_own_class(tmp_path):
         assert torch.equal(a.float(), b), name
     logits = pair.drafter.propose(pair.drafter.new_state(), torch.randn(4, pair.drafter.cfg.feature_size), 5, 8)
     assert logits.shape == (7, 4096) and torch.isfinite(logits).all()
+
+
+def test_load_pair_dflash2_ships_the_dflash2_drafter_and_conditional_trees():
+    from ddtree_lab.core.decode import tree_rule
+    pair = load_pair("mla", drafter="dflash2")
+    assert type(pair.drafter.model).__name__ == "DFlash2DraftModel" and pair.drafter.selector is not None
+    assert tree_rule(pair.drafter, None).name == "conditional"
+    assert tree_rule(load_pair("mla").drafter, None).name == "unary"
+    assert pair.target_digest == load_pair("mla").target_digest
+    with pytest.raises(ValueError, match=r"drafter must be one of \('dflash', 'dflash2'\)"):
+        load_pair("mla", drafter="eagle")

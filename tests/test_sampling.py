@@ -45,7 +45,7 @@ def test_one_rejection_round_is_distributed_as_the_target():
     gen = torch.Generator().manual_seed(3)
     for _ in range(6000):
         drawn = sampling.sample_draft(tree, draft_logits, T, gen)
-        path, bonus = sampling.accept_rejection(drawn, target_logits, draft_logits, T, gen)
+        path, bonus = sampling.accept_rejection(drawn, target_logits, sampling.Marginal(draft_logits), T, gen)
         counts[int(drawn.tokens[path[1]]) if len(path) > 1 else bonus] += 1
     p = torch.softmax(target_logits[0] / T, -1)
     assert_close("emitted first token ~ p", p, counts / counts.sum(), 0.03)

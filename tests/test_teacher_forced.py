@@ -18,6 +18,18 @@ def test_one_verify_serves_every_budget(preset, mode):
         assert [fast[b] for b in budgets] == sorted(fast[b] for b in budgets)  # prefix trees: monotone
 
 
+@pytest.mark.parametrize("tree", ["conditional", "unary"])
+def test_one_verify_serves_every_budget_of_a_dflash2_drafter(tree):
+    """Conditional trees are best-first too: every smaller budget's tree is a prefix."""
+    from helpers import toy_dflash2
+    target, drafter = toy_dflash2("mla-toy")
+    g = torch.Generator().manual_seed(5)
+    for length in (3, 12):
+        context = torch.randint(0, target.config.vocab_size - 1, (length,), generator=g)
+        fast = accepted_at(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree)
+        assert fast == accepted_at_reference(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree)
+
+
 def test_frame_has_every_position_every_stride_and_both_methods():
     target, drafter = toy_pair("mla-toy")
     texts = [torch.randint(0, 60, (40,)).tolist(), torch.randint(0, 60, (30,)).tolist()]

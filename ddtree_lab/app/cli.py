@@ -32,6 +32,18 @@ def _cmd_train_drafter(args):
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
 
 
+def _cmd_train_drafter2(args):
+    from ..train.drafters import train_drafter2
+    man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes)
+    print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time", "unary",
+                                                              "selector"))}))
+
+
+def _cmd_dflash2(args):
+    from ..experiments.dflash2 import run_dflash2
+    run_dflash2(tuple(args.archs), args.study_prompts, args.lossless_prompts, args.tf_problems)
+
+
 def _ckpt_root(args):
     from ..train.checkpoints import CKPT_DIR
     from ..common import DATA_DIR
@@ -142,6 +154,19 @@ def main(argv=None):
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
     s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=_cmd_train_drafter)
+    s = sub.add_parser("train-drafter2", help="train a DFlash 2 drafter (selector + convolutions) from the "
+                                               "shipped DFlash drafter, on the same data (resumable)")
+    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
+    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    s.set_defaults(func=_cmd_train_drafter2)
+    s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
+                                        "lossless rows and the teacher-forced lens (resumable)")
+    s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
+    s.add_argument("--study-prompts", type=int, default=8)
+    s.add_argument("--lossless-prompts", type=int, default=164)
+    s.add_argument("--tf-problems", type=int, default=20)
+    s.set_defaults(func=_cmd_dflash2)
     s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
     s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])

@@ -33,8 +33,7 @@ from .allocate import auto_trees
 from .batch_verify import verify_batch
 from .cache import TreeCache, commit
 from .drafter import DrafterState
-from .decode import Generation, accept_round, check_generate_args, choose_tokens, draft_tree, sampled, timed_phase
-from .verify import prefill
+from .decode import Generation, accept_round, check_generate_args, choose_tokens, sampled, start, timed_phase, tree_rule
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -64,7 +63,7 @@ def _per_sequence(name: str, value, count: int) -> list:
 
 def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
                               temperature, gdn_mode, cost_model=None,
-                              accept_rule="rejection") -> tuple[list, list, list]:
+                              accept_rule="rejection", tree=None) -> tuple[list, list, list]:
     """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
@@ -76,6 +75,9 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
     if method != "ar" and budget == "auto" and not hasattr(cost_model, "batch_round_seconds"):
         raise ValueError("budget='auto' in generate_batch needs a batched cost_model with batch_round_seconds "
                          f"(ddtree_lab.experiments.costs.batch_cost_model), got {type(cost_model).__name__}")
+    if method == "ddtree" and budget == "auto" and tree_rule(drafter, tree).name == "conditional":
+        raise ValueError("budget='auto' in generate_batch allocates unary trees only: pass tree='unary' "
+                         "or one int budget per prompt for conditional trees")
     checked = []
     for b, prompt in enumerate(prompts):
         if isinstance(prompt, (int, float)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 0):
@@ -83,7 +85,7 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
                              f"got the scalar {prompt!r}")
         try:
             checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
-                                               news[b], temperature, gdn_mode, cost_model, accept_rule))
+                                               news[b], temperature, gdn_mode, cost_model, accept_rule, tree))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
     return checked, budgets, news
@@ -92,18 +94,19 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
 @torch.no_grad()
 def generate_batch(target, drafter, prompts, *, method: str, budget: int | list | str = 32, block_size: int = 8,
                    max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
-                   seed: int = 0, cost_model=None, accept_rule: str = "rejection") -> list[Generation]:
+                   seed: int = 0, cost_model=None, accept_rule: str = "rejection",
+                   tree: str | None = None) -> list[Generation]:
     """``decode.generate`` for a batch of prompts (any lengths): one Generation per prompt.
 
     budget, max_new_tokens: one int, or a list with one per prompt; budget "auto" (DDTree):
     every round the budgets are chosen jointly with ``cost_model`` (``batch_round_seconds``,
-    ``max_budget``: see ``allocate.auto_trees``). Sequence b samples with
+    ``max_budget``: see ``allocate.auto_trees``; unary trees). tree: as ``decode.generate``. Sequence b samples with
     its own generator seeded ``seed + b`` (T > 0). timings: every Generation carries the
     whole batch's seconds per phase (the phases are shared).
     """
     prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
                                                        max_new_tokens, temperature, gdn_mode, cost_model,
-                                                       accept_rule)
+                                                       accept_rule, tree)
     rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
     t0 = time.perf_counter()
@@ -111,40 +114,41 @@ def generate_batch(target, drafter, prompts, *, method: str, budget: int | list 
         gens = _generate_batch_ar(target, prompts, news, temperature, rngs, clock)
     else:
         gens = _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news,
-                                    temperature, gdn_mode, rngs, clock, cost_model, accept_rule)
+                                    temperature, gdn_mode, rngs, clock, cost_model, accept_rule,
+                                    tree_rule(drafter, tree))
     clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
         g.tokens, g.timings = g.tokens[:n], dict(clock.timings)
     return gens
 
 
-def _start(target, drafter, prompt, layers, budget, max_new, rng) -> _Sequence:
-    """Prefill one prompt (batch 1) and open its drafter state."""
-    cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    return _Sequence(cache, drafter.new_state(), features, int(prompt[-1]), budget, max_new, rng)
+def _start(target, drafter, prompt, budget, max_new, rng) -> _Sequence:
+    """Prefill one prompt (batch 1, ``decode.start``) and open its drafter state."""
+    cache, features, root = start(target, drafter, prompt)
+    return _Sequence(cache, drafter.new_state(), features, root, budget, max_new, rng)
 
 
 def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
-                         gdn_mode, rngs, clock: Generation, cost_model=None,
-                         accept_rule: str = "rejection") -> list[Generation]:
+                         gdn_mode, rngs, clock: Generation, cost_model, accept_rule: str,
+                         rule) -> list[Generation]:
     layers = tuple(drafter.cfg.target_layer_ids)
     with timed_phase(clock, "prefill"):
-        seqs = [_start(target, drafter, p, layers, *args) for p, *args in zip(prompts, budgets, news, rngs)]
+        seqs = [_start(target, drafter, p, *args) for p, *args in zip(prompts, budgets, news, rngs)]
     running = list(seqs)
     while running:
         with timed_phase(clock, "draft"):
-            drafts = propose_all(drafter, running, block_size)  # [bs-1, V] each
+            drafts = propose_all(drafter, running, block_size)  # Draft each, logits [bs-1, V]
+            proposals = [rule.proposal(d) for d in drafts]
         with timed_phase(clock, "tree"):
-            trees = [sampled(t, d, temperature, accept_rule, s.rng)
-                     for t, d, s in zip(draft_trees(drafts, running, method, cost_model), drafts, running)]
+            trees = [sampled(t, q, temperature, accept_rule, s.rng)
+                     for t, q, s in zip(draft_trees(drafts, running, method, cost_model, rule), proposals, running)]
         with timed_phase(clock, "verify"):
             outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
         with timed_phase(clock, "accept"):
             # every sequence walks its own tree with its own generator (``decode.accept_round``):
             # lossless per sequence whatever the other sequences of the batch accept
-            walks = [accept_round(t, o.logits, d, temperature, accept_rule, s.rng)[:2]
-                     for t, o, d, s in zip(trees, outs, drafts, running)]
+            walks = [accept_round(t, o.logits, q, temperature, accept_rule, s.rng)[:2]
+                     for t, o, q, s in zip(trees, outs, proposals, running)]
         with timed_phase(clock, "commit"):
             for s, t, o, (path, bonus) in zip(running, trees, outs, walks):
                 commit(target, s.cache, t, path)
@@ -156,18 +160,19 @@ def _generate_batch_spec(target, drafter, prompts, method, budgets, block_size, 
     return [s.gen for s in seqs]
 
 
-def draft_trees(drafts: list[torch.Tensor], running: list[_Sequence], method: str, cost_model) -> list:
-    """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets
-    chosen jointly for this round's batch by ``auto_trees``."""
+def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model, rule) -> list:
+    """One tree per running sequence (``rule``: ``decode.TreeRule``): its own budget, or
+    (DDTree, budget "auto", unary trees) budgets chosen jointly for this round's batch by
+    ``auto_trees``."""
     if method == "ddtree" and running[0].budget == "auto":
-        return auto_trees(drafts, [s.root for s in running], cost_model)
-    return [draft_tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
+        return auto_trees([d.logits for d in drafts], [s.root for s in running], cost_model)
+    return [rule.tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
 
 
-def propose_all(drafter, running: list[_Sequence], block_size: int) -> list[torch.Tensor]:
-    """One block per running sequence, [bs-1, V] each, in one forward (``propose_batch``)."""
-    return list(drafter.propose_batch([s.dstate for s in running], [s.features for s in running],
-                                      [s.root for s in running], block_size))
+def propose_all(drafter, running: list[_Sequence], block_size: int) -> list:
+    """One ``Draft`` per running sequence, in one forward (``draft_batch``)."""
+    return drafter.draft_batch([s.dstate for s in running], [s.features for s in running],
+                               [s.root for s in running], block_size)
 
 
 def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

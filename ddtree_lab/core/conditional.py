@@ -44,12 +44,15 @@ class ConditionalDraft:
     def depth(self) -> int:
         return self.candidates.shape[0]
 
-    def child_log_probs(self, parent_token: int, depth: int) -> torch.Tensor:
-        """[K] float64: log q(candidates[depth - 1] | parent_token, depth)."""
+    def scores(self, parent_token: int, depth: int) -> torch.Tensor:
+        """[K] float64: s_d(candidates[depth - 1] | parent_token), the selector's scores."""
         d = depth - 1
-        scores = self.unary[d].double() + (self.successor[self.candidates[d]].double()
-                                           @ (self.predecessor[parent_token].double() * self.hidden[d].double()))
-        return torch.log_softmax(scores, -1)
+        return selector_scores(self.unary[d].double(), self.hidden[d].double(),
+                               self.predecessor[parent_token].double(), self.successor[self.candidates[d]].double())
+
+    def child_log_probs(self, parent_token: int, depth: int) -> torch.Tensor:
+        """[K] float64: log q(candidates[depth - 1] | parent_token, depth) at T = 1."""
+        return torch.log_softmax(self.scores(parent_token, depth), -1)
 
     def ranked_children(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
         """(tokens, log q) of depth ``depth``'s candidates given the parent, best first
@@ -58,6 +61,13 @@ class ConditionalDraft:
         tokens = self.candidates[depth - 1].tolist()
         order = sorted(range(len(tokens)), key=lambda i: (-logq[i], tokens[i]))
         return [tokens[i] for i in order], [logq[i] for i in order]
+
+
+def selector_scores(unary: torch.Tensor, hidden: torch.Tensor, predecessor: torch.Tensor,
+                    successor: torch.Tensor) -> torch.Tensor:
+    """s(c | t) = unary(c) + < P[t] * h , S[c] > for every candidate: unary [..., K], hidden
+    [..., R] (projected), predecessor [..., R] (P[t]), successor [..., K, R] (S[c]) -> [..., K]."""
+    return unary + (successor * (predecessor * hidden)[..., None, :]).sum(-1)
 
 
 def from_selector(selector, hidden: torch.Tensor, logits: torch.Tensor) -> ConditionalDraft:
@@ -99,6 +109,19 @@ def build_conditional_tree(draft: ConditionalDraft, root_token: int, budget: int
             ranked[node] = draft.ranked_children(node_tokens[node], depth + 1)
             heapq.heappush(heap, (-(weights[node] + ranked[node][1][0]), path + (0,), node, depth + 1, 0))
     return _tree(node_tokens, parents, depths, weights)
+
+
+def conditional_chain(draft: ConditionalDraft, root_token: int) -> DraftTree:
+    """DFlash 2's linear draft: the selector's greedy path walk, each depth's best candidate
+    given the previous pick (``CandidateSelector.select`` at T = 0)."""
+    _check(draft, root_token, 1)
+    tokens, weights = [root_token], [0.0]
+    for depth in range(1, draft.depth + 1):
+        best, logq = draft.ranked_children(tokens[-1], depth)
+        tokens.append(best[0])
+        weights.append(weights[-1] + logq[0])
+    n = len(tokens)
+    return _tree(tokens, list(range(-1, n - 1)), list(range(n)), weights)
 
 
 def build_conditional_tree_reference(draft: ConditionalDraft, root_token: int, budget: int) -> DraftTree:

@@ -21,10 +21,12 @@ import torch
 
 from . import tree as tree_mod
 from .cache import commit
-from .sampling import ACCEPT_RULES, accept_rejection, sample_draft
+from .conditional import build_conditional_tree, conditional_chain
+from .sampling import ACCEPT_RULES, Conditional, Marginal, accept_rejection
 from .verify import GDN_MODES, prefill, token_ids, verify
 
 METHODS = ("ar", "dflash", "ddtree")
+TREES = ("unary", "conditional")
 MAX_BUDGET = 1024
 PHASES = ("draft", "tree", "verify", "accept", "commit")
 
@@ -57,10 +59,19 @@ def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
     return (-(logp.exp() * logp).sum(-1)).tolist()
 
 
+def device_sync() -> None:
+    """Wait for queued GPU work, so a host timer measures it (a no-op on the CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 @contextmanager
 def timed_phase(gen: Generation, phase: str):
+    """Add the seconds of the block to ``gen.timings[phase]`` (device-synced at both ends)."""
+    device_sync()
     t0 = time.perf_counter()
     yield
+    device_sync()
     gen.timings[phase] += time.perf_counter() - t0
 
 
@@ -72,11 +83,46 @@ def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator
     return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
 
 
+@dataclass(frozen=True)
+class TreeRule:
+    """How a round turns a ``drafter.Draft`` into its tree and its T > 0 proposal, chosen once
+    per generation (``tree_rule``): "unary" (DDTree over the per-depth marginals; DFlash's
+    argmax chain) or "conditional" (DFlash 2: children by the selector's q(c | parent token);
+    the selector's path walk as the chain)."""
+    name: str
+
+    def tree(self, draft, root: int, method: str, budget: int) -> tree_mod.DraftTree:
+        if self.name == "conditional":
+            return (conditional_chain(draft.conditional, root) if method == "dflash"
+                    else build_conditional_tree(draft.conditional, root, budget))
+        return draft_tree(draft.logits, root, method, budget)
+
+    def proposal(self, draft):
+        """The drafter's q for the rejection rule (``sampling.Marginal`` / ``Conditional``)."""
+        return Conditional(draft.conditional) if self.name == "conditional" else Marginal(draft.logits)
+
+
+def tree_rule(drafter, tree: str | None) -> TreeRule:
+    """The ``TreeRule`` named ``tree``; None: "conditional" for a DFlash 2 drafter (it has a
+    candidate selector), else "unary"."""
+    if tree is None:
+        tree = "conditional" if getattr(drafter, "selector", None) is not None else "unary"
+    if tree not in TREES:
+        raise ValueError(f"tree must be one of {TREES} or None (the drafter's own), got {tree!r}")
+    if tree == "conditional" and getattr(drafter, "selector", None) is None:
+        raise ValueError("tree='conditional' needs a DFlash 2 drafter (a candidate selector); "
+                         "this drafter has none: use tree='unary'")
+    return TreeRule(tree)
+
+
 def check_generate_args(target, drafter, prompt_ids, method, budget, block_size, max_new_tokens,
-                        temperature, gdn_mode, cost_model=None, accept_rule="rejection") -> torch.Tensor:
+                        temperature, gdn_mode, cost_model=None, accept_rule="rejection",
+                        tree=None) -> torch.Tensor:
     """Validate everything before any work; returns the prompt as LongTensor[T]."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method != "ar" and drafter is not None:
+        tree_rule(drafter, tree)
     if accept_rule not in ACCEPT_RULES:
         raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, got {accept_rule!r}")
     if gdn_mode not in GDN_MODES:
@@ -130,7 +176,7 @@ def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: 
 def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32,
              block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
              gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None,
-             accept_rule: str = "rejection") -> Generation:
+             accept_rule: str = "rejection", tree: str | None = None) -> Generation:
     """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS.
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
@@ -139,9 +185,11 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
     calibration and leakage studies; not timed apart from the loop).
     accept_rule: ``sampling.ACCEPT_RULES``, the T > 0 walk ("rejection": DFlash's rule with
     the drafter's q; "target": target-only matching); ignored at T = 0.
+    tree: ``TREES`` ("unary" / "conditional"); None: the drafter's own (a DFlash 2 drafter
+    builds conditional trees, ``TreeRule``).
     """
     prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
-                                 max_new_tokens, temperature, gdn_mode, cost_model, accept_rule)
+                                 max_new_tokens, temperature, gdn_mode, cost_model, accept_rule, tree)
     rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
     gen = Generation()
     t0 = time.perf_counter()
@@ -149,7 +197,8 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
         _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen)
     else:
         _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                       temperature, gdn_mode, rng, gen, cost_model, on_round, accept_rule)
+                       temperature, gdn_mode, rng, gen, cost_model, on_round, accept_rule,
+                       tree_rule(drafter, tree))
     gen.timings["total"] = time.perf_counter() - t0
     gen.tokens = gen.tokens[:max_new_tokens]
     gen.entropies = gen.entropies[:max_new_tokens]
@@ -182,19 +231,19 @@ def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> 
     return tree_mod.build_tree(drafter_logits, root, budget)
 
 
-def sampled(tree: tree_mod.DraftTree, draft_logits, temperature: float, accept_rule: str, rng):
+def sampled(tree: tree_mod.DraftTree, proposal, temperature: float, accept_rule: str, rng):
     """The tree the round verifies: under the rejection rule at T > 0 its tokens are drawn
-    from the drafter's q (``sampling.sample_draft``), else the deterministic tree itself."""
+    from the drafter's q (``proposal.sample_tree``), else the deterministic tree itself."""
     if temperature > 0 and accept_rule == "rejection":
-        return sample_draft(tree, draft_logits, temperature, rng)
+        return proposal.sample_tree(tree, temperature, rng)
     return tree
 
 
-def accept_round(tree, target_logits, draft_logits, temperature: float, accept_rule: str, rng):
+def accept_round(tree, target_logits, proposal, temperature: float, accept_rule: str, rng):
     """(path, bonus, choice): the round's accept walk. choice [N+1] is the target's own token
     at every node (argmax, or a sample under the target-only rule); None under rejection."""
     if temperature > 0 and accept_rule == "rejection":
-        return (*accept_rejection(tree, target_logits, draft_logits, temperature, rng), None)
+        return (*accept_rejection(tree, target_logits, proposal, temperature, rng), None)
     choice = choose_tokens(target_logits, temperature, rng)
     return (*tree_mod.accept(tree, choice), choice)
 
@@ -202,35 +251,36 @@ def accept_round(tree, target_logits, draft_logits, temperature: float, accept_r
 @dataclass(frozen=True, eq=False)
 class Round:
     """What one speculative round saw: draft logits [bs-1, V], the tree, the target's
-    logits [N+1, V] and choices [N+1], the accepted path and the bonus token."""
+    logits [N+1, V] and choices [N+1], the accepted path, the bonus token and the drafter's
+    q (``proposal``: ``sampling.Marginal`` or ``Conditional``)."""
     draft_logits: torch.Tensor
     tree: tree_mod.DraftTree
     target_logits: torch.Tensor
     target_choice: torch.Tensor | None  # None under the rejection rule at T > 0
     path: list
     bonus: int
+    proposal: object = None
 
 
 def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
                    temperature, gdn_mode, rng, gen: Generation, cost_model, on_round,
-                   accept_rule: str = "rejection") -> None:
+                   accept_rule: str, rule: TreeRule) -> None:
     layers = tuple(drafter.cfg.target_layer_ids)
     with timed_phase(gen, "prefill"):
-        cache, pre = prefill(target, prompt[:-1], feature_layers=layers)
+        cache, new_features, root = start(target, drafter, prompt)
         dstate = drafter.new_state()
-        new_features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    root = int(prompt[-1])
     while len(gen.tokens) < max_new_tokens:
         with timed_phase(gen, "draft"):
-            draft_logits = drafter.propose(dstate, new_features, root, block_size)  # [bs-1, V]
+            draft = drafter.draft(dstate, new_features, root, block_size)  # logits [bs-1, V]
+            proposal = rule.proposal(draft)
         with timed_phase(gen, "tree"):
-            tree = (auto_tree(draft_logits, root, cost_model) if budget == "auto"
-                    else draft_tree(draft_logits, root, method, budget))
-            tree = sampled(tree, draft_logits, temperature, accept_rule, rng)
+            tree = (auto_tree(draft, root, cost_model, rule) if budget == "auto"
+                    else rule.tree(draft, root, method, budget))
+            tree = sampled(tree, proposal, temperature, accept_rule, rng)
         with timed_phase(gen, "verify"):
             out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
         with timed_phase(gen, "accept"):
-            path, bonus, choice = accept_round(tree, out.logits, draft_logits, temperature, accept_rule, rng)
+            path, bonus, choice = accept_round(tree, out.logits, proposal, temperature, accept_rule, rng)
         with timed_phase(gen, "commit"):
             commit(target, cache, tree, path)
             new_features = out.features[path]
@@ -240,17 +290,26 @@ def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_
         gen.tree_sizes.append(tree.num_nodes)
         root = bonus
         if on_round is not None:
-            on_round(Round(draft_logits, tree, out.logits, choice, path, bonus))
+            on_round(Round(draft.logits, tree, out.logits, choice, path, bonus, proposal))
 
 
-def auto_tree(draft_logits: torch.Tensor, root: int, cost_model) -> tree_mod.DraftTree:
+def start(target, drafter, prompt: torch.Tensor) -> tuple:
+    """Open a speculative generation of ``prompt`` [T]: prefill prompt[:-1] -> (target cache,
+    features [T-1, F] of those rows for the drafter, root = prompt[-1], the first round's
+    last committed token)."""
+    cache, pre = prefill(target, prompt[:-1], feature_layers=tuple(drafter.cfg.target_layer_ids))
+    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
+    return cache, features, int(prompt[-1])
+
+
+def auto_tree(draft, root: int, cost_model, rule: TreeRule = TreeRule("unary")) -> tree_mod.DraftTree:
     """The tree whose budget maximises (expected accepted + 1) / predicted round seconds.
 
     Builds once at the largest budget the cost model covers; the surrogate's expected
     acceptance of every heap prefix (each the best tree of its size) against the measured
     cost curve picks the budget, and the tree is that prefix.
     """
-    full = tree_mod.build_tree(draft_logits, root, cost_model.max_budget)
+    full = rule.tree(draft, root, "ddtree", cost_model.max_budget)
     gain = 1.0 + tree_mod.expected_acceptance_prefixes(full)  # [N]
     budgets = torch.arange(1, gain.numel() + 1)
     rate = gain / cost_model.round_seconds(budgets)

@@ -135,6 +135,14 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
     return torch.exp(-torch.arange(block_size - 1, dtype=torch.float32) / gamma)
 
 
+@dataclass(frozen=True, eq=False)
+class Draft:
+    """One proposed block: logits [bs-1, V] (row d-1 = depth d) and, from a DFlash 2 drafter,
+    ``conditional`` (``conditional.ConditionalDraft``: its candidate selector's view), else None."""
+    logits: torch.Tensor
+    conditional: object = None
+
+
 @dataclass
 class DrafterState:
     """One sequence's context K/V: per layer [1, H_kv, length, D], norm and RoPE applied."""
@@ -204,6 +212,11 @@ class DFlashDrafter(nn.Module):
         self._target_io = (emb, head)
 
     @property
+    def selector(self):
+        """DFlash 2's ``CandidateSelector`` (``DFlash2DraftModel.candidate_selector``), else None."""
+        return getattr(self.model, "candidate_selector", None)
+
+    @property
     def device(self) -> torch.device:
         return self.model.fc.weight.device
 
@@ -244,9 +257,32 @@ class DFlashDrafter(nn.Module):
         return self.propose_batch([state], [new_features], [last_token], block_size)[0]
 
     @torch.no_grad()
+    def draft(self, state: DrafterState, new_features: torch.Tensor, last_token: int, block_size: int) -> "Draft":
+        """The batch of one of ``draft_batch``."""
+        return self.draft_batch([state], [new_features], [last_token], block_size)[0]
+
+    @torch.no_grad()
+    def draft_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
+                    last_tokens: list[int], block_size: int) -> list["Draft"]:
+        """One ``Draft`` per sequence from ONE block forward (``propose_hidden_batch``): its
+        logits, and for a DFlash 2 drafter its parent-conditioned selector view."""
+        hidden = self.propose_hidden_batch(states, new_features, last_tokens, block_size)  # [B, bs-1, H]
+        logits = self.logits(hidden)
+        if self.selector is None:
+            return [Draft(row, None) for row in logits]
+        from .conditional import from_selector
+        return [Draft(lg, from_selector(self.selector, h, lg)) for h, lg in zip(hidden, logits)]
+
+    @torch.no_grad()
     def propose_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
                       last_tokens: list[int], block_size: int) -> torch.Tensor:
-        """B sequences in ONE block forward: -> logits [B, bs-1, V].
+        """B sequences in ONE block forward: -> logits [B, bs-1, V]."""
+        return self.logits(self.propose_hidden_batch(states, new_features, last_tokens, block_size))
+
+    @torch.no_grad()
+    def propose_hidden_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
+                             last_tokens: list[int], block_size: int) -> torch.Tensor:
+        """B sequences in ONE block forward: -> normed hidden states [B, bs-1, H] of depths 1..bs-1.
 
         new_features[b] [n_b, F]: the features of the tokens sequence b committed since its last
         round; they are left-padded to n_max and appended to b's context by ``ContextCache``.
@@ -278,7 +314,7 @@ class DFlashDrafter(nn.Module):
                             target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
         for state, n in zip(states, new_rows):
             state.length += n
-        return self.logits(hidden[:, 1:])  # [B, bs-1, V]
+        return hidden[:, 1:]
 
     @torch.no_grad()
     def propose_reference(self, cache, new_features: torch.Tensor, last_token: int,
@@ -298,35 +334,39 @@ class DFlashDrafter(nn.Module):
 
     # ------------------------------------------------------------------ training
 
-    def block_logits(self, tokens: torch.Tensor, features: torch.Tensor, anchors: torch.Tensor,
+    def block_hidden(self, tokens: torch.Tensor, features: torch.Tensor, anchors: torch.Tensor,
                      block_size: int | None = None) -> torch.Tensor:
-        """Logits [B, A, bs-1, V] of the blocks starting at ``anchors`` [B, A], in one forward.
+        """Normed hidden states [B, A, bs, hidden] of the blocks starting at ``anchors`` [B, A].
 
         tokens [B, T], features [B, T, F]; block of anchor a = [tokens[a], MASK...] at
-        positions a..a+bs-1, seeing context rows < a and its own block only.
+        positions a..a+bs-1, seeing context rows < a and its own block only. Every block is
+        its own row of the forward's batch ([B*A, bs]): DFlash 2's causal convolutions run
+        along the block, so blocks must not be packed into one sequence.
         """
         bs = self._check_block_size(block_size or self.cfg.block_size)
         (b, t), a = tokens.shape, anchors.shape[1]
         dev = self.device
         tokens, anchors = tokens.to(dev), anchors.to(dev).long()
-        first = tokens.gather(1, anchors)  # [B, A]
-        x = self.embed(self._block_ids(first, bs).flatten(1))  # [B, A*bs, hidden]
-        pos = torch.cat([torch.arange(t, device=dev).expand(b, t),
-                         (anchors[..., None] + torch.arange(bs, device=dev)).flatten(1)], 1)  # [B, T + A*bs]
-        hidden = self.model(position_ids=pos, attention_mask=self.training_mask(anchors, t, bs),
-                            noise_embedding=x, target_hidden=features.to(dev, self.model.fc.weight.dtype))
-        return self.logits(hidden).unflatten(1, (a, bs))[:, :, 1:]  # [B, A, bs-1, V]
+        first = tokens.gather(1, anchors).flatten()  # [B*A]
+        block_pos = anchors.flatten()[:, None] + torch.arange(bs, device=dev)  # [B*A, bs]
+        pos = torch.cat([torch.arange(t, device=dev).expand(b * a, t), block_pos], 1)  # [B*A, T + bs]
+        feats = features.to(dev, self.model.fc.weight.dtype)[:, None].expand(-1, a, -1, -1).flatten(0, 1)
+        hidden = self.model(position_ids=pos, attention_mask=self.training_mask(anchors.flatten(), t, bs),
+                            noise_embedding=self.embed(self._block_ids(first, bs)), target_hidden=feats)
+        return hidden.unflatten(0, (b, a))  # [B, A, bs, hidden]
+
+    def block_logits(self, tokens: torch.Tensor, features: torch.Tensor, anchors: torch.Tensor,
+                     block_size: int | None = None) -> torch.Tensor:
+        """Logits [B, A, bs-1, V] of the blocks at ``anchors`` [B, A] (``block_hidden``)."""
+        return self.logits(self.block_hidden(tokens, features, anchors, block_size)[:, :, 1:])
 
     @staticmethod
     def training_mask(anchors: torch.Tensor, num_context: int, block_size: int) -> torch.Tensor:
-        """bool [B, 1, A*bs, T + A*bs]: block of anchor a sees context rows < a and itself."""
-        b, a = anchors.shape
-        dev = anchors.device
-        ctx = torch.arange(num_context, device=dev) < anchors[..., None]  # [B, A, T]
-        ctx = ctx.repeat_interleave(block_size, 1)  # [B, A*bs, T]
-        block_of = torch.arange(a, device=dev).repeat_interleave(block_size)  # [A*bs]
-        own = (block_of[:, None] == block_of[None, :]).expand(b, -1, -1)  # [B, A*bs, A*bs]
-        return torch.cat([ctx, own], -1)[:, None]
+        """bool [N, 1, bs, T + bs]: the block of anchor a (anchors [N]) sees context rows < a
+        and its whole block."""
+        ctx = torch.arange(num_context, device=anchors.device) < anchors[:, None]  # [N, T]
+        ctx = ctx[:, None].expand(-1, block_size, -1)
+        return torch.cat([ctx, ctx.new_ones(len(anchors), block_size, block_size)], -1)[:, None]
 
 
 def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -339,8 +379,9 @@ def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block_size: int) -
 
 def drafter_loss(drafter: DFlashDrafter, tokens: torch.Tensor, features: torch.Tensor,
                  anchors: torch.Tensor, weights: torch.Tensor | None = None,
-                 soft: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """Position-weighted cross entropy of the blocks at ``anchors`` [B, A].
+                 soft: tuple[torch.Tensor, torch.Tensor] | None = None, selector_weight: float = 1.0) -> torch.Tensor:
+    """Position-weighted cross entropy of the blocks at ``anchors`` [B, A] (+ ``selector_weight``
+    x ``selector_loss`` for a DFlash 2 drafter).
 
     weights [bs-1]: per predicted position (default exp(-(k-1)/gamma)); labels past the end
     of the sequence are ignored; normalised by the total weight of the valid labels.
@@ -349,30 +390,73 @@ def drafter_loss(drafter: DFlashDrafter, tokens: torch.Tensor, features: torch.T
     soft[:, t - 1] instead of the token (logit distillation, as SpecForge's option).
     """
     bs = drafter.cfg.block_size
-    logits = drafter.block_logits(tokens, features, anchors, bs)  # [B, A, bs-1, V]
-    labels = block_labels(tokens.to(logits.device), anchors.to(logits.device), bs)  # [B, A, bs-1]
+    hidden = drafter.block_hidden(tokens, features, anchors, bs)[:, :, 1:]  # [B, A, bs-1, H]
+    logits = drafter.logits(hidden)  # [B, A, bs-1, V]
+    anchors = anchors.to(logits.device)
+    labels = block_labels(tokens.to(logits.device), anchors, bs)  # [B, A, bs-1]
     if weights is None:
         weights = position_weights(bs, drafter.cfg.gamma)
     if soft is None:
         ce = F.cross_entropy(logits.flatten(0, 2).float(), labels.flatten(), ignore_index=-100,
                              reduction="none").view_as(labels)
     else:
-        ce = soft_cross_entropy(logits, anchors.to(logits.device), *(t.to(logits.device) for t in soft))
+        soft = tuple(_rows(t.to(logits.device), anchors, bs - 1) for t in soft)  # [B, A, bs-1, K] each
+        ce = soft_cross_entropy(logits, *soft)
+    if drafter.selector is not None and selector_weight:
+        ce = ce + selector_weight * selector_loss(drafter.selector, hidden, logits,
+                                                  block_predecessors(tokens.to(logits.device), anchors, bs),
+                                                  soft if soft is not None else _one_hot_labels(labels))
     w = weights.to(logits.device) * (labels != -100)  # [B, A, bs-1]
     return (ce * w).sum() / w.sum().clamp_min(1e-9)
 
 
-def soft_cross_entropy(logits: torch.Tensor, anchors: torch.Tensor, ids: torch.Tensor,
-                       probs: torch.Tensor) -> torch.Tensor:
-    """[B, A, bs-1]: -sum_k p_k log q(ids_k) for block position j of anchor a, against the
-    target's distribution after position a + j (ids / probs [B, T, K]; clamped at the end,
-    where the hard-label mask ignores the rows)."""
-    b, a, n, _ = logits.shape
-    t = ids.shape[1]
-    rows = (anchors.long()[..., None] + torch.arange(n, device=logits.device)).clamp(max=t - 1)  # [B, A, bs-1]
-    take = lambda x: x.gather(1, rows.flatten(1)[..., None].expand(-1, -1, x.shape[-1])).view(b, a, n, -1)  # noqa: E731
-    p = take(probs.float())
-    logq = torch.log_softmax(logits.float(), -1).gather(-1, take(ids.long()))  # [B, A, bs-1, K]
+def _rows(x: torch.Tensor, anchors: torch.Tensor, n: int) -> torch.Tensor:
+    """x [B, T, ...] -> [B, A, n, ...]: rows a .. a+n-1 of every anchor (clamped at the end)."""
+    b, t = x.shape[:2]
+    rows = (anchors.long()[..., None] + torch.arange(n, device=x.device)).clamp(max=t - 1)  # [B, A, n]
+    flat = rows.flatten(1).view(b, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:])
+    return x.gather(1, flat).view(b, *rows.shape[1:], *x.shape[2:])
+
+
+def block_predecessors(tokens: torch.Tensor, anchors: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[B, A, bs-1]: the true predecessor of block position k = 1..bs-1, tokens[a + k - 1]."""
+    return _rows(tokens.long(), anchors, block_size - 1)
+
+
+def _one_hot_labels(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hard labels [...] as a one-token distribution (ids [..., 1], probs [..., 1]); -100 -> 0."""
+    return labels.clamp_min(0)[..., None], (labels != -100).float()[..., None]
+
+
+def selector_loss(selector, hidden: torch.Tensor, logits: torch.Tensor, predecessors: torch.Tensor,
+                  target: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """[...]: DFlash 2's candidate-selector loss, a K-way cross entropy over the unary top-K.
+
+    hidden [..., H], logits [..., V] (the unary scores), predecessors [...] (the true previous
+    token), target (ids [..., M], probs [..., M]): the target's next-token distribution. The
+    candidates are the unary top-K; the target's top-1 replaces the last candidate when the
+    top-K misses it (injected into the loss's candidate set only). The label is the target's
+    distribution restricted to the candidates, renormalised: soft K-way cross entropy (with a
+    one-token target it is the public hard K-way cross entropy; docs/background.md, 10).
+    """
+    from .conditional import selector_scores
+    ids, probs = target
+    cand = torch.topk(logits.detach(), selector.top_k, dim=-1).indices  # [..., K]
+    top1 = ids[..., :1].long()
+    missing = ~(cand == top1).any(-1, keepdim=True)
+    cand = torch.cat([cand[..., :-1], torch.where(missing, top1, cand[..., -1:])], -1)
+    scores = selector_scores(logits.gather(-1, cand).float(), selector.hidden_projection(hidden).float(),
+                             selector.predecessor_codebook(predecessors).float(),
+                             selector.successor_codebook(cand).float())  # [..., K]
+    p = ((cand[..., :, None] == ids[..., None, :].long()) * probs[..., None, :].float()).sum(-1)  # [..., K]
+    return -(p * torch.log_softmax(scores, -1)).sum(-1) / p.sum(-1).clamp_min(1e-9)
+
+
+def soft_cross_entropy(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """[B, A, bs-1]: -sum_k p_k log q(ids_k), logits [B, A, bs-1, V] against the target's
+    distribution (ids / probs [B, A, bs-1, K], ``_rows`` of the per-position labels)."""
+    p = probs.float()
+    logq = torch.log_softmax(logits.float(), -1).gather(-1, ids.long())  # [B, A, bs-1, K]
     return -(p * logq).sum(-1) / p.sum(-1).clamp_min(1e-9)
 
 

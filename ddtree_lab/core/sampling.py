@@ -22,6 +22,12 @@ Two rules, chosen once per generation (``ACCEPT_RULES``); at T = 0 both are the 
 
   Each trial is one speculative-sampling step with proposal s and target r, so the output is
   distributed as p whatever q is (lossless); a chain is the tree with one child per node.
+
+The proposal q is an object chosen once per generation: ``Marginal`` (DFlash: q_d depends on
+the depth only) or ``Conditional`` (DFlash 2's selector: q(. | parent token, d) over the
+depth's K candidates, softmax(s / T), as SGLang's selector path walk). Under ``Conditional``
+a node's children are drawn without replacement from q given the node's own (sampled) token,
+top-down; the walk above is unchanged, with s = q(. | node token, depth + 1).
 """
 from __future__ import annotations
 
@@ -46,6 +52,61 @@ def canonical_ranks(draft_logits: torch.Tensor) -> torch.Tensor:
     return ranks
 
 
+class Marginal:
+    """DFlash's proposal: q_d = softmax(draft_logits[d - 1] / T) whatever the parent (logits [L, V])."""
+
+    def __init__(self, draft_logits: torch.Tensor):
+        self.logits = draft_logits
+
+    def child_probs(self, parent_token: int, depth: int, temperature: float) -> torch.Tensor:
+        """[V] float64: q of a depth-``depth`` child."""
+        return probs(self.logits[depth - 1], temperature)
+
+    def sample_tree(self, tree: DraftTree, temperature: float, rng) -> DraftTree:
+        return sample_draft(tree, self.logits, temperature, rng)
+
+    def node_log_q(self, tree: DraftTree) -> list[float]:
+        """Per node, log q of its token at its depth (T = 1; the root 0)."""
+        log_q = torch.log_softmax(self.logits.double().cpu(), -1)  # [L, V]
+        return [0.0] + log_q[tree.depths[1:] - 1, tree.tokens[1:]].tolist()
+
+
+class Conditional:
+    """DFlash 2's proposal: q(c | parent token, d) = softmax(s_d(c | t) / T) over depth d's K
+    candidates (``conditional.ConditionalDraft``), zero elsewhere."""
+
+    def __init__(self, draft):
+        self.draft = draft
+        self.vocab = draft.predecessor.shape[0]
+
+    def child_probs(self, parent_token: int, depth: int, temperature: float) -> torch.Tensor:
+        q = torch.zeros(self.vocab, dtype=torch.float64)
+        q[self.draft.candidates[depth - 1].cpu()] = torch.softmax(
+            self.draft.scores(parent_token, depth).cpu() / temperature, -1)
+        return q
+
+    def node_log_q(self, tree: DraftTree) -> list[float]:
+        """Per node, log q(its token | its parent's token, its depth) (T = 1; the root 0;
+        -inf for a token outside its depth's candidates)."""
+        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        out = [0.0]
+        for i in range(1, len(tokens)):
+            cands = self.draft.candidates[depths[i] - 1].tolist()
+            lq = self.draft.child_log_probs(tokens[parents[i]], depths[i])
+            out.append(float(lq[cands.index(tokens[i])]) if tokens[i] in cands else float("-inf"))
+        return out
+
+    def sample_tree(self, tree: DraftTree, temperature: float, rng) -> DraftTree:
+        """The tree's shape with its tokens drawn top-down: the m children of a node are one
+        sample without replacement of m tokens from q(. | the node's drawn token, depth + 1)."""
+        tokens, depths = tree.tokens.clone(), tree.depths.tolist()
+        for u, kids in enumerate(tree.children):  # pop order: a parent before its children
+            if kids:
+                q = self.child_probs(int(tokens[u]), depths[u] + 1, temperature)
+                tokens[kids] = torch.multinomial(q, len(kids), replacement=False, generator=rng)
+        return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
+
+
 def sample_draft(tree: DraftTree, draft_logits: torch.Tensor, temperature: float,
                  rng: torch.Generator | None) -> DraftTree:
     """The tree with its tokens drawn from q: node of rank r at depth d gets the r-th token of
@@ -65,10 +126,10 @@ def sample_draft(tree: DraftTree, draft_logits: torch.Tensor, temperature: float
     return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
 
 
-def accept_rejection(tree: DraftTree, target_logits: torch.Tensor, draft_logits: torch.Tensor,
+def accept_rejection(tree: DraftTree, target_logits: torch.Tensor, proposal,
                      temperature: float, rng: torch.Generator | None) -> tuple[list[int], int]:
-    """The rejection walk (module docstring) over a ``sample_draft`` tree: target logits
-    [N+1, V] at every node, draft logits [L, V]. -> (path, bonus)."""
+    """The rejection walk (module docstring) over a tree drawn by ``proposal.sample_tree``
+    (``Marginal`` or ``Conditional``): target logits [N+1, V] at every node. -> (path, bonus)."""
     children = tree.children  # per node, in pop order = rank order
     depths = tree.depths.tolist()
     path = [0]
@@ -77,7 +138,7 @@ def accept_rejection(tree: DraftTree, target_logits: torch.Tensor, draft_logits:
         r = probs(target_logits[u], temperature)  # [V]
         nxt = None
         if children[u]:
-            s = probs(draft_logits[depths[u]], temperature)  # q at the children's depth
+            s = proposal.child_probs(int(tree.tokens[u]), depths[u] + 1, temperature)  # q of u's children
             for c in children[u]:
                 x = int(tree.tokens[c])
                 if torch.rand((), generator=rng, dtype=torch.float64) * s[x] < r[x]:

@@ -39,8 +39,9 @@ def sibling_ranks(parents: list[int], q_cond: list[float]) -> list[int]:
 class RoundRecorder:
     """``on_round`` callback: one row per draft node per speculative round.
 
-    q_cond: the drafter's probability of the node's token at its depth (softmax of the
-    round's draft logits), q_path: product of q_cond along the path (= exp(log weight) for
+    q_cond: the drafter's probability of the node's token given its parent (DFlash: its
+    depth's marginal, softmax of the round's draft logits; DFlash 2 conditional trees: the
+    selector's q(token | parent token, depth), ``Round.proposal``), q_path: product of q_cond along the path (= exp(log weight) for
     a DDTree tree), main_path: the node and all its ancestors are rank 0, reached: the
     parent is on the accepted path, accepted: the node is, in_loop: the round's context
     (prompt + tokens committed so far) was looping when the round started (None when the
@@ -59,10 +60,11 @@ class RoundRecorder:
         self.labels, self.context = labels, [int(t) for t in prompt_ids]
 
     def __call__(self, rnd) -> None:
+        from ..core.sampling import Marginal
         tree = rnd.tree
-        log_q = torch.log_softmax(rnd.draft_logits.double(), dim=-1)  # [L, V]
+        proposal = rnd.proposal if getattr(rnd, "proposal", None) is not None else Marginal(rnd.draft_logits)
         tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
-        node_lq = [0.0] + [float(log_q[depths[i] - 1, tokens[i]]) for i in range(1, len(tree))]
+        node_lq = proposal.node_log_q(tree)  # the drafter's q of each node given its parent
         path_lq = [0.0] * len(tree)
         for i in range(1, len(tree)):  # topological order: the parent is already done
             path_lq[i] = path_lq[parents[i]] + node_lq[i]

@@ -67,8 +67,9 @@ def check_one_run(frame: pd.DataFrame) -> None:
                              f"one run (run_sweep(..., run=...) returns them)")
 
 
-def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per config (the AXES columns) from a results frame (one row per config x prompt).
+def summarize(frame: pd.DataFrame, axes: tuple = AXES) -> pd.DataFrame:
+    """One row per config (the ``axes`` columns, default AXES) from a results frame (one row
+    per config x prompt).
 
     frame needs AXES, ``prompt``, ``tau`` and ``_metrics`` (tokens, tree_sizes, timings.total).
     Returns AXES + n_prompts, tau (accepted tokens per target forward, pooled over every
@@ -86,7 +87,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     frame = with_axes(frame)
     check_one_run(frame)
     rows = pd.concat([frame, _row_stats(frame)], axis=1)
-    out = rows.groupby(list(AXES), sort=False, dropna=False).agg(
+    out = rows.groupby(list(axes), sort=False, dropna=False).agg(
         n_prompts=("prompt", "nunique"), tau_prompt_mean=("tau", "mean"), _n_tokens=("_n_tokens", "sum"),
         _seconds=("_seconds", "sum"), _size_sum=("_size_sum", "sum"), _size_n=("_size_n", "sum"),
         matches_ar=("_match", "mean"), first_divergence=("_div", "mean"), _acc_sum=("_acc_sum", "sum"),
@@ -101,7 +102,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     ar = out[out["method"] == "ar"].set_index(ref_key)["tokens_per_s"]
     ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
     out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
-    cols = list(AXES) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
+    cols = list(axes) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
                          "first_divergence", "mean_tree_size", "tau_prompt_mean", "tau_outside_loops",
                          "loop_round_share", "loop_prompts", "entropy"]
     return _sort_summary(out[cols])

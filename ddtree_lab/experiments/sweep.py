@@ -70,7 +70,9 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
                                           gdn_mode=_mode(cfg))
+    tree = cfg.get("tree", "-")  # a DFlash 2 study's axis (``dflash2.D_AXES``); "-": the drafter's own
     g = generate(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
+                 tree=None if tree == "-" else tree,
                  block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
                  temperature=cfg["temperature"], gdn_mode=_mode(cfg), seed=prompt_id,
                  accept_rule="rejection" if cfg["accept_rule"] == "-" else cfg["accept_rule"], **kwargs)

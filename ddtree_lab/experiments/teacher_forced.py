@@ -21,7 +21,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..core import tree as tree_mod
-from ..core.verify import GDN_MODES, prefill, verify
+from ..core.decode import start, tree_rule
+from ..core.verify import GDN_MODES, verify
 
 
 def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list[int]:
@@ -34,26 +35,25 @@ def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list
 
 def _draft_at(target, drafter, context: torch.Tensor, block_size: int):
     """The target's cache of context[:-1], the root context[-1], and the drafter's block
-    logits [block_size - 1, V] from that context."""
-    layers = tuple(drafter.cfg.target_layer_ids)
-    cache, pre = prefill(target, context[:-1], feature_layers=layers)
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    root = int(context[-1])
-    return cache, root, drafter.propose(drafter.new_state(), features, root, block_size)
+    (``drafter.Draft``) from that context (``decode.start``)."""
+    cache, features, root = start(target, drafter, context)
+    return cache, root, drafter.draft(drafter.new_state(), features, root, block_size)
 
 
 @torch.no_grad()
 def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
-                gdn_mode: str = "wy") -> dict:
+                gdn_mode: str = "wy", tree: str | None = None) -> dict:
     """Acceptance lengths (accepted drafts + 1) at one real context [p+1] (last token = root).
+    tree: as ``decode.generate`` (a DFlash 2 drafter: conditional trees and its selector's chain).
 
     -> {"dflash": int, budget b: int for b in budgets}
     """
+    rule = tree_rule(drafter, tree)
     cache, root, draft = _draft_at(target, drafter, context, block_size)
     out = {}
-    chain = tree_mod.chain_tree(draft.argmax(-1), root)
+    chain = rule.tree(draft, root, "dflash", block_size - 1)
     out["dflash"] = len(tree_mod.accept(chain, verify(target, cache.snapshot(), chain, gdn_mode).logits.argmax(-1))[0])
-    full = tree_mod.build_tree(draft, root, max(budgets))
+    full = rule.tree(draft, root, "ddtree", max(budgets))
     choice = verify(target, cache, full, gdn_mode).logits.argmax(-1)  # [N+1]
     for b in budgets:
         small = tree_mod.truncate(full, min(b, full.num_nodes))
@@ -63,18 +63,20 @@ def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], 
 
 @torch.no_grad()
 def accepted_at_reference(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
-                          gdn_mode: str = "wy") -> dict:
+                          gdn_mode: str = "wy", tree: str | None = None) -> dict:
     """``accepted_at``'s plain twin: every budget's tree built and verified on its own."""
+    rule = tree_rule(drafter, tree)
     cache, root, draft = _draft_at(target, drafter, context, block_size)
-    trees = {"dflash": tree_mod.chain_tree(draft.argmax(-1), root)}
-    trees.update({b: tree_mod.build_tree(draft, root, b) for b in budgets})
+    trees = {"dflash": rule.tree(draft, root, "dflash", block_size - 1)}
+    trees.update({b: rule.tree(draft, root, "ddtree", b) for b in budgets})
     return {k: len(tree_mod.accept(t, verify(target, cache.snapshot(), t, gdn_mode).logits.argmax(-1))[0])
             for k, t in trees.items()}
 
 
 def teacher_forced(target, drafter, texts: Sequence[Sequence[int]], starts: Sequence[int], *,
                    budgets: Sequence[int] = (1, 4, 16, 64), block_size: int = 8, stride: int = 16,
-                   gdn_mode: str = "wy", label: str = "", progress: bool = True) -> pd.DataFrame:
+                   gdn_mode: str = "wy", label: str = "", progress: bool = True,
+                   tree: str | None = None) -> pd.DataFrame:
     """Teacher-forced acceptance over ``texts`` (token ids), from ``starts[i]`` on, every ``stride``.
 
     -> DataFrame rows (label, text, position, method ["dflash" | "ddtree"], budget, acceptance).
@@ -88,7 +90,7 @@ def teacher_forced(target, drafter, texts: Sequence[Sequence[int]], starts: Sequ
             for p in positions_in(min(len(t), limit), s, stride, 0)]
     rows = []
     for i, p in tqdm(jobs, desc=f"teacher-forced {label}".strip(), disable=not progress):
-        acc = accepted_at(target, drafter, torch.as_tensor(texts[i][:p + 1]), budgets, block_size, gdn_mode)
+        acc = accepted_at(target, drafter, torch.as_tensor(texts[i][:p + 1]), budgets, block_size, gdn_mode, tree)
         rows.append({"label": label, "text": i, "position": p, "method": "dflash",
                      "budget": block_size - 1, "acceptance": acc.pop("dflash")})
         rows += [{"label": label, "text": i, "position": p, "method": "ddtree", "budget": b, "acceptance": a}
@@ -108,10 +110,12 @@ def humaneval_texts(tokenizer, problem_ids) -> tuple[list[list[int]], list[int]]
     return texts, starts
 
 
-def tf_config(arch: str, block_size: int = 8, budgets=TF_BUDGETS, stride: int = 8) -> dict:
-    """One teacher-forced configuration (a results-store config)."""
-    return {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": "wy" if arch == "gdn" else "-",
-            "block_size": block_size, "budgets": list(budgets), "stride": stride}
+def tf_config(arch: str, block_size: int = 8, budgets=TF_BUDGETS, stride: int = 8, tree: str | None = None) -> dict:
+    """One teacher-forced configuration (a results-store config); ``tree`` (DFlash 2 studies:
+    "unary" | "conditional") only when given."""
+    cfg = {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": "wy" if arch == "gdn" else "-",
+           "block_size": block_size, "budgets": list(budgets), "stride": stride}
+    return cfg if tree is None else {**cfg, "tree": tree}
 
 
 def tf_runner(cfg: dict, problem_id: int, pair) -> dict:
@@ -119,7 +123,7 @@ def tf_runner(cfg: dict, problem_id: int, pair) -> dict:
     texts, starts = humaneval_texts(pair.tokenizer, [problem_id])
     frame = teacher_forced(pair.target, pair.drafter, texts, starts, budgets=cfg["budgets"],
                            block_size=cfg["block_size"], stride=cfg["stride"],
-                           gdn_mode="wy", progress=False)
+                           gdn_mode="wy", progress=False, tree=cfg.get("tree"))
     return {"positions": frame[frame.method == "dflash"].position.tolist(),
             "dflash": frame[frame.method == "dflash"].acceptance.tolist(),
             **{f"ddtree_{b}": frame[(frame.method == "ddtree") & (frame.budget == b)].acceptance.tolist()
@@ -132,20 +136,22 @@ def tf_summary(frame: pd.DataFrame) -> pd.DataFrame:
     frame: a results-store frame of teacher-forced rows -> columns arch, method, budget, tau, positions.
     """
     out = []
-    for (arch, bs), rows in frame.groupby(["arch", "block_size"]):
+    frame = frame if "tree" in frame else frame.assign(tree="-")
+    for (arch, bs, tree), rows in frame.assign(tree=frame["tree"].fillna("-")).groupby(["arch", "block_size", "tree"]):
         metrics = rows["_metrics"].tolist()
         n = sum(len(m["dflash"]) for m in metrics)
-        out.append({"arch": arch, "block_size": bs, "method": "dflash", "budget": bs - 1, "positions": n,
-                    "tau": sum(sum(m["dflash"]) for m in metrics) / max(n, 1)})
+        out.append({"arch": arch, "block_size": bs, "tree": tree, "method": "dflash", "budget": bs - 1,
+                    "positions": n, "tau": sum(sum(m["dflash"]) for m in metrics) / max(n, 1)})
         for b in rows.iloc[0]["budgets"]:
-            out.append({"arch": arch, "block_size": bs, "method": "ddtree", "budget": b, "positions": n,
-                        "tau": sum(sum(m[f"ddtree_{b}"]) for m in metrics) / max(n, 1)})
+            out.append({"arch": arch, "block_size": bs, "tree": tree, "method": "ddtree", "budget": b,
+                        "positions": n, "tau": sum(sum(m[f"ddtree_{b}"]) for m in metrics) / max(n, 1)})
     return pd.DataFrame(out)
 
 
 def run_teacher_forced(pairs: dict, store, problem_ids, block_size: int = 8, stride: int = 8,
-                       progress: bool = True) -> pd.DataFrame:
-    """Fill ``store`` with the teacher-forced lens for every pair ({arch: Pair}); -> tf_summary."""
+                       progress: bool = True, trees=(None,)) -> pd.DataFrame:
+    """Fill ``store`` with the teacher-forced lens for every pair ({arch: Pair}) and tree of
+    ``trees`` (None: the drafter's own); -> tf_summary."""
     from .sweep import run_sweep
-    configs = [tf_config(arch, block_size, TF_BUDGETS, stride) for arch in pairs]
+    configs = [tf_config(arch, block_size, TF_BUDGETS, stride, tree) for arch in pairs for tree in trees]
     return tf_summary(run_sweep(configs, list(problem_ids), store, pairs, progress=progress, runner=tf_runner))

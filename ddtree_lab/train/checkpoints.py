@@ -17,7 +17,8 @@ from ..common import DATA_DIR
 
 CKPT_DIR = DATA_DIR / "checkpoints"
 REBUILD = {"target": "ddtree-lab train-target --arch {arch}",
-           "drafter": "ddtree-lab train-drafter --arch {arch}"}
+           "drafter": "ddtree-lab train-drafter --arch {arch}",
+           "drafter2": "ddtree-lab train-drafter2 --arch {arch}"}
 
 
 CURVES_DIR = DATA_DIR / "results" / "training"
@@ -36,7 +37,7 @@ def store_curve(runs_dir: Path, out: Path, arch: str, kind: str) -> Path | None:
 
 
 def ckpt_path(arch: str, kind: str, root: Path = CKPT_DIR) -> Path:
-    """data/checkpoints/{arch}-{kind}, kind 'target' or 'drafter'."""
+    """data/checkpoints/{arch}-{kind}, kind 'target', 'drafter' or 'drafter2' (DFlash 2)."""
     return Path(root) / f"{arch}-{kind}"
 
 

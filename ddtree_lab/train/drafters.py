@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from . import data
-from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, write_manifest
+from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, weights_digest, write_manifest
 from ..core.drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
 from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, select_rollouts,
                        split_rollouts, target_digest, target_features)
@@ -150,6 +150,43 @@ def _all_matches(drafter, rollouts: dict, block_size: int, batch_size: int = 4):
     return match, valid
 
 
+@torch.no_grad()
+def selector_quality(drafter: DFlashDrafter, rollouts: dict, block_size: int, batch_size: int = 4) -> dict:
+    """A DFlash 2 drafter's selector on greedy rollouts, every anchor with a full block:
+    'unary_recall' (the target's token is in the unary top-K), 'selector_accuracy' (teacher
+    forced: the selector's best candidate given the TRUE predecessor is the target's token),
+    'unary_tau' / 'selector_tau' (1 + leading matches of the unary argmax path and of the
+    selector's own path, each depth conditioned on the selector's previous pick)."""
+    from ..core.conditional import selector_scores
+    from ..core.drafter import block_labels, block_predecessors
+    sel, low_high = drafter.selector, anchor_range(rollouts)
+    n = len(rollouts["tokens"])
+    anchors = torch.arange(low_high[0], low_high[1] + 1).expand(n, -1)
+    acc = {"recall": [], "accuracy": [], "unary": [], "path": []}
+    for s in range(0, n, batch_size):
+        tokens, features = _batch(rollouts, range(s, min(s + batch_size, n)), model_device(drafter))
+        a = anchors[s:s + batch_size].to(tokens.device)
+        hidden = drafter.block_hidden(tokens, features, a, block_size)[:, :, 1:]  # [B, A, L, H]
+        logits = drafter.logits(hidden)
+        labels, preds = block_labels(tokens, a, block_size), block_predecessors(tokens, a, block_size)
+        full = (labels != -100).all(-1)  # [B, A]
+        unary, cand = torch.topk(logits, sel.top_k, dim=-1)  # [B, A, L, K]
+        proj, succ = sel.hidden_projection(hidden), sel.successor_codebook(cand)
+        tf = cand.gather(-1, selector_scores(unary, proj, sel.predecessor_codebook(preds), succ).argmax(-1, keepdim=True))[..., 0]
+        walk, prev = [], preds[..., 0]
+        for d in range(block_size - 1):
+            pick = selector_scores(unary[:, :, d], proj[:, :, d], sel.predecessor_codebook(prev), succ[:, :, d]).argmax(-1)
+            prev = cand[:, :, d].gather(-1, pick[..., None])[..., 0]
+            walk.append(prev)
+        acc["recall"].append((cand == labels[..., None]).any(-1)[full])
+        acc["accuracy"].append((tf == labels)[full])
+        acc["unary"].append((logits.argmax(-1) == labels)[full])
+        acc["path"].append((torch.stack(walk, -1) == labels)[full])
+    cat = {k: torch.cat(v) for k, v in acc.items()}  # [N, L]
+    return {"unary_recall": cat["recall"].float().mean().item(), "selector_accuracy": cat["accuracy"].float().mean().item(),
+            "unary_tau": acceptance_length(cat["unary"]), "selector_tau": acceptance_length(cat["path"])}
+
+
 def draft_quality(drafter, rollouts: dict, block_size: int) -> dict:
     """{'agreement': top-1 agreement with the target's greedy token at block positions
     1..bs-1, 'tau': linear-verification acceptance length at T=0}, over every anchor.
@@ -185,30 +222,102 @@ def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: l
         raise ValueError(f"target must be a {arch!r} model, got {arch_of(target)!r}")
     if prompts is None or mask_token_id is None:
         tok = tok or data.load_tokenizer()
-    prompts = drafter_prompts() if prompts is None else prompts
     mask_token_id = data.special_ids(tok)["mask"] if mask_token_id is None else mask_token_id
-    rollouts = make_rollouts(target, tok, prompts, new_tokens=recipe.new_tokens, prompt_len=recipe.prompt_len,
-                             max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch,
-                             temperatures=recipe.temperatures, seed=cfg.seed, cache_dir=cache_dir)
-    train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=cfg.seed)
-    train_r = {**train_r, **dict(zip(("soft_ids", "soft_probs"),
-                                     target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
-    corpus = corpus_contexts(target, recipe.corpus_windows, recipe.prompt_len + recipe.new_tokens,
-                             rollouts["layer_ids"], recipe.soft_top_k, cfg.seed, tok) if recipe.corpus_windows else None
+    rollouts, train_r, val_r, corpus = training_data(target, recipe, tok, prompts, cfg.seed, cache_dir)
     dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
     drafter = DFlashDrafter.from_config(dcfg, target).to(target.device)
     runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
+    return _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
+                           runs_dir, Path(out or ckpt_path(arch, "drafter")), "drafter")
+
+
+def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_dir):
+    """(rollouts, train split with soft labels, held-out split, corpus windows or None): the
+    data every drafter of a target is trained on (DFlash and DFlash 2 alike)."""
+    prompts = drafter_prompts() if prompts is None else prompts
+    rollouts = make_rollouts(target, tok, prompts, new_tokens=recipe.new_tokens, prompt_len=recipe.prompt_len,
+                             max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch,
+                             temperatures=recipe.temperatures, seed=seed, cache_dir=cache_dir)
+    train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=seed)
+    train_r = {**train_r, **dict(zip(("soft_ids", "soft_probs"),
+                                     target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
+    corpus = corpus_contexts(target, recipe.corpus_windows, recipe.prompt_len + recipe.new_tokens,
+                             rollouts["layer_ids"], recipe.soft_top_k, seed, tok) if recipe.corpus_windows else None
+    return rollouts, train_r, val_r, corpus
+
+
+def _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
+                    runs_dir: Path, out: Path, kind: str, **extra) -> dict:
     st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus),
-               drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"drafter {arch}")
-    out = Path(out or ckpt_path(arch, "drafter"))
-    store_curve(runs_dir, out, arch, "drafter")
+               drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"{kind} {arch}")
+    store_curve(runs_dir, out, arch, kind)
     info = {"arch": arch, "preset": preset, "recipe": asdict(replace(recipe, train=cfg)), "train_state": st,
             "target_sha256": target_digest(target),
             "rollouts": {k: rollouts[k] for k in ("key", "num_rollouts", "prompt_len", "new_tokens", "layer_ids",
-                                                  "temperatures")}}
+                                                  "temperatures")}, **extra}
     return ship_drafter(drafter, out, val_r, recipe.anchors, **info)
+
+
+# DFlash 2's shape as published (conv kernel 2, groups of 16, top-16 candidates), the
+# selector rank scaled down with the hidden size (published 256 at hidden 4096+)
+DFLASH2_SHAPE = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 64, "selector_top_k": 16}
+# fine-tuning a DFlash drafter into DFlash 2: ~0.5 s/step on one shared core here
+DFLASH2_RECIPES = {"default": replace(RECIPES["default"], train=_schedule(1000, 8, 8, lr=1e-3, warmup_steps=50,
+                                                                           eval_every=200)),
+                   "quick": replace(RECIPES["quick"], train=_schedule(200, 8, 8, lr=1e-3, warmup_steps=20,
+                                                                       eval_every=100)),
+                   "toy": RECIPES["toy"]}
+
+
+def dflash2_from(drafter: DFlashDrafter, target, **shape) -> DFlashDrafter:
+    """A ``DFlash2DraftModel`` that starts as ``drafter`` exactly: every DFlash weight copied,
+    every causal convolution the identity (base kernel 1 at offset 0, no dynamic part) and
+    the selector's successor codebook zero (so its scores are the unary logits). ``shape``
+    overrides ``DFLASH2_SHAPE``."""
+    import copy
+    from dflash import DFlash2DraftModel
+    config = copy.deepcopy(drafter.model.config)
+    config.dflash_config = {**(config.dflash_config or {}), **DFLASH2_SHAPE, **shape}
+    config.architectures = ["DFlash2DraftModel"]
+    model = DFlash2DraftModel(config).to(drafter.device)
+    missing, unexpected = model.load_state_dict(drafter.model.state_dict(), strict=False)
+    if unexpected or any(not ("_conv." in k or "candidate_selector." in k) for k in missing):
+        raise ValueError(f"a DFlash drafter does not map onto DFlash 2: missing {missing}, unexpected {unexpected}")
+    with torch.no_grad():
+        for layer in model.layers:
+            for conv in (layer.attention_conv, layer.mlp_conv):
+                conv.base_kernel.zero_()
+                conv.base_kernel[:, 0] = 1.0
+                conv.kernel_projection.weight.zero_()
+        model.candidate_selector.successor_codebook.weight.zero_()
+    return DFlashDrafter(model, target)
+
+
+def train_drafter2(arch: str, preset: str = "default", *, target=None, drafter=None, prompts: list | None = None,
+                   tok=None, out: Path | None = None, runs_dir: Path | None = None,
+                   cache_dir: Path | None = data.CACHE_DIR, max_minutes: float | None = None) -> dict:
+    """Train a DFlash 2 drafter (``dflash.DFlash2DraftModel``, convolutions and candidate selector)
+    for ``target``: it starts as ``drafter`` (default the shipped DFlash drafter, ``dflash2_from``)
+    and is trained on the same data with the DFlash loss plus the selector's K-way cross
+    entropy (``core.drafter.selector_loss``). Ships under ``data/checkpoints/{arch}-drafter2``."""
+    if preset not in DFLASH2_RECIPES:
+        raise ValueError(f"preset must be one of {sorted(DFLASH2_RECIPES)}, got {preset!r}")
+    recipe = DFLASH2_RECIPES[preset]
+    cfg = replace(recipe.train, max_minutes=max_minutes)
+    if target is None:
+        check_manifest(ckpt_path(arch, "target"), REBUILD["target"].format(arch=arch))
+        target = load_target(ckpt_path(arch, "target"))
+    drafter = drafter or load_drafter(ckpt_path(arch, "drafter"), target)
+    tok = tok or data.load_tokenizer()
+    rollouts, train_r, val_r, corpus = training_data(target, recipe, tok, prompts, cfg.seed, cache_dir)
+    torch.manual_seed(cfg.seed)
+    drafter2 = dflash2_from(drafter, target).float().train()
+    runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter2-{preset}")
+    return _train_and_ship(drafter2, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus, runs_dir,
+                           Path(out or ckpt_path(arch, "drafter2")), "drafter2",
+                           initialised_from=drafter_digest(drafter))
 
 
 def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors: int, **info) -> dict:
@@ -225,6 +334,8 @@ def ship_drafter(drafter: DFlashDrafter, out: Path, val_rollouts: dict, anchors:
     for size in sorted({bs, max(2, bs // 2)}, reverse=True):
         quality = draft_quality(drafter, greedy, size)
         metrics |= {f"agreement_block{size}": quality["agreement"], f"tau_block{size}": quality["tau"]}
+        if drafter.selector is not None:
+            metrics |= {f"{k}_block{size}": v for k, v in selector_quality(drafter, greedy, size).items()}
     return write_manifest(out, **metrics, train_time_s=info["train_state"]["elapsed_s"],
                           drafter_config=asdict(drafter.cfg), **info)
 
@@ -257,9 +368,14 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
     return DFlashDrafter(model, target).eval()
 
 
+def drafter_digest(drafter) -> str:
+    """``weights_digest`` of a drafter (its config included)."""
+    return weights_digest(drafter, asdict(drafter.cfg))
+
+
 def drafter_class(path: Path):
     """``DFlash2DraftModel`` for a directory whose config names it (its convolutions and
-    candidate selector load too; the lab drafts from its unary logits), else ``DFlashDraftModel``."""
+    candidate selector load too: the lab drafts conditional trees from it), else ``DFlashDraftModel``."""
     from dflash import DFlash2DraftModel, DFlashDraftModel
     archs = json.loads((Path(path) / "config.json").read_text()).get("architectures") or []
     return DFlash2DraftModel if "DFlash2DraftModel" in archs else DFlashDraftModel

@@ -7,11 +7,11 @@ digests go into every stored row's key, so rows of different models never mix.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import data
-from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path, weights_digest
+from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path
 from ..core.models import ARCHS, arch_of, load_target
 
 
@@ -42,13 +42,11 @@ class Pair:
         return {"target": self.target_digest, "drafter": self.drafter_digest}
 
 
-def drafter_digest(drafter) -> str:
-    """``weights_digest`` of a drafter (its config included)."""
-    return weights_digest(drafter, asdict(drafter.cfg))
+DRAFTERS = {"dflash": "drafter", "dflash2": "drafter2"}  # drafter= -> the shipped checkpoint's kind
 
 
 def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Path | str | None = None,
-              *, root: Path = CKPT_DIR, **target_kwargs) -> Pair:
+              *, drafter: str = "dflash", root: Path = CKPT_DIR, **target_kwargs) -> Pair:
     """The ``Pair`` for ``arch`` in {'gdn', 'mla'}: the shipped checkpoints under ``root``, or
     ``target_path`` / ``drafter_path`` (local checkpoint directories, e.g. a real Qwen3.6 or
     Kimi checkpoint and a drafter trained for it; ``target_kwargs`` go to ``load_target``,
@@ -61,25 +59,31 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     target must have been trained for exactly this target, and a drafter that does not fit
     the target (hidden size, vocabulary, target layers, mask id) is a ``ValueError`` naming
     the field and both values.
+
+    drafter: which shipped drafter (without ``drafter_path``): "dflash" (``DFlashDraftModel``)
+    or "dflash2" (``DFlash2DraftModel``, its candidate selector drafts conditional trees).
     """
-    from .drafters import load_drafter
+    from .drafters import drafter_digest, load_drafter
     from .rollouts import target_digest
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter must be one of {tuple(DRAFTERS)}, got {drafter!r}")
+    kind = DRAFTERS[drafter]
     tpath = Path(target_path or ckpt_path(arch, "target", root))
     if target_path is None:
         check_manifest(tpath, REBUILD["target"].format(arch=arch))
     target = load_target(tpath, **target_kwargs)
     if arch_of(target) != arch:
         raise ValueError(f"{tpath} holds a {arch_of(target)!r} model, expected {arch!r}")
-    dpath = Path(drafter_path or ckpt_path(arch, "drafter", root))
-    drafter = load_drafter(dpath, target, rebuild=None if drafter_path is None else "")
+    dpath = Path(drafter_path or ckpt_path(arch, kind, root))
+    drafter = load_drafter(dpath, target, rebuild=REBUILD[kind].format(arch=arch) if drafter_path is None else "")
     tdigest = target_digest(target)
     manifest = dpath / "manifest.json"
     trained_for = json.loads(manifest.read_text()).get("target_sha256") if manifest.is_file() else None
     if trained_for not in (None, tdigest):
         raise ValueError(f"{dpath} was trained for another target than {tpath}; "
-                         f"rebuild it with `{REBUILD['drafter'].format(arch=arch)}`")
+                         f"rebuild it with `{REBUILD[kind].format(arch=arch)}`")
     return Pair(arch, target, drafter, load_tokenizer_for(tpath), tdigest, drafter_digest(drafter))
 
 

@@ -1,0 +1,157 @@
+"""DDTree over DFlash 2 (issue 20): trees whose children depend on their parent token.
+
+One interleaved run per target (``run_study``): for every prompt, AR, DFlash linear (the argmax
+chain of the DFlash drafter), DFlash 2 linear (its selector's path walk) and DDTree-B over
+three proposals: the DFlash drafter's marginals, the DFlash 2 drafter's unary logits alone
+(``tree="unary"``), and its conditional q(c | parent token, depth) (``tree="conditional"``,
+``core.conditional``), at T = 0, 0.3 and 1 (DFlash's rejection rule with the matching q).
+Speedups are paired per prompt inside the run. ``run_lossless`` adds the 164-prompt T = 0
+rows of the DFlash 2 configs that the goals read (lossless against the quality store's AR,
+tau outside loops against its DFlash DDTree-64).
+
+A config holds the sweep's AXES plus ``drafter`` ("dflash" | "dflash2") and ``tree``
+("-": the drafter's own; "unary" | "conditional"): ``D_AXES``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .results import ResultsStore
+from .summary import summarize
+from .sweep import AXES, expand_grid, run_config, run_sweep
+
+D_AXES = AXES + ("drafter", "tree")
+BUDGETS = {0.0: (4, 16, 64, 256), 0.3: (16, 64), 1.0: (16, 64)}  # DDTree budgets per temperature
+TEMPERATURES = tuple(BUDGETS)
+PROPOSALS = (("dflash", "-"), ("dflash2", "unary"), ("dflash2", "conditional"))  # (drafter, tree) of a DDTree
+STORE = "dflash2"
+RUN = "dflash2"                    # the interleaved budget x temperature run
+LOSSLESS_RUN = "dflash2-lossless"  # the 164-prompt T = 0 rows
+TF_STORE = "teacher_forced_dflash2"
+
+
+@dataclass(frozen=True, eq=False)
+class Drafters:
+    """One target with both shipped drafters: ``pairs`` {"dflash": Pair, "dflash2": Pair}
+    (``load_pair(arch, drafter=...)``). Its ``digests`` name the three models."""
+    arch: str
+    pairs: dict
+
+    @property
+    def digests(self) -> dict:
+        return {"target": self.pairs["dflash"].target_digest, "drafter": self.pairs["dflash"].drafter_digest,
+                "drafter2": self.pairs["dflash2"].drafter_digest}
+
+    @property
+    def tag(self) -> str:
+        return f"{self.pairs['dflash'].tag}-{self.pairs['dflash2'].drafter_digest[:8]}"
+
+
+def load_drafters(arch: str) -> Drafters:
+    from ..train.pair import load_pair
+    return Drafters(arch, {d: load_pair(arch, drafter=d) for d in ("dflash", "dflash2")})
+
+
+def _with(configs: list[dict], drafter: str, tree: str) -> list[dict]:
+    return [{**c, "drafter": "dflash" if c["method"] == "ar" else drafter,
+             "tree": "-" if c["method"] == "ar" else tree} for c in configs]
+
+
+def study_grid(archs=("gdn", "mla"), budgets: dict = BUDGETS, block_size: int = 8,
+               max_new_tokens: int = 128) -> list[dict]:
+    """Per (arch, T): AR, DFlash 1 and DFlash 2 linear, DDTree-B over every ``PROPOSALS``
+    (``budgets``: {temperature: DDTree budgets})."""
+    out = []
+    for arch in archs:
+        for t in budgets:
+            common = dict(arch=[arch], temperature=[t], max_new_tokens=[max_new_tokens], gdn_mode=["wy"],
+                          block_size=[block_size])
+            out += _with(expand_grid(method=["ar", "dflash"], budget=[0], **common), "dflash", "-")
+            out += _with(expand_grid(method=["dflash"], budget=[0], **common), "dflash2", "conditional")
+            for drafter, tree in PROPOSALS:
+                out += _with(expand_grid(method=["ddtree"], budget=list(budgets[t]), **common), drafter, tree)
+    return out
+
+
+def lossless_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
+    """T = 0, block 8: DFlash 2 linear and DDTree-64 over DFlash 2 conditional trees."""
+    common = dict(arch=list(archs), temperature=[0.0], max_new_tokens=[max_new_tokens], gdn_mode=["wy"],
+                  block_size=[8])
+    return (_with(expand_grid(method=["dflash"], budget=[0], **common), "dflash2", "conditional")
+            + _with(expand_grid(method=["ddtree"], budget=[64], **common), "dflash2", "conditional"))
+
+
+def run_study_config(cfg: dict, prompt_id: int, drafters: Drafters) -> dict:
+    """``sweep.run_config`` with the config's drafter (``cfg["drafter"]``) and tree."""
+    return run_config(cfg, prompt_id, drafters.pairs[cfg["drafter"]])
+
+
+def run_study(drafters: dict, prompt_ids, run: str = RUN, configs: list | None = None,
+              store: ResultsStore | None = None) -> pd.DataFrame:
+    """Run (resumably) the study grid for ``drafters`` ({arch: Drafters}) over ``prompt_ids``,
+    prompts as the outer loop (one interleaved run). -> the run's rows."""
+    configs = study_grid(tuple(drafters)) if configs is None else configs
+    return run_sweep(configs, list(prompt_ids), store or ResultsStore(STORE), drafters,
+                     runner=run_study_config, run=run)
+
+
+def summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """``summary.summarize`` over D_AXES (tau pooled, tokens/s, speedup over the run's AR,
+    tau outside loops, matches_ar)."""
+    return summarize(frame, D_AXES)
+
+
+def pooled_tau(rows: pd.DataFrame, outside_loops: bool = False) -> float:
+    """Accepted tokens per target forward pooled over every round of ``rows`` (a results
+    frame); ``outside_loops``: over the rounds whose context was not looping."""
+    acc = n = 0
+    for m in rows["_metrics"]:
+        flags = m.get("round_in_loop") or [False] * len(m["acceptance_lengths"])
+        for a, looping in zip(m["acceptance_lengths"], flags):
+            if not (outside_loops and looping):
+                acc, n = acc + a, n + 1
+    return acc / n if n else float("nan")
+
+
+def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
+    """Per arch, T = 0, block 8, 164 prompts: DDTree-64 tau (all rounds / outside loops) over
+    DFlash 2 conditional trees (``lossless`` rows) against over DFlash 1 marginals
+    (the quality store's rows), DFlash 1 / 2 linear, and the share of prompts equal to AR (the
+    quality store's AR). Tau only: no timing crosses the two runs."""
+    rows = []
+    for arch in sorted(set(lossless.arch)):
+        ar = {p: m["tokens"] for p, m in zip(*(quality[(quality.arch == arch) & (quality.method == "ar")][c]
+                                             for c in ("prompt", "_metrics")))}
+        picks = {"dflash": quality[(quality.arch == arch) & (quality.method == "dflash") & (quality.block_size == 8)],
+                 "ddtree64": quality[(quality.arch == arch) & (quality.method == "ddtree") & (quality.budget == 64)
+                                     & quality.gdn_mode.isin(["wy", "-"])]}
+        mine = lossless[lossless.arch == arch]
+        picks |= {"dflash2": mine[mine.method == "dflash"],
+                  "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
+        for name, r in picks.items():
+            same = [m["tokens"] == ar.get(p) for p, m in zip(r.prompt, r["_metrics"])]
+            rows.append({"arch": arch, "config": name, "prompts": len(r), "matches_ar": float(pd.Series(same).mean()),
+                         "tau": pooled_tau(r), "tau_outside_loops": pooled_tau(r, outside_loops=True)})
+    return pd.DataFrame(rows)
+
+
+def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 8, lossless_prompts: int = 164,
+                tf_problems: int = 20) -> dict:
+    """Every stored measurement of this study (resumable): the interleaved run on
+    ``study_prompts`` prompts, the 164-prompt lossless rows, the teacher-forced lens of the
+    DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions."""
+    from .teacher_forced import run_teacher_forced
+    drafters = {a: load_drafters(a) for a in archs}
+    store = ResultsStore(STORE)
+    study = run_study(drafters, range(study_prompts), store=store)
+    lossless = run_sweep(lossless_grid(tuple(archs)), list(range(lossless_prompts)), store, drafters,
+                         runner=run_study_config, run=LOSSLESS_RUN)
+    tf = run_teacher_forced({a: d.pairs["dflash2"] for a, d in drafters.items()}, ResultsStore(TF_STORE),
+                            range(tf_problems), trees=("conditional", "unary"))
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
+        print(summary(study)[["arch", "method", "drafter", "tree", "budget", "temperature", "tau",
+                              "tau_outside_loops", "tokens_per_s", "speedup", "matches_ar"]].to_string(index=False))
+        print(tf.to_string(index=False))
+    return {"study": study, "lossless": lossless, "teacher_forced": tf}
