@@ -1,14 +1,12 @@
 """Shared test setup: tiny models on one CPU thread (small ops run fastest, and the suite
-never oversubscribes a machine that is also training). The shared helpers live in
-``helpers.py`` (``toy_pair`` is re-exported here for the tests that import it from conftest).
+never oversubscribes a machine that is also training). The shared helpers and factories live
+in ``helpers.py``; tests import them from there (never from conftest or another test file).
 
 ``threads``: a test that claims bit-identity takes this fixture and runs once with 1 and once
 with 2 torch threads (another thread count splits reductions differently; a claim of
 bit-identity must survive it)."""
 import pytest
 import torch
-
-from helpers import toy_pair  # noqa: F401
 
 torch.set_num_threads(1)
 

@@ -1,10 +1,18 @@
-"""What the tests share: ``assert_close`` (prints the error it saw), the toy target +
-drafter pair, and a drafter that knows part of the answer (so losslessness tests really
-accept draft tokens)."""
+"""What the tests share, so that no test file imports another: ``assert_close`` (prints the
+error it saw), the toy target + drafter pair, a drafter that knows part of the answer (so
+losslessness tests really accept draft tokens), the seeded random-tree / random-prefix
+factories, the cache comparison, the distribution checks of the sampling tests (with their
+deliberately wrong rules) and a hand-built results frame."""
+import contextlib
+import math
+import zlib
+
 import torch
 
+from ddtree_lab.core import adapter
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
 from ddtree_lab.core.models import build_target
+from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree, tree_depths
 
 
 def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) -> float:
@@ -111,3 +119,179 @@ class BatchHintedDrafter:
 
     def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
         return [Draft(row) for row in self.propose_batch(states, new_features, last_tokens, block_size)]
+
+
+# ----------------------------------------------------------------------------- seeded factories
+
+LOGIT_TOL = {torch.float32: 2e-6, torch.float64: 1e-12}  # tree logits vs the full forward, per dtype
+TREE_KINDS = ("chain", "star", "deep", "bushy", "random")
+
+
+def generator(*key) -> torch.Generator:
+    """A generator seeded by a stable hash of ``key`` (a case id: the same case, the same draws)."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def _hand_tree(tokens: torch.Tensor, root: int, parents: list[int]) -> DraftTree:
+    parents = torch.tensor([-1] + parents)
+    return DraftTree(tokens=torch.cat([torch.tensor([root]), tokens]), parents=parents,
+                     depths=tree_depths(parents), log_weights=torch.zeros(len(parents), dtype=torch.float64))
+
+
+def random_tree(kind: str, budget: int, vocab: int, gen: torch.Generator) -> DraftTree:
+    """A tree of ``budget`` draft nodes + the root, drawn from ``gen``, one of ``TREE_KINDS``:
+    chain / star / random (every node's parent uniform among the earlier ones) by hand; deep
+    (peaked logits, 16 rows) and bushy (flat, 4 rows) by ``build_tree``."""
+    root = int(torch.randint(vocab, (1,), generator=gen))
+    if kind == "chain" or budget == 0:
+        return chain_tree(torch.randint(vocab, (budget,), generator=gen), root)
+    if kind in ("star", "random"):
+        tokens = torch.randint(vocab, (budget,), generator=gen)
+        parents = [0 if kind == "star" else int(torch.randint(i, (1,), generator=gen)) for i in range(1, budget + 1)]
+        return _hand_tree(tokens, root, parents)
+    rows, scale = {"deep": (16, 6.0), "bushy": (4, 0.3)}[kind]
+    return build_tree(torch.randn(rows, vocab, generator=gen) * scale, root, budget)
+
+
+def random_prefix(vocab: int, gen: torch.Generator, low: int = 1, high: int = 20) -> list[int]:
+    """Token ids of a length drawn uniformly in [low, high] (low == high: that length)."""
+    length = int(torch.randint(low, high + 1, (1,), generator=gen))
+    return torch.randint(vocab, (length,), generator=gen).tolist()
+
+
+def root_path(tree: DraftTree, pick: str, gen: torch.Generator) -> list[int]:
+    """[0] ("root"), the path to the deepest node ("deepest") or to a random node ("random")."""
+    if pick == "root":
+        return [0]
+    node = int(tree.depths.argmax()) if pick == "deepest" else int(torch.randint(len(tree), (1,), generator=gen))
+    return tree.path_to(node)
+
+
+def precision(dtype: torch.dtype):
+    """float64 runs under the harness (dtype-preserving stock modules); float32 runs stock."""
+    return adapter.float64_harness() if dtype == torch.float64 else contextlib.nullcontext()
+
+
+def assert_same_cache(name: str, ref, out, tol: float) -> None:
+    """Committed attention rows and GDN conv / recurrent states of two caches agree."""
+    assert ref.length == out.length
+    assert ref.kv.keys() == out.kv.keys() and ref.conv.keys() == out.conv.keys()
+    for i in ref.kv:
+        for part, a, b in zip("kv", ref.kv[i], out.kv[i]):
+            assert a.shape[-2] >= ref.length and b.shape[-2] >= ref.length
+            assert_close(f"{name} layer{i} {part}", a[..., :ref.length, :], b[..., :ref.length, :], tol)
+    for i in ref.conv:
+        assert_close(f"{name} layer{i} conv", ref.conv[i], out.conv[i], tol)
+        assert_close(f"{name} layer{i} rec", ref.rec[i], out.rec[i], tol)
+
+
+# ----------------------------------------------------------------------------- distribution checks
+
+def chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Pearson chi-square goodness of fit, categories with expected < 5 pooled;
+    p-value by the Wilson-Hilferty normal approximation."""
+    n = counts.sum()
+    exp = probs * n
+    order = exp.argsort()
+    small = exp[order].cumsum(0) < 5
+    pooled_c = torch.cat([counts[order][small].sum(0, keepdim=True), counts[order][~small]])
+    pooled_e = torch.cat([exp[order][small].sum(0, keepdim=True), exp[order][~small]])
+    keep = pooled_e > 0
+    stat = float(((pooled_c[keep] - pooled_e[keep]) ** 2 / pooled_e[keep]).sum())
+    df = int(keep.sum()) - 1
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def exact_first_two(target, prompt, temperature):
+    """Exact P(1st token) [V] and marginal P(2nd token) [V] under target sampling."""
+    from ddtree_lab.core.verify import full_forward_logits
+    V = target.config.vocab_size
+    p1 = torch.softmax(full_forward_logits(target, prompt).double() / temperature, -1)  # [V]
+    ext = torch.cat([prompt.expand(V, -1), torch.arange(V)[:, None]], 1)  # [V, T+1]
+    with torch.no_grad():
+        p2_given = torch.softmax(target(ext).logits[:, -1].double() / temperature, -1)  # [V, V]
+    return p1, p1 @ p2_given
+
+
+def biased_accept(tree, target_choice):
+    """Deliberately wrong accept walk: on a mismatch, accept the first child anyway."""
+    path, choice = [0], target_choice.tolist()
+    while tree.children[path[-1]]:
+        match = tree.child_by_token[path[-1]].get(choice[path[-1]])
+        path.append(match if match is not None else tree.children[path[-1]][0])
+    return path, int(choice[path[-1]])
+
+
+def no_residual(x, fallback):
+    """Deliberately wrong rejection rule: after a rejected draft token the target
+    distribution is not replaced by the residual max(0, p - q) (and q keeps the token)."""
+    return fallback
+
+
+def sharp_drafter(drafter, scale=4.0):
+    """The toy drafter with sharpened logits: its q differs from p a lot, so a wrong rule
+    shows (a flat random q is nearly uniform and rarely accepted)."""
+    class Sharp:
+        cfg = drafter.cfg
+        new_state = drafter.new_state
+        selector = None
+
+        def propose(self, state, feats, root, bs):
+            return drafter.propose(state, feats, root, bs) * scale
+
+        def propose_batch(self, states, feats, roots, bs):
+            return drafter.propose_batch(states, feats, roots, bs) * scale
+
+        def draft(self, state, feats, root, bs):
+            return Draft(self.propose(state, feats, root, bs))
+
+        def draft_batch(self, states, feats, roots, bs):
+            return [Draft(row) for row in self.propose_batch(states, feats, roots, bs)]
+    return Sharp()
+
+
+# ----------------------------------------------------------------------------- results
+
+def results_frame():
+    """A hand-built results frame: 2 archs, AR / DFlash / DDTree, 3 prompts, 8 new tokens.
+
+    Every prompt gets 8 tokens; a config's seconds per prompt are fixed below, so its
+    tokens/s is 8 / seconds, except mla AR (1, 2, 1 s: 24 tokens / 4 s = 6 tok/s, where a
+    mean of per-prompt rates would give 6.67). gdn AR: 8 tok/s. Peaks of tokens/s: gdn wy at
+    budget 7, gdn naive at 3, mla at 15. gdn naive budget 15 diverges from AR on prompt 1 at
+    position 5. One gdn wy 'auto' row (mean tree size 7) and one T = 1 row with no AR twin.
+    """
+    import pandas as pd
+
+    def row(arch, method, mode, budget, block, prompt, seconds, temperature=0.0, diverge=None, sizes=None):
+        tokens = [100 * prompt + i for i in range(8)]
+        if diverge is not None:
+            tokens[diverge] = 99
+        tau = 1.0 if method == "ar" else 1.0 + math.log2(int(block if budget == "auto" else budget) + 1) / 2 + 0.1 * prompt
+        metrics = {"tokens": tokens, "acceptance_lengths": [2] * 4, "tree_sizes": sizes if sizes is not None else [],
+                   "timings": {"draft": 0.0, "tree": 0.0, "verify": seconds, "accept": 0.0, "commit": 0.0,
+                               "prefill": 0.0, "total": seconds},
+                   "tau": tau, "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10}
+        return {"arch": arch, "method": method, "gdn_mode": mode, "budget": budget, "block_size": block,
+                "temperature": temperature, "max_new_tokens": 8, "prompt": prompt, "tau": tau,
+                "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10, "_metrics": metrics}
+
+    ddtree_seconds = {("gdn", "wy"): {1: 0.5, 3: 0.4, 7: 0.25, 15: 0.32},
+                      ("gdn", "naive"): {1: 0.8, 3: 0.5, 7: 0.64, 15: 1.0},
+                      ("mla", "-"): {1: 0.5, 3: 0.4, 7: 0.32, 15: 0.25}}
+    dflash_seconds = {("gdn", "wy"): 0.5, ("gdn", "naive"): 0.8, ("mla", "-"): 0.4}
+    auto_sizes = {0: [5, 9], 1: [7], 2: [7, 7]}
+    rows = []
+    for p in range(3):
+        rows.append(row("gdn", "ar", "-", 0, 0, p, 1.0))
+        rows.append(row("mla", "ar", "-", 0, 0, p, [1.0, 2.0, 1.0][p]))
+        for (arch, mode), secs in dflash_seconds.items():
+            rows.append(row(arch, "dflash", mode, 3, 4, p, secs, sizes=[3] * 4))
+        for (arch, mode), by_budget in ddtree_seconds.items():
+            for budget, secs in by_budget.items():
+                diverge = 5 if (mode, budget, p) == ("naive", 15, 1) else None
+                rows.append(row(arch, "ddtree", mode, budget, 4, p, secs, diverge=diverge, sizes=[budget] * 4))
+        rows.append(row("gdn", "ddtree", "wy", "auto", 4, p, 0.2, sizes=auto_sizes[p]))
+        rows.append(row("gdn", "ddtree", "wy", 7, 4, p, 0.5, temperature=1.0, sizes=[7] * 4))
+    return pd.DataFrame(rows)

@@ -21,9 +21,9 @@ from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import full_forward_logits, prefill, verify
-from helpers import BatchHintedDrafter, assert_close, toy_pair
-from test_decode import _biased_accept, _chi_square_pvalue, _exact_first_two, _no_residual, _sharp
-from test_verify import TOL, assert_same_cache, generator, make_tree, precision, root_path
+from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
+                     exact_first_two, generator, no_residual, precision, random_tree, root_path, sharp_drafter,
+                     toy_pair)
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -65,23 +65,23 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
     with precision(dtype):
         ref, out = _caches(model, prefixes), _caches(model, prefixes)
         for rnd in range(2):
-            trees = [make_tree(kind, budget, V, gen) for kind, budget in
+            trees = [random_tree(kind, budget, V, gen) for kind, budget in
                      zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
             outs = batch_verify.verify_batch(model, out, trees, mode)
             for b, (tree, o) in enumerate(zip(trees, outs)):
                 assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
-                             o.logits, TOL[dtype])
+                             o.logits, LOGIT_TOL[dtype])
                 path = root_path(tree, "random", gen)
                 commit(model, ref[b], tree, path)
                 commit(model, out[b], tree, path)
-                assert_same_cache(f"round{rnd} seq{b}", ref[b], out[b], TOL[dtype])
+                assert_same_cache(f"round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[dtype])
 
 
 def test_verify_batch_features_match_batch_one():
     model, drafter = PAIRS["gdn-toy", torch.float32]
     layers, gen = tuple(drafter.cfg.target_layer_ids), generator("features")
     prefixes = [[1, 2, 3], [], [4] * 9]
-    trees = [make_tree("bushy", b, 64, gen) for b in (3, 8, 1)]
+    trees = [random_tree("bushy", b, 64, gen) for b in (3, 8, 1)]
     outs = batch_verify.verify_batch(model, _caches(model, prefixes), trees, "wy", layers)
     for b, (c, t) in enumerate(zip(_caches(model, prefixes), trees)):
         assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
@@ -94,7 +94,7 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
     of a random path per sequence, fast (one vmapped WY pass) vs the per-sequence loop."""
     model, _ = PAIRS["gdn-toy", dtype]
     m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
-    trees = [make_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
+    trees = [random_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
     bufs = batch_verify.batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
     h = torch.randn(3, max(bufs.sizes), model.config.hidden_size, generator=gen).to(dtype)
     conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
@@ -104,10 +104,10 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
         ref, ref_recs = batch_verify.gdn_tree_forward_batch_reference(m, h, conv, S0, bufs, mode)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
         path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
-        assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], TOL[dtype])
-        assert_close(f"{mode} seq{b} x", ref_recs[b]["x"], recs[b]["x"], TOL[dtype])
+        assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], LOGIT_TOL[dtype])
+        assert_close(f"{mode} seq{b} x", ref_recs[b]["x"], recs[b]["x"], LOGIT_TOL[dtype])
         assert_close(f"{mode} seq{b} state", gdn_tree.wy_state(ref_recs[b]["wy"], ref_recs[b]["S0"], path),
-                     gdn_tree.wy_state(recs[b]["wy"], recs[b]["S0"], path), TOL[dtype])
+                     gdn_tree.wy_state(recs[b]["wy"], recs[b]["S0"], path), LOGIT_TOL[dtype])
 
 
 def test_propose_batch_equals_propose_per_sequence():
@@ -246,17 +246,17 @@ def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch, a
     """T > 0, both acceptance rules: each sequence's first two tokens fit its own exact
     distribution (chi-square); a deliberately biased rule is rejected by the same test."""
     target, drafter = PAIRS["gdn-toy", torch.float32]
-    drafter = _sharp(drafter)
+    drafter = sharp_drafter(drafter)
     prompts, T = [torch.tensor([5, 9, 2]), torch.tensor([7])], 0.5
-    exact = [_exact_first_two(target, p, T) for p in prompts]
+    exact = [exact_first_two(target, p, T) for p in prompts]
     fair = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
     if accept_rule == "target":
-        monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
+        monkeypatch.setattr(decode.tree_mod, "accept", biased_accept)
     else:
-        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+        monkeypatch.setattr(sampling, "_renormalised", no_residual)
     biased = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
-    p_fair = [_chi_square_pvalue(fair[b, i], exact[b][i]) for b in range(2) for i in range(2)]
-    p_biased = [_chi_square_pvalue(biased[b, i], exact[b][i]) for b in range(2) for i in range(2)]
+    p_fair = [chi_square_pvalue(fair[b, i], exact[b][i]) for b in range(2) for i in range(2)]
+    p_biased = [chi_square_pvalue(biased[b, i], exact[b][i]) for b in range(2) for i in range(2)]
     print(f"p-values fair {p_fair}, biased {p_biased}")
     assert min(p_fair) > 1e-3
     assert all(min(p_biased[2 * b:2 * b + 2]) < 1e-3 for b in range(len(prompts)))  # every sequence
@@ -292,7 +292,7 @@ def test_bad_input_is_refused_before_work(override, name):
 
 def test_verify_batch_refuses_mismatched_lists():
     target, _ = PAIRS["gdn-toy", torch.float32]
-    cache, tree = prefill(target, [1, 2])[0], make_tree("chain", 2, 64, generator("bad"))
+    cache, tree = prefill(target, [1, 2])[0], random_tree("chain", 2, 64, generator("bad"))
     with pytest.raises(ValueError, match="caches and trees"):
         batch_verify.verify_batch(target, [cache], [tree, tree])
     with pytest.raises(ValueError, match="distinct"):

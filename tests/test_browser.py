@@ -6,8 +6,10 @@ never touches notebooks/): opens it, edits ``SMOKE = False`` to ``SMOKE = True``
 parameters cell through the notebook model (what typing in the editor changes), runs all
 cells through the JupyterLab command API (``window.jupyterapp``, exposed by
 ``--LabApp.expose_app_in_browser``), and fails unless every figure-making cell shows a PNG,
-no cell shows an error, an object repr or a progress bar (``notebooks.output_problems`` on
-the outputs the page holds), and, in 05, moving the budget slider redraws the explorer.
+no cell shows an error, an object repr or a progress bar, and (issue 19) no raw dataclass /
+dict / tuple repr and no table of more than ~15 rows or too wide for the cell
+(``notebooks.output_problems`` and ``layout_problems`` on the outputs the page holds), and,
+in 05, moving the budget slider redraws the explorer.
 Finally the committed figures and results stores must be untouched (git status and file
 stamps). ``DDTREE_LAB_SHOTS=<dir>`` saves screenshots of 05 there. Selenium is pointed at
 /usr/bin/chromedriver so Selenium Manager never downloads anything.

@@ -12,7 +12,7 @@ import torch
 
 from ddtree_lab.experiments import calibration
 from ddtree_lab.core import decode
-from conftest import toy_pair
+from helpers import toy_pair
 
 
 @pytest.fixture(scope="module")

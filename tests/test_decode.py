@@ -1,6 +1,4 @@
 """The decoding loop: lossless at T=0 (token for token) and T>0 (in distribution)."""
-import math
-
 import pytest
 import torch
 
@@ -8,8 +6,9 @@ from ddtree_lab.core import decode, sampling
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.drafter import Draft
 from ddtree_lab.core.models import build_target
-from ddtree_lab.core.verify import full_forward_logits
 from helpers import HintedDrafter, assert_close, toy_pair
+from helpers import biased_accept as _biased_accept, chi_square_pvalue as _chi_square_pvalue
+from helpers import exact_first_two as _exact_first_two, no_residual as _no_residual, sharp_drafter as _sharp
 
 PAIRS = {p: toy_pair(p) for p in ("gdn-toy", "mla-toy")}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -47,31 +46,6 @@ def test_naive_mode_is_measured_not_hidden():
     assert len(g.tokens) == 16  # runs; whether it matches AR is what the notebooks measure
 
 
-def _chi_square_pvalue(counts: torch.Tensor, probs: torch.Tensor) -> float:
-    """Pearson chi-square goodness of fit, categories with expected < 5 pooled;
-    p-value by the Wilson-Hilferty normal approximation."""
-    n = counts.sum()
-    exp = probs * n
-    order = exp.argsort()
-    small = exp[order].cumsum(0) < 5
-    pooled_c = torch.cat([counts[order][small].sum(0, keepdim=True), counts[order][~small]])
-    pooled_e = torch.cat([exp[order][small].sum(0, keepdim=True), exp[order][~small]])
-    keep = pooled_e > 0
-    stat = float(((pooled_c[keep] - pooled_e[keep]) ** 2 / pooled_e[keep]).sum())
-    df = int(keep.sum()) - 1
-    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _biased_accept(tree, target_choice):
-    """Deliberately wrong: on a mismatch, accept the first child anyway."""
-    path, choice = [0], target_choice.tolist()
-    while tree.children[path[-1]]:
-        match = tree.child_by_token[path[-1]].get(choice[path[-1]])
-        path.append(match if match is not None else tree.children[path[-1]][0])
-    return path, int(choice[path[-1]])
-
-
 def _first_two_counts(target, drafter, prompt, n, temperature, method="ddtree", accept_rule="rejection"):
     V = target.config.vocab_size
     counts = torch.zeros(2, V)
@@ -81,45 +55,6 @@ def _first_two_counts(target, drafter, prompt, n, temperature, method="ddtree", 
         counts[0, g.tokens[0]] += 1
         counts[1, g.tokens[1]] += 1
     return counts
-
-
-def _exact_first_two(target, prompt, temperature):
-    """Exact P(1st token) and marginal P(2nd token) under target sampling."""
-    V = target.config.vocab_size
-    p1 = torch.softmax(full_forward_logits(target, prompt).double() / temperature, -1)  # [V]
-    ext = torch.cat([prompt.expand(V, -1), torch.arange(V)[:, None]], 1)  # [V, T+1]
-    with torch.no_grad():
-        p2_given = torch.softmax(target(ext).logits[:, -1].double() / temperature, -1)  # [V, V]
-    return p1, p1 @ p2_given
-
-
-def _no_residual(x, fallback):
-    """Deliberately wrong rejection rule: after a rejected draft token the target
-    distribution is not replaced by the residual max(0, p - q) (and q keeps the token)."""
-    return fallback
-
-
-def _sharp(drafter, scale=4.0):
-    """The toy drafter with sharpened logits: its q differs from p a lot, so a wrong rule
-    shows (a flat random q is nearly uniform and rarely accepted)."""
-    class Sharp:
-        cfg = drafter.cfg
-        new_state = drafter.new_state
-
-        def propose(self, state, feats, root, bs):
-            return drafter.propose(state, feats, root, bs) * scale
-
-        def propose_batch(self, states, feats, roots, bs):
-            return drafter.propose_batch(states, feats, roots, bs) * scale
-
-        selector = None
-
-        def draft(self, state, feats, root, bs):
-            return Draft(self.propose(state, feats, root, bs))
-
-        def draft_batch(self, states, feats, roots, bs):
-            return [Draft(row) for row in self.propose_batch(states, feats, roots, bs)]
-    return Sharp()
 
 
 @pytest.mark.slow
@@ -144,6 +79,30 @@ def test_sampling_is_lossless_and_the_test_has_power(monkeypatch, method, accept
     print(f"{method} {accept_rule}: p-values fair {p_fair}, biased {p_biased}")
     assert min(p_fair) > 1e-3
     assert min(p_biased) < 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method,mutant", [("dflash", False), ("ddtree", True)])
+def test_dflash2_conditional_sampling_is_lossless_at_T08_and_a_biased_rule_fails(monkeypatch, method, mutant):
+    """T = 0.8, a DFlash 2 drafter (conditional trees, the selector's path as the chain, q
+    given the parent token): the first two tokens fit the target's exact distribution. On the
+    tree the rejection walk without the residual update fails the same test; on the chain
+    this toy drafter's q barely overlaps p, so that mutant moves little and is not asserted
+    (the parent-ignored walk is tested in test_conditional.py)."""
+    from helpers import toy_dflash2
+    target, drafter = toy_dflash2("gdn-toy")
+    prompt, T, n = torch.tensor([5, 9, 2]), 0.8, 400
+    p1, p2 = _exact_first_two(target, prompt, T)
+    fair = _first_two_counts(target, drafter, prompt, n, T, method)
+    p_fair = [_chi_square_pvalue(fair[i], p) for i, p in enumerate((p1, p2))]
+    print(f"dflash2 {method}: p-values fair {p_fair}")
+    assert min(p_fair) > 1e-3
+    if mutant:
+        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+        biased = _first_two_counts(target, drafter, prompt, n, T, method)
+        p_biased = [_chi_square_pvalue(biased[i], p) for i, p in enumerate((p1, p2))]
+        print(f"dflash2 {method}: p-values biased {p_biased}")
+        assert min(p_biased) < 1e-3
 
 
 BAD = [

@@ -22,9 +22,8 @@ from ddtree_lab.core.cache import commit
 from ddtree_lab.core.full_size import (build_full_size, full_size_config, layer_shapes, published_shapes, relative_error,
                                        save_checkpoint, stock_path_logits, stock_tree_logits)
 from ddtree_lab.core.models import load_target
-from ddtree_lab.core.tree import build_tree
 from ddtree_lab.core.verify import prefill, tree_logits, verify
-from helpers import assert_close
+from helpers import assert_close, generator, random_prefix, random_tree
 
 torch.set_num_threads(1)
 
@@ -45,17 +44,6 @@ def checkpoint(request):
         yield request.param, tmp, load_target(tmp)
 
 
-def deep_tree(budget: int, seed: int):
-    """A build_tree tree over peaked random draft logits [16, V]: deep, few leaves."""
-    gen = torch.Generator().manual_seed(seed)
-    return build_tree(torch.randn(16, VOCAB, generator=gen) * 10.0, int(torch.randint(VOCAB, (1,), generator=gen)),
-                      budget)
-
-
-def prefix_ids(seed: int, length: int = PREFIX) -> list[int]:
-    return torch.randint(VOCAB, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
-
-
 def test_checkpoint_has_published_layer_shapes(checkpoint):
     name, path, model = checkpoint
     got = layer_shapes(model)
@@ -73,7 +61,7 @@ def test_device_map_auto_on_cpu(checkpoint):
     devices = {p.device.type for p in auto.parameters()}
     print(name, "devices:", devices, "hf_device_map:", getattr(auto, "hf_device_map", None))
     assert devices == {"cpu"} and next(auto.parameters()).dtype == torch.bfloat16
-    ids = torch.tensor([prefix_ids(1, 8)])
+    ids = torch.tensor([random_prefix(VOCAB, generator("device-map"), 8, 8)])
     with torch.no_grad():
         ref = model(ids).logits
         assert_close(f"{name}-device_map-auto-bf16", ref, auto(ids).logits.float(), 0.05 * ref.abs().max().item())
@@ -85,7 +73,8 @@ def test_tree_logits_equal_stock_forward(checkpoint):
     naive leaks on the same tree."""
     name, _, model = checkpoint
     budget = 64 if ARCH[name] == "gdn" else 32
-    prefix, tree = prefix_ids(2), deep_tree(budget, 3)
+    gen = generator("tree-logits", name)
+    prefix, tree = random_prefix(VOCAB, gen, PREFIX, PREFIX), random_tree("deep", budget, VOCAB, gen)
     ref = stock_tree_logits(model, prefix, tree)  # [65, V]
     deepest = tree.path_to(int(tree.depths.argmax()))
     scale = ref.abs().max().item()
@@ -105,12 +94,13 @@ def test_commit_equals_fresh_prefill(checkpoint):
     """Three rounds of verify + commit (deepest path) leave the cache as a fresh prefill of the
     committed sequence: attention rows and GDN conv / recurrent states."""
     name, _, model = checkpoint
-    committed = prefix_ids(4, 60)  # the rounds carry the cache across the 64-token chunk
+    gen = generator("commit", name)
+    committed = random_prefix(VOCAB, gen, 60, 60)  # the rounds carry the cache across the 64-token chunk
     for mode in (("fork", "wy") if ARCH[name] == "gdn" else ("wy",)):
         seq = list(committed)
         cache, _ = prefill(model, seq)
         for r in range(3):
-            tree = deep_tree(16, 10 + r)
+            tree = random_tree("deep", 16, VOCAB, gen)
             verify(model, cache, tree, mode)
             path = tree.path_to(int(tree.depths.argmax()))
             commit(model, cache, tree, path)

@@ -9,28 +9,12 @@ from ddtree_lab.core.gdn_tree import (ancestor_windows, chain_parents, commit_co
                                  gated_delta_fork, gated_delta_reference, gated_delta_wy, normalize_qk,
                                  tree_conv, tree_conv_reference)
 from ddtree_lab.core.tree import tree_depths, tree_path
-from helpers import assert_close, assert_identical
+from helpers import TREE_KINDS, assert_close, assert_identical, generator, random_tree
 
 torch.set_num_threads(1)
 H, NK, DK, DV, C, K = 4, 2, 8, 12, 10, 4
 TOL = {torch.float64: 1e-12, torch.float32: 1e-6}  # float32: measured max 1.2e-7 (printed by the tests)
-
-
-def make_tree(kind, n, seed=0):
-    """parents [n] of a tree with n nodes (root included)."""
-    gen = torch.Generator().manual_seed(seed)
-
-    def pick(lo, hi):  # uniform in [lo, hi)
-        return int(torch.randint(lo, hi, (1,), generator=gen))
-
-    pick_parent = {
-        "chain": lambda i: i - 1,
-        "star": lambda i: 0,
-        "deep": lambda i: i - 1 if pick(0, 10) else pick(0, i),  # mostly a chain, some branches
-        "bushy": lambda i: pick(0, max(1, i // 4)),  # wide and shallow
-        "random": lambda i: pick(0, i),
-    }[kind]
-    return torch.tensor([-1] + [pick_parent(i) for i in range(1, n)])
+V = 64  # token ids of the random trees: only their shape (parents) matters here
 
 
 def make_inputs(n, dtype, seed=0):
@@ -46,7 +30,7 @@ def make_inputs(n, dtype, seed=0):
     return q, k, randn(n, H, DV), g, beta, 0.1 * randn(H, DK, DV)
 
 
-TREES = [(kind, n) for kind in ("chain", "star", "deep", "bushy", "random") for n in (1, 2, 7, 33, 128)]
+TREES = [(kind, n) for kind in TREE_KINDS for n in (1, 2, 7, 33, 128)]
 TREES += [("chain", 257)]
 DTYPES = [torch.float64, torch.float32]
 
@@ -54,7 +38,7 @@ DTYPES = [torch.float64, torch.float32]
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("kind,n", TREES, ids=[f"{kind}{n}" for kind, n in TREES])
 def test_fork_and_wy_match_reference(kind, n, dtype):
-    parents = make_tree(kind, n, seed=n)
+    parents = random_tree(kind, n - 1, V, generator(kind, n)).parents
     q, k, v, g, beta, S0 = make_inputs(n, dtype, seed=n)
     ref = gated_delta_reference(q, k, v, g, beta, parents, S0)
     fork, _ = gated_delta_fork(q, k, v, g, beta, parents, tree_depths(parents), S0)
@@ -72,7 +56,7 @@ def test_wy_matches_reference_any_tree(fracs):
 
 
 def test_fork_states_are_path_final_states():
-    parents = make_tree("random", 40, seed=3)
+    parents = random_tree("random", 39, V, generator("fork-states")).parents
     q, k, v, g, beta, S0 = make_inputs(40, torch.float64, seed=3)
     _, states = gated_delta_fork(q, k, v, g, beta, parents, tree_depths(parents), S0)
     for i in range(40):
@@ -108,10 +92,10 @@ def test_ancestor_windows_small_tree():
     assert windows.tolist() == [[1, 2, 3, 4], [2, 3, 4, 5], [2, 3, 4, 6], [3, 4, 5, 7]]
 
 
-@pytest.mark.parametrize("kind", ["chain", "star", "deep", "bushy", "random"])
+@pytest.mark.parametrize("kind", TREE_KINDS)
 def test_tree_conv_matches_reference(kind):
     gen = torch.Generator().manual_seed(1)
-    parents = make_tree(kind, 30, seed=2)
+    parents = random_tree(kind, 29, V, generator("conv", kind)).parents
     x, conv_state, weight = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((30, C), (C, K), (C, K)))
     assert_close(f"tree_conv {kind}", tree_conv_reference(x, conv_state, weight, parents),
                  tree_conv(x, conv_state, weight, parents), 1e-14)
@@ -135,7 +119,7 @@ def test_chain_conv_and_commit_match_transformers(prefix, threads):
 
 
 def test_naive_flattening_is_wrong_on_branched_tree():
-    parents = make_tree("bushy", 64, seed=5)
+    parents = random_tree("bushy", 63, V, generator("naive")).parents
     q, k, v, g, beta, S0 = make_inputs(64, torch.float64, seed=5)
     ref = gated_delta_reference(q, k, v, g, beta, parents, S0)
     err_wy = (gated_delta_wy(q, k, v, g, beta, parents, S0) - ref).abs().max().item()

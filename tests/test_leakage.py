@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ddtree_lab.experiments import leakage
-from conftest import toy_pair
-from ddtree_lab.core.tree import build_tree, chain_tree
+from ddtree_lab.core.tree import chain_tree
+from helpers import generator, random_tree, toy_pair
 
 EXACT_TOL = 1e-5   # float32 rounding between modes, measured ~2e-7
 LEAK_MIN = 1e-4    # leaked nodes, measured >= 4e-3 on gdn-toy
@@ -59,7 +59,7 @@ def test_columns_and_semantics(table, pair):
     assert list(table.columns) == ["prompt", "budget", "node", "depth", "flat_position",
                                    "non_ancestors_before", "first_branch_before", "err_naive", "err_fork", "argmax_flip"]
     assert sorted(table.groupby(["prompt", "budget"]).size().tolist()) == [5, 5, 5, 25, 25, 25]
-    tree = build_tree(torch.randn(5, 64, generator=torch.Generator().manual_seed(2)), 1, 30)
+    tree = random_tree("bushy", 30, 64, generator("leakage-columns"))
     f = leakage.node_errors(pair[0], [7, 8], tree)
     for i in range(len(tree)):
         ancestors = set(tree.path_to(i)[:-1])

@@ -72,13 +72,12 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     and of the lab's DFlash (rejection rule) both fit the target's exact distribution
     (chi-square); the lab with a biased rule (no residual) fails the same test."""
     from ddtree_lab.core import sampling
-    from helpers import toy_pair
-    from test_decode import _chi_square_pvalue, _exact_first_two, _no_residual
+    from helpers import chi_square_pvalue, exact_first_two, no_residual, toy_pair
     target, drafter = toy_pair("mla-toy")
     with torch.no_grad():  # a drafter whose q is far from p, so a wrong rule shows
         drafter.model.norm.weight.mul_(8.0)
     prompt, T, n = torch.tensor([5, 9, 2]), 0.8, 400
-    p1, p2 = _exact_first_two(target, prompt, T)
+    p1, p2 = exact_first_two(target, prompt, T)
 
     def counts(run):
         c = torch.zeros(2, target.config.vocab_size)
@@ -91,10 +90,10 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     reference = counts(lambda s: official_generate(target, drafter, prompt, 2, 4, temperature=T, seed=s)["tokens"])
     lab = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4, max_new_tokens=2,
                                     temperature=T, seed=s).tokens)
-    monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+    monkeypatch.setattr(sampling, "_renormalised", no_residual)
     biased = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4,
                                        max_new_tokens=2, temperature=T, seed=s).tokens)
-    pv = {name: [_chi_square_pvalue(c[i], p) for i, p in enumerate((p1, p2))]
+    pv = {name: [chi_square_pvalue(c[i], p) for i, p in enumerate((p1, p2))]
           for name, c in (("reference", reference), ("lab", lab), ("biased", biased))}
     print(pv)
     assert min(pv["reference"]) > 1e-3 and min(pv["lab"]) > 1e-3

@@ -9,54 +9,9 @@ import torch
 from ddtree_lab.app import plots
 from ddtree_lab.experiments.summary import summarize
 from ddtree_lab.core import tree as tree_mod
+from helpers import results_frame
 
 MAX_PNG_BYTES = 200_000
-
-
-def make_frame():
-    """A hand-built results frame: 2 archs, AR / DFlash / DDTree, 3 prompts, 8 new tokens.
-
-    Every prompt gets 8 tokens; a config's seconds per prompt are fixed below, so its
-    tokens/s is 8 / seconds, except mla AR (1, 2, 1 s: 24 tokens / 4 s = 6 tok/s, where a
-    mean of per-prompt rates would give 6.67). gdn AR: 8 tok/s. Peaks of tokens/s: gdn wy at
-    budget 7, gdn naive at 3, mla at 15. gdn naive budget 15 diverges from AR on prompt 1 at
-    position 5. One gdn wy 'auto' row (mean tree size 7) and one T = 1 row with no AR twin.
-    Self-contained (imports inside): the browser test pastes its source into a notebook.
-    """
-    import pandas as pd
-
-    def row(arch, method, mode, budget, block, prompt, seconds, temperature=0.0, diverge=None, sizes=None):
-        tokens = [100 * prompt + i for i in range(8)]
-        if diverge is not None:
-            tokens[diverge] = 99
-        tau = 1.0 if method == "ar" else 1.0 + math.log2(int(block if budget == "auto" else budget) + 1) / 2 + 0.1 * prompt
-        metrics = {"tokens": tokens, "acceptance_lengths": [2] * 4, "tree_sizes": sizes if sizes is not None else [],
-                   "timings": {"draft": 0.0, "tree": 0.0, "verify": seconds, "accept": 0.0, "commit": 0.0,
-                               "prefill": 0.0, "total": seconds},
-                   "tau": tau, "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10}
-        return {"arch": arch, "method": method, "gdn_mode": mode, "budget": budget, "block_size": block,
-                "temperature": temperature, "max_new_tokens": 8, "prompt": prompt, "tau": tau,
-                "tokens_per_s": 8 / seconds, "rounds": 4, "prompt_len": 10, "_metrics": metrics}
-
-    import math
-    ddtree_seconds = {("gdn", "wy"): {1: 0.5, 3: 0.4, 7: 0.25, 15: 0.32},
-                      ("gdn", "naive"): {1: 0.8, 3: 0.5, 7: 0.64, 15: 1.0},
-                      ("mla", "-"): {1: 0.5, 3: 0.4, 7: 0.32, 15: 0.25}}
-    dflash_seconds = {("gdn", "wy"): 0.5, ("gdn", "naive"): 0.8, ("mla", "-"): 0.4}
-    auto_sizes = {0: [5, 9], 1: [7], 2: [7, 7]}
-    rows = []
-    for p in range(3):
-        rows.append(row("gdn", "ar", "-", 0, 0, p, 1.0))
-        rows.append(row("mla", "ar", "-", 0, 0, p, [1.0, 2.0, 1.0][p]))
-        for (arch, mode), secs in dflash_seconds.items():
-            rows.append(row(arch, "dflash", mode, 3, 4, p, secs, sizes=[3] * 4))
-        for (arch, mode), by_budget in ddtree_seconds.items():
-            for budget, secs in by_budget.items():
-                diverge = 5 if (mode, budget, p) == ("naive", 15, 1) else None
-                rows.append(row(arch, "ddtree", mode, budget, 4, p, secs, diverge=diverge, sizes=[budget] * 4))
-        rows.append(row("gdn", "ddtree", "wy", "auto", 4, p, 0.2, sizes=auto_sizes[p]))
-        rows.append(row("gdn", "ddtree", "wy", 7, 4, p, 0.5, temperature=1.0, sizes=[7] * 4))
-    return pd.DataFrame(rows)
 
 
 def _one(summary, **where):
@@ -69,7 +24,7 @@ def _one(summary, **where):
 
 @pytest.fixture(scope="module")
 def summary():
-    return summarize(make_frame())
+    return summarize(results_frame())
 
 
 @pytest.fixture
@@ -292,9 +247,10 @@ def test_error_scatter_and_reliability(figdir):
     rng = np.random.default_rng(0)
     x = np.arange(40)
     y = np.abs(rng.normal(size=40)) * 1e-6
-    y[:3] = 0.0  # exact zeros are drawn at the floor
+    y[:3] = 0.0  # exact zeros are drawn at the floor, marked and counted in the legend
     fig = plots.plot_error_scatter(x, y, hue=np.where(x % 2, "fork", "wy"), title="leakage")
-    assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].collections) == 2
+    assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].collections) == 3
+    assert "exact 0 (drawn at the axis floor): 3" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     _saved_ok(fig, "errors")
     pred = np.linspace(0.05, 0.95, 10)
     fig = plots.plot_reliability(pred, pred, np.r_[np.zeros(1), np.full(9, 50)])
@@ -312,7 +268,7 @@ def test_use_style_sets_dpi():
 # ----------------------------------------------------------------------------- loops, T, real text
 
 def _with_loop_tags(frame):
-    """make_frame with loop tags: the second half of every DDTree/DFlash row's rounds loops."""
+    """results_frame with loop tags: the second half of every DDTree/DFlash row's rounds loops."""
     def tag(m):
         m = dict(m)
         n = len(m["acceptance_lengths"])
@@ -323,7 +279,7 @@ def _with_loop_tags(frame):
 
 
 def test_loop_split_draws_all_rounds_outside_loops_and_t1(summary):
-    s = summarize(_with_loop_tags(make_frame()))
+    s = summarize(_with_loop_tags(results_frame()))
     fig = plots.plot_loop_split(s, "gdn", block_size=4)
     ax_tau, ax_loop = fig.axes[:2]
     labels = [line.get_label() for line in ax_tau.get_lines() if not line.get_label().startswith("_")]
@@ -334,7 +290,7 @@ def test_loop_split_draws_all_rounds_outside_loops_and_t1(summary):
 
 def test_loop_split_draws_every_stored_temperature(figdir):
     import pandas as pd
-    frame = make_frame()
+    frame = results_frame()
     sampled = frame[frame.temperature == 1.0]
     frame = pd.concat([frame] + [sampled.assign(temperature=t) for t in (0.3, 0.6)], ignore_index=True)
     fig = plots.plot_loop_split(summarize(_with_loop_tags(frame)), "gdn", block_size=4)
@@ -346,7 +302,7 @@ def test_loop_split_draws_every_stored_temperature(figdir):
 
 
 def test_loop_split_modes_draws_all_rounds_and_outside_loops_per_mode(figdir):
-    s = summarize(_with_loop_tags(make_frame()))
+    s = summarize(_with_loop_tags(results_frame()))
     s = s[s.temperature == 0]
     fig = plots.plot_loop_split_modes(s, title="gdn + mla, block 4")
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
@@ -356,7 +312,7 @@ def test_loop_split_modes_draws_all_rounds_and_outside_loops_per_mode(figdir):
     assert len(shares) == 3 and all(np.allclose(y, 0.5) for y in shares)
     _saved_ok(fig, "loops_modes")
     with pytest.raises(ValueError, match="one temperature"):
-        plots.plot_loop_split_modes(summarize(make_frame()))
+        plots.plot_loop_split_modes(summarize(results_frame()))
 
 
 def test_continuation_figure_leaves_out_thin_points(figdir):

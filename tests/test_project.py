@@ -1,4 +1,6 @@
-"""The project's own promises: pinned dependencies agree, CI runs the README's test command."""
+"""The project's own promises: pinned dependencies agree, CI runs the README's test command,
+no test file imports another (what tests share lives in ``tests/helpers.py``)."""
+import ast
 import re
 import tomllib
 
@@ -63,3 +65,29 @@ def test_cited_background_sections_exist():
              for m in re.finditer(r"background\.md\s+sections?\s+([\d, and-]+)", p.read_text(errors="replace"))
              for n in re.findall(r"\d+", m.group(1))}
     assert cited and not {c for c in cited if c[1] not in sections}
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """Test modules (``test_x``, ``tests.test_x``, ``.test_x``) and ``conftest`` that ``source`` imports."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module or "")
+            if node.module in (None, "tests"):  # from . import test_x / from tests import test_x
+                names |= {alias.name for alias in node.names}
+    return {n for n in names if n.split(".")[-1].startswith("test_") or n.split(".")[-1] == "conftest"}
+
+
+def test_imported_test_modules_sees_every_spelling():
+    src = ("import test_a\nfrom tests.test_b import f\nfrom .test_c import g\nfrom . import test_d\n"
+           "from conftest import toy_pair\nimport helpers\nfrom helpers import test_like_name\n")
+    assert imported_test_modules(src) == {"test_a", "tests.test_b", "test_c", "test_d", "conftest"}
+
+
+def test_no_test_file_imports_another():
+    found = {p.name: sorted(imported_test_modules(p.read_text())) for p in sorted((ROOT / "tests").glob("*.py"))}
+    bad = {name: mods for name, mods in found.items() if mods}
+    assert not bad, f"test files importing test modules or conftest (shared code belongs in tests/helpers.py): {bad}"
+

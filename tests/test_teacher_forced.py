@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from conftest import toy_pair
+from helpers import toy_pair
 from ddtree_lab.experiments.teacher_forced import accepted_at, accepted_at_reference, teacher_forced
 
 

@@ -10,9 +10,7 @@ raises ValueError and leaves the cache untouched.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-import zlib
 
 import pytest
 import torch
@@ -20,16 +18,16 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter
 from ddtree_lab.core.models import build_target
-from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree
+from ddtree_lab.core.tree import DraftTree, chain_tree
 from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
 from ddtree_lab.core.cache import commit, commit_reference
-from helpers import assert_close
+from helpers import (LOGIT_TOL, assert_close, assert_same_cache, generator, precision, random_prefix,
+                     random_tree, root_path)
 
 torch.set_num_threads(1)
 
 # float32 tolerances ~10x the measured max (printed by the tests): |dlogit| 2.1e-7 on the toy
-# presets, 1.8e-6 on the real-size ones (larger logits); cache states fork vs wy 4.8e-7
-TOL = {torch.float32: 2e-6, torch.float64: 1e-12}
+# presets (helpers.LOGIT_TOL), 1.8e-6 on the real-size ones (larger logits); cache states fork vs wy 4.8e-7
 TOL_REAL_F32 = 2e-5
 TOL_STATE = {torch.float32: 5e-6, torch.float64: 1e-12}
 DTYPE_ID = {torch.float32: "f32", torch.float64: "f64"}
@@ -44,40 +42,6 @@ ARCH_MODES = (("mla", None), ("gdn", "fork"), ("gdn", "wy"))
 def target(arch: str, dtype: torch.dtype, size: str = "toy"):
     """A randomly initialised target (seed 0), cached: "gdn-toy", "mla-toy", "gdn", "mla"."""
     return build_target(arch if size == "real" else f"{arch}-toy", dtype=dtype)
-
-
-def precision(dtype: torch.dtype):
-    """float64 runs under the harness (dtype-preserving stock modules); float32 runs stock."""
-    return adapter.float64_harness() if dtype == torch.float64 else contextlib.nullcontext()
-
-
-def generator(*key) -> torch.Generator:
-    """A generator seeded by a stable hash of the case id."""
-    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
-
-
-def star_tree(tokens: torch.Tensor, root: int) -> DraftTree:
-    """All draft nodes children of the root (built by hand)."""
-    n = tokens.numel()
-    return DraftTree(tokens=torch.cat([torch.tensor([root]), tokens]),
-                     parents=torch.tensor([-1] + [0] * n), depths=torch.tensor([0] + [1] * n),
-                     log_weights=torch.zeros(n + 1, dtype=torch.float64))
-
-
-def make_tree(kind: str, budget: int, vocab: int, gen: torch.Generator) -> DraftTree:
-    """chain / star by hand; deep (peaked logits, 16 rows) and bushy (flat, 4 rows) by build_tree."""
-    root = int(torch.randint(vocab, (1,), generator=gen))
-    if kind == "chain":
-        return chain_tree(torch.randint(vocab, (budget,), generator=gen), root)
-    if kind == "star":
-        return star_tree(torch.randint(vocab, (budget,), generator=gen), root)
-    rows, scale = {"deep": (16, 6.0), "bushy": (4, 0.3)}[kind]
-    return build_tree(torch.randn(rows, vocab, generator=gen) * scale, root, budget)
-
-
-def make_prefix(vocab: int, gen: torch.Generator, low: int = 1, high: int = 20) -> list[int]:
-    length = int(torch.randint(low, high + 1, (1,), generator=gen))
-    return torch.randint(vocab, (length,), generator=gen).tolist()
 
 
 def snapshot(cache) -> dict:
@@ -95,27 +59,6 @@ def assert_untouched(cache, before: dict) -> None:
         state = getattr(cache, name)
         assert state.keys() == before[name].keys()
         assert all(torch.equal(state[i], before[name][i]) for i in state)
-
-
-def assert_same_cache(name: str, ref, out, tol: float) -> None:
-    """Committed attention rows and GDN conv / recurrent states of two caches agree."""
-    assert ref.length == out.length
-    assert ref.kv.keys() == out.kv.keys() and ref.conv.keys() == out.conv.keys()
-    for i in ref.kv:
-        for part, a, b in zip("kv", ref.kv[i], out.kv[i]):
-            assert a.shape[-2] >= ref.length and b.shape[-2] >= ref.length
-            assert_close(f"{name} layer{i} {part}", a[..., :ref.length, :], b[..., :ref.length, :], tol)
-    for i in ref.conv:
-        assert_close(f"{name} layer{i} conv", ref.conv[i], out.conv[i], tol)
-        assert_close(f"{name} layer{i} rec", ref.rec[i], out.rec[i], tol)
-
-
-def root_path(tree: DraftTree, pick: str, gen: torch.Generator) -> list[int]:
-    """[0] ("root"), the path to the deepest node ("deepest") or to a random node ("random")."""
-    if pick == "root":
-        return [0]
-    node = int(tree.depths.argmax()) if pick == "deepest" else int(torch.randint(len(tree), (1,), generator=gen))
-    return tree.path_to(node)
 
 
 # ----------------------------------------------------------------------------- tree == full forward
@@ -139,7 +82,7 @@ def oracle_case(arch, kind, budget, dtype, size):
     model = target(arch, dtype, size)
     gen = generator(arch, kind, budget, size)
     V = model.config.vocab_size
-    prefix, tree = make_prefix(V, gen), make_tree(kind, budget, V, gen)
+    prefix, tree = random_prefix(V, gen), random_tree(kind, budget, V, gen)
     with precision(dtype):
         return prefix, tree, tree_logits_reference(model, prefix, tree)
 
@@ -151,7 +94,7 @@ def test_tree_logits_equal_full_forward(arch, mode, kind, budget, dtype, size):
     with precision(dtype):
         out = tree_logits(model, prefix, tree, mode or "wy")
     assert out.shape == ref.shape == (budget + 1, model.config.vocab_size)
-    tol = TOL_REAL_F32 if size == "real" else TOL[dtype]
+    tol = TOL_REAL_F32 if size == "real" else LOGIT_TOL[dtype]
     assert_close(_case_id(arch, mode, kind, budget, dtype, size), ref, out, tol)
 
 
@@ -159,13 +102,13 @@ def test_tree_logits_equal_full_forward(arch, mode, kind, budget, dtype, size):
 @pytest.mark.parametrize("arch,mode", ARCH_MODES, ids=lambda x: x or "")
 def test_empty_prefix(arch, mode, dtype):
     model = target(arch, dtype)
-    tree = make_tree("bushy", 7, model.config.vocab_size, generator("empty", arch))
+    tree = random_tree("bushy", 7, model.config.vocab_size, generator("empty", arch))
     with precision(dtype):
         cache, first = prefill(model, [])
         assert cache.length == 0 and first is None
         ref = tree_logits_reference(model, [], tree)
         assert_close(f"{arch}-{mode}-empty-prefix-{DTYPE_ID[dtype]}", ref,
-                     tree_logits(model, [], tree, mode or "wy"), TOL[dtype])
+                     tree_logits(model, [], tree, mode or "wy"), LOGIT_TOL[dtype])
 
 
 # ----------------------------------------------------------------------------- naive mode
@@ -174,7 +117,7 @@ def test_empty_prefix(arch, mode, dtype):
 def test_naive_exact_on_chains(budget):
     prefix, tree, ref = oracle_case("gdn", "chain", budget, torch.float32, "toy")
     assert_close(f"gdn-naive-chain{budget}-f32", ref, tree_logits(target("gdn", torch.float32), prefix, tree, "naive"),
-                 TOL[torch.float32])
+                 LOGIT_TOL[torch.float32])
 
 
 @pytest.mark.parametrize("kind,budget", [("star", 7), ("bushy", 32), ("deep", 32)])
@@ -200,10 +143,10 @@ def test_rounds_match_fresh_prefill(arch, mode):
     V = model.config.vocab_size
     gen = generator("rounds", arch, mode)
     with adapter.float64_harness():
-        committed = make_prefix(V, gen)
+        committed = random_prefix(V, gen)
         cache, _ = prefill(model, committed)
         for r, pick in enumerate(PICKS):
-            tree = make_tree(("bushy", "deep")[r % 2], 16, V, gen)
+            tree = random_tree(("bushy", "deep")[r % 2], 16, V, gen)
             verify(model, cache, tree, mode)
             path = root_path(tree, pick, gen)
             commit(model, cache, tree, path)
@@ -211,7 +154,7 @@ def test_rounds_match_fresh_prefill(arch, mode):
             assert cache.length == len(committed) and cache.pending is None
         fresh, _ = prefill(model, committed)
         assert_same_cache(f"{arch}-{mode}-rounds-f64", fresh, cache, 1e-12)
-        tree = make_tree("bushy", 16, V, gen)
+        tree = random_tree("bushy", 16, V, gen)
         assert_close(f"{arch}-{mode}-next-round-f64", verify(model, fresh, tree, mode).logits,
                      verify(model, cache, tree, mode).logits, 1e-12)
 
@@ -221,7 +164,7 @@ def commit_case(tag: str, kind: str, pick: str, dtype):
     model = target("gdn", dtype)
     V = model.config.vocab_size
     gen = generator(tag, pick)
-    prefix, tree = make_prefix(V, gen), make_tree(kind, 32, V, gen)
+    prefix, tree = random_prefix(V, gen), random_tree(kind, 32, V, gen)
     return model, prefix, tree, root_path(tree, pick, gen)
 
 
@@ -263,8 +206,8 @@ def verified(request):
     """(model, cache after prefill + a pending verify, tree) in float32."""
     model = target(request.param, torch.float32)
     gen = generator("bad", request.param)
-    cache, _ = prefill(model, make_prefix(model.config.vocab_size, gen))
-    tree = make_tree("bushy", 7, model.config.vocab_size, gen)
+    cache, _ = prefill(model, random_prefix(model.config.vocab_size, gen))
+    tree = random_tree("bushy", 7, model.config.vocab_size, gen)
     verify(model, cache, tree)
     return model, cache, tree
 
@@ -333,7 +276,7 @@ def test_commit_bad_paths(verified):
     bad_paths = ([], [1], [0, 0], [0, len(tree)], [0, -1], [0, 1, not_child], [0, not_child, not_child])
     for path in bad_paths:
         raises_untouched(cache, lambda: commit(model, cache, tree, path), "path")
-    other = make_tree("bushy", 7, model.config.vocab_size, generator("other"))
+    other = random_tree("bushy", 7, model.config.vocab_size, generator("other"))
     raises_untouched(cache, lambda: commit(model, cache, other, [0]), "verify")
     commit(model, cache, tree, tree.path_to(len(tree) - 1))  # the cache still works
     raises_untouched(cache, lambda: commit(model, cache, tree, [0]), "verify")  # no pending verify

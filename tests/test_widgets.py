@@ -7,12 +7,12 @@ from matplotlib.figure import Figure
 from ddtree_lab.app import plots
 from ddtree_lab.experiments.summary import summarize
 from ddtree_lab.app import widgets
-from test_plots import make_frame
+from helpers import results_frame
 
 
 @pytest.fixture(scope="module")
 def frame():
-    return make_frame()
+    return results_frame()
 
 
 def _curve_x(fig, label):

@@ -163,9 +163,9 @@ def main(argv=None):
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
-    s.add_argument("--study-prompts", type=int, default=8)
+    s.add_argument("--study-prompts", type=int, default=6)
     s.add_argument("--lossless-prompts", type=int, default=164)
-    s.add_argument("--tf-problems", type=int, default=20)
+    s.add_argument("--tf-problems", type=int, default=12)
     s.set_defaults(func=_cmd_dflash2)
     s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
     s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")

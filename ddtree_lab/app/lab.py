@@ -9,6 +9,7 @@ import torch
 
 from ..common import RESULTS_DIR, stable_hash
 from ..experiments.results import ResultsStore
+from .claims import Claim
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
 
@@ -30,18 +31,66 @@ def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
 
 
-def check(claim: str, expected, got, ok: bool) -> None:
-    """Print ``expected / got / match`` for a notebook claim and fail loudly if false."""
+def _unpack(claim, expected, got, ok) -> tuple:
+    """A ``claims.Claim`` or the four values."""
+    if isinstance(claim, Claim):
+        return claim.claim, claim.expected, claim.got, claim.ok
+    return claim, expected, got, ok
+
+
+def check(claim, expected=None, got=None, ok=None) -> None:
+    """Print ``expected / got / match`` for a notebook claim and fail loudly if false.
+    claim: a ``claims.Claim``, or its text with the other three values."""
+    claim, expected, got, ok = _unpack(claim, expected, got, ok)
     print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")
     if not ok:
         raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
 
 
-def compare(claim: str, expected, got, reproduced: bool) -> bool:
+def compare(claim, expected=None, got=None, reproduced=None) -> bool:
     """Print a PUBLISHED claim next to what this lab measured, without failing: the lab's
     answer may be that it does not reproduce here (the notebook then says so)."""
+    claim, expected, got, reproduced = _unpack(claim, expected, got, reproduced)
     print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {bool(reproduced)}")
     return bool(reproduced)
+
+
+def check_unless(skip: str | None, claim: Claim) -> None:
+    """``check(claim)``, or, when ``skip`` gives a reason (e.g. a SMOKE run too small to
+    decide it), print that the check was skipped, why, and what was measured."""
+    if not skip:
+        check(claim)
+        return
+    print(f"skipped:  {claim.claim}\n  why:      {skip}\n  got:      {claim.got}")
+
+
+def table(frame, columns=None, rows: int = 15, store: str | None = None, digits: int = 3) -> None:
+    """Print at most ``rows`` rows of ``frame`` (``columns`` only), rounded; when rows are
+    left out, say how many and where the rest is (``store``, e.g. 'data/results/sweeps.jsonl')."""
+    shown = frame if columns is None else frame[list(columns)]
+    print(shown.head(rows).round(digits).to_string(index=False))
+    if len(shown) > rows:
+        where = f" (all of them: {store})" if store else ""
+        print(f"... {len(shown) - rows} more rows{where}")
+
+
+def describe(config) -> None:
+    """Print a frozen config dataclass one field a line ('budgets: 1, 2, 4'), not its repr."""
+    from dataclasses import fields
+    print(type(config).__name__)
+    for f in fields(config):
+        value = getattr(config, f.name)
+        shown = ", ".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        print(f"  {f.name}: {shown}")
+
+
+def side_by_side(frame, index: str, by: str, values: dict):
+    """A wide, short table: one row per ``index`` value, one column per (``by`` value, value)
+    named '<by value> <short name>'; values: {column: short name}; rows and columns in order
+    of first appearance. E.g. budgets as rows, the GDN modes side by side."""
+    wide = frame.pivot_table(index=index, columns=by, values=list(values), aggfunc="first", sort=False, dropna=False)
+    wide.columns = [f"{group} {values[col]}" for col, group in wide.columns]
+    return wide.reset_index()
 
 
 def store(name: str, smoke: bool) -> ResultsStore:

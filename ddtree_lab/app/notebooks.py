@@ -8,6 +8,7 @@ image, an object repr or a progress bar as output, an error.
 """
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -72,6 +73,48 @@ def figures_shown(nb) -> int:
     return sum("image/png" in o.get("data", {}) for c in cells for o in c.outputs) + _widget_images(nb)
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # its text/plain is a repr no reader sees
+RAW_REPRS = (re.compile(r"\b[A-Z]\w*\(\w+="),      # a dataclass repr: ConcurrencyGrid(archs=...
+             re.compile(r"\{'[^']*': "),           # a dict repr: {'gdn': 1.69, ...}
+             re.compile(r"\[\('|\(np\.float"))  # a list of tuples / numpy scalar reprs
+MAX_TABLE_ROWS, MAX_TABLE_WIDTH = 15, 120      # rows of numbers; wider wraps in a notebook column
+
+
+def _numeric(field: str) -> bool:
+    try:
+        float(field.rstrip("%x"))
+        return True
+    except ValueError:
+        return field in ("NaN", "None", "True", "False")
+
+
+def _table_runs(text: str) -> list[list[str]]:
+    """Runs of consecutive table-like lines (>= 3 fields, at least half of them numbers)."""
+    runs, run = [], []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and 2 * sum(map(_numeric, fields)) >= len(fields):
+            run.append(line)
+        elif run:
+            runs, run = runs + [run], []
+    return runs + [run] if run else runs
+
+
+def layout_problems(text: str) -> list[str]:
+    """What a printed output does to a reader: a raw repr (dataclass, dict, tuples), a table
+    of more than ~15 rows, or one so wide it wraps. Empty: nothing."""
+    problems = [f"shows a raw repr {m.group(0)!r}..." for r in RAW_REPRS if (m := r.search(text))]
+    if re.search(r" \\\n", text):
+        problems.append("prints a table pandas wrapped (a line ending in '\\')")
+    for run in _table_runs(text):
+        if len(run) > MAX_TABLE_ROWS:
+            problems.append(f"prints a table of {len(run)} rows (at most ~15; point to the store for the rest)")
+        width = max(map(len, run))
+        if width > MAX_TABLE_WIDTH:
+            problems.append(f"prints a table {width} characters wide (it wraps)")
+    return problems
+
+
 def output_problems(nb, widget_state: bool = True) -> list[str]:
     """What is wrong with an executed notebook as a reader sees it (empty: nothing): a cell
     calling ``show_figure`` without an image, an explorer without its figure in the stored
@@ -90,6 +133,9 @@ def output_problems(nb, widget_state: bool = True) -> list[str]:
             elif any(r in text for r in OBJECT_REPRS) or (out.get("output_type") == "execute_result"
                                                           and text in ("True", "False")):
                 problems.append(f"code cell {i}: shows {text[:70]!r}")
+        printed = "".join(_text(o) for o in cell.outputs if o.get("output_type") != "error"
+                          and WIDGET_MIME not in o.get("data", {}))
+        problems += [f"code cell {i}: {p}" for p in layout_problems(printed)]
     return problems
 
 

@@ -209,6 +209,29 @@ def budget_axis(ax, budgets, label: str = "budget (draft nodes)") -> None:
     ax.set_xlabel(label)
 
 
+def value_axis(ax, values) -> None:
+    """A log x axis labelled at exactly ``values`` (plain '0.25', '4'), no minor labels:
+    matplotlib's default log labels ('3x10^-1 4x10^-1') overlap on a short axis."""
+    values = sorted({float(v) for v in values})
+    ax.set_xscale("log")
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.xaxis.set_minor_locator(mpl.ticker.NullLocator())
+
+
+def mark_zeros_at_floor(ax, x, y, floor: float, label: str = "exact 0 (drawn at the axis floor)", **style) -> int:
+    """On a log y axis: draw the points whose y is exactly 0 at ``floor`` as open triangles
+    (in the legend as ``label``), set the axis floor there; returns how many were drawn.
+    x, y: array-likes [n]."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    zero = y == 0
+    if zero.any():
+        ax.scatter(x[zero], np.full(int(zero.sum()), floor), marker="v", facecolors="none",
+                   edgecolors=style.pop("color", "0.2"), s=style.pop("s", 22), label=f"{label}: {int(zero.sum())}",
+                   zorder=3, **style)
+        ax.set_ylim(bottom=floor / 4)   # the markers sit whole inside the axis
+    return int(zero.sum())
+
+
 def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]]) -> None:
     """'peak value @ budget' per mode, stacked in the top-left corner inside the axes, in a
     band of headroom added above every line drawn (so the labels never cover data and never
@@ -516,9 +539,11 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
     """Scatter of per-node errors on a log y axis (leakage study).
 
     x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each,
-    sorted). Errors below ``floor`` (exact zeros) are drawn at ``floor``.
+    sorted). Errors below ``floor`` are drawn at ``floor``; exact zeros there as open
+    triangles, counted in the legend (``mark_zeros_at_floor``).
     """
-    x, y = np.asarray(x, dtype=float), np.clip(np.asarray(y, dtype=float), floor, None)
+    x, raw = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    y = np.clip(raw, floor, None)
     hue = np.zeros(len(x), dtype=int) if hue is None else np.asarray(hue)
     with mpl.rc_context(STYLE):
         fig, (ax,) = _new_axes(ax, 1, panel=(4.8, 3.2))
@@ -528,15 +553,38 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
         except TypeError:  # mixed kinds: keep the order of first appearance
             pass
         for group in groups:
-            sel = hue == group
+            sel = (hue == group) & (raw != 0)
             ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=str(group) if len(groups) > 1 else None)
         ax.set_yscale("log")
+        zeros = mark_zeros_at_floor(ax, x, raw, floor)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        if len(groups) > 1:
-            ax.legend()
+        if len(groups) > 1 or zeros:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # outside: covers no point
         if title:
             ax.set_title(title)
+    return fig
+
+
+def plot_error_strip(errors: pd.DataFrame, settings: list[str], ylabel: str, title: str) -> Figure:
+    """Per-node errors, one jittered strip per setting, log y. Exact zeros are drawn at the
+    axis floor (a tenth of the smallest non-zero error) as open triangles, counted in the
+    legend. errors: rows with ``setting`` and ``err``; settings: strips, left to right."""
+    nonzero = errors.err[errors.err > 0]
+    floor = float(nonzero.min()) / 10 if len(nonzero) else 1e-18
+    rng = np.random.default_rng(0)
+    with mpl.rc_context(STYLE):
+        fig, (ax,) = _new_axes(None, 1, panel=(7, 3.6))
+        xs, ys = [], []
+        for i, name in enumerate(settings):
+            err = errors.err[errors.setting == name].to_numpy(dtype=float)
+            x = i + 0.25 * (rng.random(len(err)) - 0.5)
+            ax.scatter(x[err > 0], err[err > 0], s=8, alpha=0.6, color=PALETTE[i % len(PALETTE)])
+            xs.append(x), ys.append(err)
+        ax.set_yscale("log")
+        if mark_zeros_at_floor(ax, np.concatenate(xs), np.concatenate(ys), floor):
+            ax.legend(fontsize=8)
+        ax.set(xticks=range(len(settings)), xticklabels=settings, ylabel=ylabel, title=title)
     return fig
 
 
@@ -580,16 +628,19 @@ def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
     """Best fixed DDTree budget (by aggregate tokens/s) vs concurrency, one line per (target,
     T), from ``experiments.concurrency.concurrency_table``."""
     fig, (ax,) = _new_axes(ax, 1, (5.2, 3.6))
-    colors = {a: f"C{i}" for i, a in enumerate(sorted(table.arch.unique()))}
+    archs = sorted(table.arch.unique())
+    colors, markers = {a: f"C{i}" for i, a in enumerate(archs)}, dict(zip(archs, "oDs^v"))
+    shift = {a: 2 ** (0.08 * (i - (len(archs) - 1) / 2)) for i, a in enumerate(archs)}  # equal values stay visible
     for (arch, temp), g in table.groupby(["arch", "temperature"]):
-        ax.plot(g.concurrency, g.best_budget, c=colors[arch], marker="o" if temp == 0 else "s", ms=7 if temp == 0 else 5,
-                ls="-" if temp == 0 else "--", label=f"{arch}, T = {temp:g}")  # T = 1 smaller: equal values stay visible
+        ax.plot(g.concurrency * shift[arch], g.best_budget, c=colors[arch], marker=markers[arch],
+                ms=7 if temp == 0 else 5, mfc="none" if temp else colors[arch], ls="-" if temp == 0 else "--",
+                label=f"{arch}, T = {temp:g}")
     _concurrency_axis(ax, table.concurrency)
     ax.set_yscale("log", base=2)
     budgets = sorted({int(b) for b in table.best_budget})
     ax.set_yticks(budgets, [str(b) for b in budgets])
     ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
-    ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
+    ax.set(ylabel="best fixed budget", title="best DDTree budget vs load (targets offset sideways)")
     ax.legend()
     return fig
 
@@ -626,6 +677,8 @@ def plot_concurrency_budgets(summary: pd.DataFrame, arch: str, temperature: floa
             ax.axhline(r[metric], ls="--", c="C1", label="DFlash")
         for _, r in rows[rows.budget == "auto"].iterrows():
             ax.plot([r.mean_tree_size], [r[metric]], marker="*", ms=12, ls="", c="C3", label="auto (mean tree)")
+        if metric == "speedup":
+            ax.axhline(1.0, c="gray", lw=0.8, label="batched AR (1)")  # axhline joins the y limits: 1 is always in view
         budget_axis(ax, fixed.budget)
         ax.set(ylabel=label, title=f"{arch}, T = {temperature:g}, concurrency {concurrency}")
         ax.legend(fontsize=8)
@@ -708,4 +761,72 @@ def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
         ax.set_xticks(range(len(rows)), labels, fontsize="small")
         ax.set(ylabel="tokens/s", title=f"{arch}: one interleaved run, T = 0")
         ax.margins(y=0.25)
+    return fig
+
+
+# ----------------------------------------------------------------------------- DFlash 2 trees
+
+PROPOSAL_STYLES = {("dflash", "-"): ("DFlash marginals", "o", "-"),
+                   ("dflash2", "unary"): ("DFlash 2, unary only", "s", "--"),
+                   ("dflash2", "conditional"): ("DFlash 2, conditional", "^", "-")}
+
+
+def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature: float | None = None,
+                         arch: str | None = None) -> Figure:
+    """``metric`` (tau, speedup or tau_outside_loops) vs DDTree budget (log 2 axis) for the
+    three proposals (``experiments.dflash2.PROPOSALS``), one panel per (arch, temperature)
+    (or the one asked); the linear drafts as flat lines (DFlash dotted, DFlash 2's selector
+    path dash-dotted), speedup panels with a speedup = 1 line (AR).
+
+    summary: ``experiments.dflash2.summary`` output."""
+    s = summary[summary.method != "ar"]
+    if temperature is not None:
+        s = s[s.temperature == temperature]
+    if arch is not None:
+        s = s[s.arch == arch]
+    panels = list(s.groupby(["arch", "temperature"]).groups)
+    if not panels:
+        raise ValueError(f"no rows to draw for arch={arch!r}, temperature={temperature!r}")
+    with mpl.rc_context(STYLE):
+        fig, axes = _new_axes(None, len(panels), panel=(3.6, 3.2))
+        for ax, (a, t) in zip(axes, panels):
+            rows = s[(s.arch == a) & (s.temperature == t)]
+            for i, ((drafter, tree), (label, marker, ls)) in enumerate(PROPOSAL_STYLES.items()):
+                g = rows[(rows.method == "ddtree") & (rows.drafter == drafter) & (rows.tree == tree)].sort_values("budget")
+                ax.plot(g.budget.astype(float), g[metric], marker=marker, ls=ls, ms=7 - 1.5 * i, color=PALETTE[i],
+                        label=label)  # shrinking markers: a point under another stays visible
+            for drafter, ls, label in (("dflash", ":", "DFlash linear"), ("dflash2", "-.", "DFlash 2 linear (selector path)")):
+                lin = rows[(rows.method == "dflash") & (rows.drafter == drafter)]
+                if len(lin):
+                    ax.axhline(float(lin[metric].iloc[0]), ls=ls, lw=1.1, color="0.35" if drafter == "dflash" else PALETTE[2],
+                               label=label)
+            if metric == "speedup":
+                ax.axhline(1.0, color="0.6", lw=0.8, label="AR")
+            ax.set_xscale("log", base=2)
+            ax.set(xlabel="DDTree budget (draft nodes)", ylabel=metric, title=f"{a}, T = {t:g}")
+        axes[-1].legend(fontsize=7)
+        fig.suptitle(f"DDTree over DFlash 2: {metric} by budget")
+    return fig
+
+
+def plot_after_sibling(table: pd.DataFrame) -> Figure:
+    """After a sibling: marginal vs conditional trees. Per arch, the observed chance that the
+    next depth is accepted on the main path and right after an accepted rank >= 1 sibling,
+    for each proposal (bars), outside loops; the after-sibling / main-path ratio on top.
+
+    table: ``experiments.dflash2.sibling_table`` output."""
+    archs = list(dict.fromkeys(table.arch))
+    with mpl.rc_context(STYLE):
+        fig, axes = _new_axes(None, len(archs), panel=(4.0, 3.3))
+        for ax, arch in zip(axes, archs):
+            rows = table[table.arch == arch].reset_index(drop=True)
+            for j, (group, (label, color)) in enumerate(CONTINUATION_STYLES.items()):
+                x = np.arange(len(rows)) + 0.38 * j
+                ax.bar(x, rows[group], width=0.36, color=color, label=label)
+            for i, r in rows.iterrows():
+                ax.text(i + 0.19, max(r.main_path, r.after_sibling) + 0.03, f"x{r.ratio:.2f}", ha="center", fontsize=8)
+            ax.set(xticks=np.arange(len(rows)) + 0.19, xticklabels=rows.proposal, ylim=(0, 1.3),
+                   ylabel="P(next depth accepted)", title=f"{arch}, outside loops")
+        axes[-1].legend(fontsize=7, loc="upper left", ncol=2)
+        fig.suptitle("after a sibling: marginal vs conditional trees")
     return fig

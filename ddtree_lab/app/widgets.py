@@ -238,3 +238,29 @@ def concurrency_explorer(summary: pd.DataFrame, arch: str | None = None, tempera
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox(list(controls.values())), out])
+
+
+def dflash2_explorer(summary: pd.DataFrame, arch: str | None = None, temperature: float = 0.0,
+                     metric: str = "tau"):
+    """ipywidgets.VBox: dropdowns (target, temperature, metric) and an Output (CSS class
+    'ddtree-figure') showing ``plots.plot_dflash2_budgets`` of that selection: the three
+    proposals over every budget, redrawn on every change."""
+    import ipywidgets as w
+    spec = {"arch": sorted(summary.arch.unique()), "temperature": sorted(summary.temperature.unique()),
+            "metric": ["tau", "tau_outside_loops", "speedup", "tokens_per_s"]}
+    start = {"arch": arch, "temperature": temperature, "metric": metric}
+    wide = {"style": {"description_width": "initial"}}
+    controls = {name: w.Dropdown(options=spec[name], description=name,
+                                 value=start[name] if start[name] in spec[name] else spec[name][0], **wide)
+                for name in spec}
+    out = w.Output()
+    out.add_class("ddtree-figure")
+
+    def redraw(change=None):
+        fig = plots.plot_dflash2_budgets(summary, **{name: c.value for name, c in controls.items()})
+        out.outputs = (figure_output(fig),)
+
+    for c in controls.values():
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox(list(controls.values())), out])

@@ -119,8 +119,10 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     """Per arch, T = 0, block 8, 164 prompts: DDTree-64 tau (all rounds / outside loops) over
     DFlash 2 conditional trees (``lossless`` rows) against over DFlash 1 marginals
     (the quality store's rows), DFlash 1 / 2 linear, and the share of prompts equal to AR (the
-    quality store's AR). Tau only: no timing crosses the two runs."""
+    quality store's AR). Tau only: no timing crosses the two runs. Empty without rows."""
     rows = []
+    if quality.empty or lossless.empty:
+        return pd.DataFrame(columns=["arch", "config", "prompts", "matches_ar", "tau", "tau_outside_loops"])
     for arch in sorted(set(lossless.arch)):
         ar = {p: m["tokens"] for p, m in zip(*(quality[(quality.arch == arch) & (quality.method == "ar")][c]
                                              for c in ("prompt", "_metrics")))}
@@ -137,21 +139,119 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 8, lossless_prompts: int = 164,
-                tf_problems: int = 20) -> dict:
+def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 6, lossless_prompts: int = 164,
+                tf_problems: int = 12, *, directory=None, budgets: dict = BUDGETS, max_new_tokens: int = 128,
+                verbose: bool = True) -> dict:
     """Every stored measurement of this study (resumable): the interleaved run on
     ``study_prompts`` prompts, the 164-prompt lossless rows, the teacher-forced lens of the
-    DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions."""
+    DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions.
+    directory: where the stores live (default data/results; notebooks' SMOKE runs: smoke/).
+    -> {"study", "lossless": results frames of the two runs, "teacher_forced": tf_summary}."""
+    from ..common import RESULTS_DIR
     from .teacher_forced import run_teacher_forced
+    directory = RESULTS_DIR if directory is None else directory
     drafters = {a: load_drafters(a) for a in archs}
-    store = ResultsStore(STORE)
-    study = run_study(drafters, range(study_prompts), store=store)
-    lossless = run_sweep(lossless_grid(tuple(archs)), list(range(lossless_prompts)), store, drafters,
-                         runner=run_study_config, run=LOSSLESS_RUN)
-    tf = run_teacher_forced({a: d.pairs["dflash2"] for a, d in drafters.items()}, ResultsStore(TF_STORE),
+    store = ResultsStore(STORE, directory)
+    study = run_study(drafters, range(study_prompts), store=store,
+                      configs=study_grid(tuple(archs), budgets, max_new_tokens=max_new_tokens))
+    lossless = run_sweep(lossless_grid(tuple(archs), max_new_tokens), list(range(lossless_prompts)), store,
+                         drafters, runner=run_study_config, run=LOSSLESS_RUN)
+    tf = run_teacher_forced({a: d.pairs["dflash2"] for a, d in drafters.items()}, ResultsStore(TF_STORE, directory),
                             range(tf_problems), trees=("conditional", "unary"))
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
-        print(summary(study)[["arch", "method", "drafter", "tree", "budget", "temperature", "tau",
-                              "tau_outside_loops", "tokens_per_s", "speedup", "matches_ar"]].to_string(index=False))
-        print(tf.to_string(index=False))
+    if verbose:
+        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
+            print(summary(study)[["arch", "method", "drafter", "tree", "budget", "temperature", "tau",
+                                  "tau_outside_loops", "tokens_per_s", "speedup", "matches_ar"]].to_string(index=False))
+            print(tf.to_string(index=False))
     return {"study": study, "lossless": lossless, "teacher_forced": tf}
+
+
+# ----------------------------------------------------------------------------- reading
+
+def drafter_table(archs=("gdn", "mla")) -> pd.DataFrame:
+    """Per arch, from the shipped manifests (held-out greedy rollouts, block 8): DFlash linear
+    tau, DFlash 2 linear tau of its unary argmax path and of its selector's path walk, the
+    unary top-K recall and the teacher-forced selector accuracy, train minutes."""
+    from ..train.checkpoints import check_manifest, ckpt_path
+    rows = []
+    for arch in archs:
+        d1, d2 = check_manifest(ckpt_path(arch, "drafter")), check_manifest(ckpt_path(arch, "drafter2"))
+        rows.append({"arch": arch, "dflash_tau": d1["tau_block8"], "dflash2_unary_tau": d2["unary_tau_block8"],
+                     "dflash2_selector_tau": d2["selector_tau_block8"], "unary_recall": d2["unary_recall_block8"],
+                     "selector_accuracy": d2["selector_accuracy_block8"],
+                     "dflash2_train_min": d2["train_time_s"] / 60})
+    return pd.DataFrame(rows)
+
+
+def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tokens: int,
+                  tree: str | None = None, **labels) -> pd.DataFrame:
+    """``calibration.RoundRecorder`` rows (one per draft node per round, loop-tagged) of DDTree-
+    ``budget`` decoding of ``prompt_ids`` with ``pair`` (``tree``: as ``decode.generate``);
+    ``labels`` go into every row, with ``prompt``."""
+    from ..core.decode import generate
+    from ..train.data import prompt_tokens
+    from .calibration import RoundRecorder
+    rec = RoundRecorder()
+    for p in prompt_ids:
+        ids = prompt_tokens(pair.tokenizer, p)
+        rec.start(ids, **labels, prompt=p)
+        generate(pair.target, pair.drafter, ids, method="ddtree", budget=budget, block_size=block_size,
+                 max_new_tokens=max_new_tokens, on_round=rec, tree=tree)
+    return rec.frame()
+
+
+def sibling_table(nodes: pd.DataFrame) -> pd.DataFrame:
+    """Per (arch, proposal), outside loops, pooled over depths: the observed chance to go on
+    right after a rank >= 1 sibling and on the main path, their ratio, the surrogate's
+    expected and the observed accepted tokens per round (calibration). nodes: ``record_rounds``
+    rows with ``arch`` and ``proposal`` labels."""
+    from .calibration import continuation_summary, continuation_table, outside_loops, tau_cost
+    rows = []
+    for (arch, proposal), g in nodes.groupby(["arch", "proposal"], sort=False):
+        out = outside_loops(g)
+        pooled = continuation_summary(continuation_table(out)).set_index("group")
+        main, sib = (pooled.observed.get(k, float("nan")) for k in ("main_path", "after_sibling"))
+        cost = tau_cost(out)
+        rows.append({"arch": arch, "proposal": proposal, "main_path": main, "after_sibling": sib,
+                     "ratio": sib / main if main else float("nan"),
+                     "after_sibling_nodes": int(pooled["count"].get("after_sibling", 0)),
+                     "predicted_per_round": cost["predicted"], "observed_per_round": cost["observed"],
+                     "observed_over_predicted": cost["ratio"]})
+    return pd.DataFrame(rows)
+
+
+def tau_grid(summary_frame: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """One temperature's tau as a small table: rows arch x budget, columns per proposal
+    ("DFlash" marginals, "DFlash 2 unary", "DFlash 2 conditional"); budget 7 = the linear
+    draft (DFlash / the selector's path)."""
+    s = summary_frame[(summary_frame.temperature == temperature) & (summary_frame.method != "ar")]
+    name = {("dflash", "-"): "DFlash", ("dflash2", "unary"): "DFlash 2 unary",
+            ("dflash2", "conditional"): "DFlash 2 conditional"}
+    s = s.assign(proposal=[name[(d, t)] for d, t in zip(s.drafter, s.tree)],
+                 budget=[f"linear" if m == "dflash" else int(b) for m, b in zip(s.method, s.budget)])
+    return s.pivot_table(index=["arch", "budget"], columns="proposal", values="tau", sort=False)[list(
+        dict.fromkeys(v for v in name.values() if v in set(s.proposal)))]
+
+
+def reading(sib: pd.DataFrame, goals: pd.DataFrame) -> str:
+    """The notebook's reading, written from the numbers it printed (never typed in by hand)."""
+    lines = []
+    for arch in dict.fromkeys(sib.arch):
+        s = sib[sib.arch == arch].set_index("proposal")
+        if {"DFlash marginal", "DFlash 2 conditional"} <= set(s.index):
+            m, c = s.loc["DFlash marginal"], s.loc["DFlash 2 conditional"]
+            lines.append(f"{arch}: after a sibling the walk goes on {c.after_sibling:.2f} of the time with conditional "
+                         f"trees against {m.after_sibling:.2f} with marginal ones (main path {c.main_path:.2f} / "
+                         f"{m.main_path:.2f}; ratio {c.ratio:.2f} vs {m.ratio:.2f}); the surrogate's accepted tokens "
+                         f"per round are {c.observed_over_predicted:.2f}x observed/predicted (marginal "
+                         f"{m.observed_over_predicted:.2f}x).")
+    if len(goals):
+        for arch, g in goals.groupby("arch"):
+            t = g.set_index("config")
+            if {"ddtree64", "ddtree64_conditional"} <= set(t.index):
+                r = t.loc["ddtree64_conditional"].tau_outside_loops / t.loc["ddtree64"].tau_outside_loops
+                verdict = "helps" if r >= 1.15 else ("helps, below the 1.15x goal" if r > 1 else "does not help")
+                lines.append(f"{arch}: DDTree-64 outside loops at T = 0, conditional over DFlash 2 vs marginal over "
+                             f"DFlash: {t.loc['ddtree64_conditional'].tau_outside_loops:.2f} vs "
+                             f"{t.loc['ddtree64'].tau_outside_loops:.2f} ({r:.2f}x): the selector {verdict}.")
+    return "Reading.\n" + "\n".join(lines) if lines else "Reading: nothing to read (no rows)."

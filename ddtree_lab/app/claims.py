@@ -1,0 +1,322 @@
+"""The notebooks' self-checks, as plain functions of what a notebook measured.
+
+Each function takes measured values (numbers, Series, DataFrames a notebook already holds)
+and returns a ``Claim`` (claim, expected, got, ok); the notebook hands it to ``lab.check``
+(fails loudly) or ``lab.compare`` (a published claim: printed, never asserted). Kept here, and
+not in the notebooks, so ``tests/test_claims.py`` can feed every check a wrong result and see
+it fail. Values in ``got`` are formatted with enough digits to decide the comparison
+(``fmt_vs``): a 0.896 is never shown as 0.90 beside ">= 0.90".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One checked statement: what is claimed, what would confirm it, what was measured."""
+    claim: str
+    expected: str
+    got: str
+    ok: bool
+
+
+def fmt_vs(value: float, bound: float, digits: int = 2) -> str:
+    """``value`` rounded to the fewest digits (>= ``digits``) that keep it on its side of
+    ``bound``: 0.896 vs 0.9 gives '0.896', 0.95 vs 0.9 gives '0.95'."""
+    for d in range(digits, 8):
+        shown = round(float(value), d)
+        if (shown >= bound) == (value >= bound) and (shown <= bound) == (value <= bound):
+            return f"{value:.{d}f}"
+    return f"{value:.8g}"
+
+
+def _series(values) -> str:
+    """A short readable list, '1.00, 0.97, 0.95' (no brackets, no dict repr)."""
+    return ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+
+
+# ----------------------------------------------------------------------------- shared
+
+def equals_ar(claim: str, matches_ar) -> Claim:
+    """Every prompt's output equals AR: the share of matching prompts is 1 everywhere.
+    matches_ar: values in [0, 1], one per (config) row."""
+    low = float(pd.Series(matches_ar, dtype=float).min())
+    return Claim(claim, "1.0 (every prompt)", f"{low:.3g}" if low < 1 else "1.0", bool(low == 1.0))
+
+
+def below(claim: str, value: float, bound: float, what: str = "max err") -> Claim:
+    """``value`` < ``bound`` (an error that must be small)."""
+    return Claim(claim, f"{what} < {bound:.0e}", f"{value:.2e}", bool(value < bound))
+
+
+def above(claim: str, value: float, bound: float, what: str = "err") -> Claim:
+    """``value`` > ``bound`` (an error that must show)."""
+    return Claim(claim, f"{what} > {bound:.0e}", f"{value:.2e}", bool(value > bound))
+
+
+# ----------------------------------------------------------------------------- 00
+
+def same_tokens(spec_tokens: list, ar_tokens: list) -> Claim:
+    """Speculative output equals AR token for token (T = 0, exact verification)."""
+    same = list(spec_tokens) == list(ar_tokens)
+    return Claim("DDTree output equals AR token for token (T=0, exact verification)", "identical",
+                 "identical" if same else "different", same)
+
+
+def fewer_calls(spec_calls: int, ar_calls: int) -> Claim:
+    """The speculative loop needs fewer target forwards than AR."""
+    return Claim("DDTree needs fewer target calls than AR", f"< {ar_calls}", str(spec_calls), spec_calls < ar_calls)
+
+
+# ----------------------------------------------------------------------------- 01
+
+def heap_matches_brute_force(mismatches: int, cases: int) -> Claim:
+    """The heap builder equals brute force on every small case."""
+    return Claim("heap builder == brute force (nodes and order)", f"0 mismatches in {cases}", str(mismatches),
+                 cases > 0 and mismatches == 0)
+
+
+def acceptance_rises(curve) -> Claim:
+    """Expected acceptance is non-decreasing in the budget. curve: [B] values, budget 1..B."""
+    gains = pd.Series(curve, dtype=float).diff().dropna()
+    return Claim("expected acceptance rises with budget", "non-decreasing", f"min gain {gains.min():.2e}",
+                 bool(len(gains) and gains.min() >= 0))
+
+
+def diminishing_returns(curve, tol: float = 1e-12) -> Claim:
+    """The gains never grow (nodes arrive in decreasing weight). curve: [B] values."""
+    rise = pd.Series(curve, dtype=float).diff().diff().dropna()
+    return Claim("with diminishing returns (nodes arrive in decreasing weight)", "non-increasing gains",
+                 f"max increase of a gain {rise.max():.2e}", bool(len(rise) and rise.max() <= tol))
+
+
+def monotone(claim: str, expected: str, values: pd.Series, increasing: bool) -> Claim:
+    """``values`` (indexed by the swept knob, ascending) move one way only."""
+    ok = values.is_monotonic_increasing if increasing else values.is_monotonic_decreasing
+    return Claim(claim, expected, _series(values.round(2).tolist()), bool(ok and len(values) > 1))
+
+
+def deeper_when_confident(max_depth: pd.Series) -> Claim:
+    """Max tree depth falls as the draft temperature rises (index: temperature)."""
+    return monotone("confident drafts give deeper trees", "max depth falls as temperature rises", max_depth, False)
+
+
+def bushier_when_unsure(root_children: pd.Series) -> Claim:
+    """Root children rise with the draft temperature (index: temperature)."""
+    return monotone("unsure drafts give bushier roots", "root children rise with temperature", root_children, True)
+
+
+# ----------------------------------------------------------------------------- 02
+
+def leakage_per_node(errors: pd.DataFrame) -> list[Claim]:
+    """The three per-node claims of notebook 02 on ``leakage.leakage_table`` rows
+    (err_naive, err_fork, first_branch_before)."""
+    clean, leaky = errors[~errors.first_branch_before], errors[errors.first_branch_before]
+    return [below("nodes with only ancestors before them are exact under naive verify", clean.err_naive.max(), 1e-4),
+            Claim("nodes after the first branch are wrong (leakage)", "median err > 1e-3",
+                  f"{leaky.err_naive.median():.2e} over {len(leaky)} nodes",
+                  bool(len(leaky) and leaky.err_naive.median() > 1e-3)),
+            below("fork (per-node state) agrees with wy everywhere", errors.err_fork.max(), 1e-4)]
+
+
+def leakage_costs_acceptance(naive_tau: float, exact_tau: float, budget: int) -> Claim:
+    """Naive tau is below exact tau at the largest budget."""
+    return Claim(f"leakage costs acceptance at the largest budget ({budget})", "naive tau < exact tau",
+                 f"{naive_tau:.3f} vs {exact_tau:.3f}", bool(naive_tau < exact_tau))
+
+
+def naive_peaks_early(naive_tau: pd.Series) -> Claim:
+    """Published: naive tau peaks at a budget below the largest (index: budget)."""
+    peak, big = int(naive_tau.idxmax()), int(naive_tau.index.max())
+    return Claim("naive tau peaks at a small budget, then falls", f"peak < {big}", f"peak at {peak}", peak < big)
+
+
+def crop_leaks_gdn(min_error_per_k: pd.Series) -> Claim:
+    """transformers' crop leaves rejected tokens in the GDN state at every k (min over prompts)."""
+    return above("transformers' crop leaves the rejected tokens in the GDN state (every k)",
+                 float(min_error_per_k.min()), 1e-3, "min over prompts and k")
+
+
+def crop_exact_mla(max_error: float) -> Claim:
+    """The same crop is exact on MLA."""
+    return below("the same crop is exact on MLA (no recurrent state)", max_error, 1e-5)
+
+
+def reference_loop_departs(departures: int) -> Claim:
+    """The reference loop departs from AR on at least one GDN prompt."""
+    return Claim("the reference loop departs from AR on some prompt (GDN)", ">= 1 prompt", str(departures),
+                 departures >= 1)
+
+
+# ----------------------------------------------------------------------------- 03
+
+def precision_exact(max_err: pd.Series) -> list[Claim]:
+    """Tree vs path forward, per setting (index: setting name): float64 harness and float32."""
+    return [below("float64 (harness): tree verification is exact to rounding", max_err["float64 + harness"], 1e-12),
+            below("float32: exact to float32 rounding", max_err["float32"], 1e-4)]
+
+
+def routing_identical(identical_share: float) -> Claim:
+    """Expert routing is identical per token and layer (share of (node, layer) pairs)."""
+    got = "1.0" if identical_share == 1.0 else f"{identical_share:.6f}"
+    return Claim("expert routing identical per token and layer (float64)", "1.0", got, bool(identical_share == 1.0))
+
+
+def flips_at_near_ties(flip_margins, median_margin: float, share: float = 0.05) -> Claim:
+    """bf16 argmax flips only where the top-2 margin is < ``share`` of the median margin."""
+    worst = max(flip_margins, default=0.0)
+    return Claim("bf16 argmax flips happen only at near-ties", f"flip margins < {share:.0%} of the median margin",
+                 f"max flip margin {worst:.4f} vs median {median_margin:.3f}", bool(worst < share * median_margin))
+
+
+# ----------------------------------------------------------------------------- 04
+
+def modes_exact_in_float64(f64: pd.Series) -> list[Claim]:
+    """Per GDN mode max error in float64 (index: mode): fork and wy exact, naive not."""
+    exact = max(f64["fork"], f64["wy"])
+    return [Claim("fork and wy are exact in float64", "< 1e-12", f"fork {f64['fork']:.2e}, wy {f64['wy']:.2e}",
+                  bool(exact < 1e-12)),
+            above("naive is not", f64["naive"], 1e-6)]
+
+
+def commit_exact(commit_err: dict) -> Claim:
+    """Cache after verify + commit equals a fresh prefill. commit_err: {mode: {part: err}}."""
+    worst = max(max(v.values()) for v in commit_err.values())
+    return below("commit leaves the cache of a fresh prefill (float64)", worst, 1e-12)
+
+
+def fork_equals_wy(tau_fork: pd.Series, tau_wy: pd.Series) -> Claim:
+    """fork and wy decode identically: same tau at every budget (index: budget)."""
+    gap = float((tau_fork - tau_wy).abs().max())
+    return Claim("fork and wy decode identically (both exact)", "same tau at every budget",
+                 f"max |difference| {gap:.2e}", bool(gap < 1e-9))
+
+
+def exact_restores_acceptance(tau_wy: pd.Series, tau_naive: pd.Series) -> Claim:
+    """wy tau at the largest budget beats naive's best tau (index: budget)."""
+    big = int(tau_wy.index.max())
+    return Claim("exact verification restores acceptance past naive's peak", f"wy tau at {big} > naive peak tau",
+                 f"{tau_wy[big]:.3f} vs {tau_naive.max():.3f}", bool(tau_wy[big] > tau_naive.max()))
+
+
+def rises_like_mla(tau_gdn: pd.Series, tau_mla: pd.Series) -> Claim:
+    """GDN (exact) and MLA tau both higher at the largest budget than at the smallest."""
+    lo, hi = int(tau_gdn.index.min()), int(tau_gdn.index.max())
+    ok = tau_gdn[hi] > tau_gdn[lo] and tau_mla[hi] > tau_mla[lo]
+    return Claim("GDN exact tau rises with budget like MLA's", f"tau({hi}) > tau({lo}) for both",
+                 f"gdn {tau_gdn[lo]:.2f}->{tau_gdn[hi]:.2f}, mla {tau_mla[lo]:.2f}->{tau_mla[hi]:.2f}", bool(ok))
+
+
+# ----------------------------------------------------------------------------- 05
+
+def tau_keeps_rising(arch: str, tau: pd.Series) -> Claim:
+    """tau at the largest budget >= tau at 16 (or, when 16 is not below it, at the smallest
+    budget: never the largest against itself) (index: budget)."""
+    big = int(tau.index.max())
+    ref = 16 if 16 in tau.index and 16 < big else int(tau.index.min())
+    return Claim(f"{arch}: acceptance keeps rising up to the largest budgets", f"tau({big}) >= tau({ref})",
+                 f"{tau[big]:.3f} vs {tau[ref]:.3f}", bool(ref < big and tau[big] >= tau[ref]))
+
+
+def tree_beats_chain(claim: str, tree_tau: float, chain_tau: float, note: str = "") -> Claim:
+    """DDTree tau / DFlash tau > 1 (outside loops, on real text, ...)."""
+    ratio = tree_tau / chain_tau if chain_tau else math.inf
+    return Claim(claim, "DDTree / DFlash tau > 1", f"{fmt_vs(ratio, 1.0)}{note}", bool(tree_tau > chain_tau))
+
+
+# ----------------------------------------------------------------------------- 06
+
+def ranks_ordered(rank0_observed: float, branch_observed: float) -> Claim:
+    """The target accepts the drafter's rank-0 token more often than its rank-1+ branches."""
+    return Claim("the drafter's rank 0 is accepted more often than its rank 1+ branches (observed)",
+                 "rank 0 rate > rank 1+ rate", f"{rank0_observed:.3f} vs {branch_observed:.3f}",
+                 bool(rank0_observed > branch_observed))
+
+
+def branches_overpredicted(branch: pd.DataFrame) -> Claim:
+    """Published: rank-1+ observed < 0.5 x predicted (rows: arch, predicted, observed)."""
+    got = "; ".join(f"{r.arch}: predicted {r.predicted:.3f}, observed {r.observed:.3f}" for r in branch.itertuples())
+    return Claim("rank-1+ branches are accepted far below the surrogate's prediction (22% vs 65-84%)",
+                 "observed < 0.5 x predicted for rank 1+", got,
+                 bool(len(branch) and (branch.observed.values < 0.5 * branch.predicted.values).all()))
+
+
+def surrogate_within(ratios: dict, tol: float = 0.25) -> Claim:
+    """Observed / surrogate accepted tokens per round within 1 +- ``tol`` for every arch."""
+    got = ", ".join(f"{a} {fmt_vs(r, 1 + tol if r > 1 else 1 - tol)}" for a, r in ratios.items())
+    ok = all(1 - tol <= r <= 1 + tol for r in ratios.values())
+    return Claim(f"the surrogate predicts accepted tokens per round within {tol:.0%}",
+                 f"observed / surrogate in [{1 - tol:.2f}, {1 + tol:.2f}]", got, bool(ratios) and ok)
+
+
+def continuation_valid(cont: pd.DataFrame) -> Claim:
+    """The continuation table is non-empty and every rate a probability."""
+    rates = cont[["predicted", "observed"]].stack()
+    ok = len(cont) > 0 and bool(rates.between(0, 1).all())
+    return Claim("the continuation table (outside loops) is non-empty, every rate a probability",
+                 "rows > 0, in [0, 1]", f"{len(cont)} rows, rates in [{rates.min():.3g}, {rates.max():.3g}]"
+                 if len(cont) else "0 rows", ok)
+
+
+def after_sibling_gap(arch: str, main: float, sibling: float, n_sibling: int) -> Claim:
+    """Published: after a rank >= 1 sibling the next depth is accepted < 0.75 x the main path."""
+    return Claim(f"{arch}: after a rank >= 1 sibling the next depth is accepted far less often than on the main "
+                 "path (public 27B: 22% vs 65-84%)", "after-sibling rate < 0.75 x main-path rate, outside loops",
+                 f"{sibling:.3f} vs {main:.3f} ({n_sibling:.0f} nodes after a sibling)",
+                 bool(n_sibling > 0 and sibling < 0.75 * main))
+
+
+# ----------------------------------------------------------------------------- 07
+
+def batching_pays(arch: str, ar_tokens_per_s: pd.Series) -> Claim:
+    """Batched AR tokens/s higher at the largest concurrency than at the smallest (index: concurrency)."""
+    lo, hi = ar_tokens_per_s.index.min(), ar_tokens_per_s.index.max()
+    return Claim(f"{arch}: batching pays for AR", f"batched AR tokens/s at concurrency {hi} > at {lo}",
+                 f"{ar_tokens_per_s[hi]:.1f} vs {ar_tokens_per_s[lo]:.1f}",
+                 bool(hi > lo and ar_tokens_per_s[hi] > ar_tokens_per_s[lo]))
+
+
+def best_budget_shrinks(arch: str, best_budget: pd.Series) -> Claim:
+    """Published: the best budget at the largest concurrency < at the smallest (index: concurrency)."""
+    lo, hi = best_budget.index.min(), best_budget.index.max()
+    path = " -> ".join(f"{int(b)} (c={c})" for c, b in best_budget.items())
+    return Claim(f"{arch}: the best tree budget shrinks as the batch grows", f"best budget at {hi} < at {lo}", path,
+                 bool(best_budget[hi] < best_budget[lo]))
+
+
+def auto_near_best(arch: str, auto_vs_best: pd.Series, floor: float = 0.9) -> Claim:
+    """auto tokens/s / best fixed >= ``floor`` at every concurrency (index: concurrency); each
+    ratio shown with the digits that decide it."""
+    ratios = ", ".join(f"{fmt_vs(r, floor)} (c={c})" for c, r in auto_vs_best.items())
+    return Claim(f"{arch}: auto stays within {1 - floor:.0%} of the best fixed budget at every concurrency",
+                 f"auto tokens/s / best fixed >= {floor:.2f} everywhere", ratios, bool((auto_vs_best >= floor).all()))
+
+
+# ----------------------------------------------------------------------------- 08
+
+def dflash2_lossless(equal: int, total: int) -> Claim:
+    """DFlash 2 decoding (linear and conditional trees) equals AR at T = 0 on every prompt row."""
+    return Claim("DFlash 2 (linear and DDTree-64 conditional) equals AR at T = 0 on every prompt",
+                 "all equal", f"{equal} / {total} equal", bool(total > 0 and equal == total))
+
+
+def conditional_tree_gain(arch: str, conditional: float, marginal: float, goal: float = 1.15) -> Claim:
+    """Issue 20's goal: DDTree-64 tau outside loops over DFlash 2 conditional >= ``goal`` x over
+    DFlash marginals (T = 0)."""
+    ratio = conditional / marginal if marginal else float("nan")
+    return Claim(f"{arch}: DDTree-64 tau over DFlash 2 conditional >= {goal}x over DFlash marginals, outside loops, T = 0",
+                 f">= {goal}", f"{conditional:.2f} / {marginal:.2f} = {fmt_vs(ratio, goal, 3)}",
+                 bool(ratio >= goal))
+
+
+def sibling_collapse_closed(arch: str, after_sibling: float, main_path: float, nodes: int, goal: float = 0.85) -> Claim:
+    """Issue 20's goal: right after a rank >= 1 sibling the next depth is accepted >= ``goal`` x as
+    often as on the main path (conditional trees, outside loops)."""
+    ratio = after_sibling / main_path if main_path else float("nan")
+    return Claim(f"{arch}: right after a rank >= 1 sibling, conditional trees go on >= {goal}x as often as on the "
+                 "main path", f">= {goal}", f"{after_sibling:.2f} / {main_path:.2f} = {fmt_vs(ratio, goal)} "
+                 f"({nodes} nodes)", bool(nodes > 0 and ratio >= goal))

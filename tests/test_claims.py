@@ -1,0 +1,119 @@
+"""Every notebook self-check can fail: each ``claims`` function, fed a right result, holds,
+and fed a wrong one (a mutant: the result a broken lab would give), fails; ``lab.check``
+then raises. Also: ``fmt_vs`` never rounds a value across the bound it is compared with."""
+import pandas as pd
+import pytest
+
+from ddtree_lab.app import claims, lab
+
+
+def s(values: dict) -> pd.Series:
+    return pd.Series(values, dtype=float)
+
+
+ERRORS_OK = pd.DataFrame({"err_naive": [0.0, 1e-6, 0.5, 2.0], "err_fork": [1e-7, 0.0, 2e-6, 1e-6],
+                          "first_branch_before": [False, False, True, True]})
+GAPS = pd.DataFrame({"arch": ["gdn"], "group": ["rank1+"], "predicted": [0.4], "observed": [0.1]})
+CONT = pd.DataFrame({"predicted": [0.5, 0.7], "observed": [0.6, 1.0]})
+
+# id: (check, right arguments, wrong arguments); a check returning several claims is indexed
+CASES = {
+    "08-lossless": (claims.dflash2_lossless, (164, 164), (163, 164)),
+    "08-lossless-empty": (claims.dflash2_lossless, (3, 3), (0, 0)),
+    "08-gain": (claims.conditional_tree_gain, ("gdn", 2.6, 2.0), ("gdn", 2.2, 2.0)),
+    "08-sibling": (claims.sibling_collapse_closed, ("gdn", 0.9, 1.0, 40), ("gdn", 0.6, 1.0, 40)),
+    "08-sibling-no-nodes": (claims.sibling_collapse_closed, ("gdn", 0.9, 1.0, 40), ("gdn", 0.9, 1.0, 0)),
+    "00-same-tokens": (claims.same_tokens, ([1, 2, 3], [1, 2, 3]), ([1, 2, 4], [1, 2, 3])),
+    "00-fewer-calls": (claims.fewer_calls, (10, 64), (64, 64)),
+    "01-heap": (claims.heap_matches_brute_force, (0, 100), (1, 100)),
+    "01-heap-no-cases": (claims.heap_matches_brute_force, (0, 100), (0, 0)),
+    "01-rises": (claims.acceptance_rises, ([0.5, 0.9, 1.2, 1.3],), ([0.5, 0.9, 0.8, 1.3],)),
+    "01-diminishing": (claims.diminishing_returns, ([0.5, 0.9, 1.2, 1.3],), ([0.5, 0.6, 1.2, 1.3],)),
+    "01-deeper": (claims.deeper_when_confident, (s({0.25: 9, 1: 5, 4: 2}),), (s({0.25: 5, 1: 9, 4: 2}),)),
+    "01-bushier": (claims.bushier_when_unsure, (s({0.25: 1, 1: 3, 4: 8}),), (s({0.25: 3, 1: 1, 4: 8}),)),
+    "02-clean-exact": (lambda e: claims.leakage_per_node(e)[0], (ERRORS_OK,),
+                       (ERRORS_OK.assign(err_naive=[0.1, 0.0, 0.5, 2.0]),)),
+    "02-leaky-wrong": (lambda e: claims.leakage_per_node(e)[1], (ERRORS_OK,),
+                       (ERRORS_OK.assign(err_naive=[0.0, 0.0, 1e-5, 1e-5]),)),
+    "02-leaky-none": (lambda e: claims.leakage_per_node(e)[1], (ERRORS_OK,),
+                      (ERRORS_OK.assign(first_branch_before=False),)),
+    "02-fork-exact": (lambda e: claims.leakage_per_node(e)[2], (ERRORS_OK,), (ERRORS_OK.assign(err_fork=0.01),)),
+    "02-leak-costs": (claims.leakage_costs_acceptance, (2.5, 4.8, 128), (4.8, 4.8, 128)),
+    "02-naive-peaks": (claims.naive_peaks_early, (s({1: 1.8, 4: 2.3, 128: 2.0}),), (s({1: 1.8, 4: 2.3, 128: 2.6}),)),
+    "02-crop-leaks": (claims.crop_leaks_gdn, (s({1: 0.2, 2: 0.5}),), (s({1: 0.0, 2: 0.5}),)),
+    "02-crop-mla": (claims.crop_exact_mla, (1e-7,), (1e-3,)),
+    "02-official-departs": (claims.reference_loop_departs, (3,), (0,)),
+    "03-float64": (lambda m: claims.precision_exact(m)[0], (s({"float64 + harness": 1e-15, "float32": 1e-6}),),
+                   (s({"float64 + harness": 1e-9, "float32": 1e-6}),)),
+    "03-float32": (lambda m: claims.precision_exact(m)[1], (s({"float64 + harness": 1e-15, "float32": 1e-6}),),
+                   (s({"float64 + harness": 1e-15, "float32": 1e-2}),)),
+    "03-routing": (claims.routing_identical, (1.0,), (0.998,)),
+    "03-near-ties": (claims.flips_at_near_ties, ([0.001], 1.0), ([0.3], 1.0)),
+    "04-fork-wy-exact": (lambda f: claims.modes_exact_in_float64(f)[0], (s({"fork": 1e-15, "wy": 2e-15, "naive": 0.3}),),
+                         (s({"fork": 1e-15, "wy": 1e-8, "naive": 0.3}),)),
+    "04-naive-not": (lambda f: claims.modes_exact_in_float64(f)[1], (s({"fork": 1e-15, "wy": 2e-15, "naive": 0.3}),),
+                     (s({"fork": 1e-15, "wy": 2e-15, "naive": 1e-15}),)),
+    "04-commit": (claims.commit_exact, ({"fork": {"state": 0.0}, "wy": {"state": 1e-16}},),
+                  ({"fork": {"state": 0.0}, "wy": {"state": 1e-3}},)),
+    "04-fork-equals-wy": (claims.fork_equals_wy, (s({1: 2.0, 8: 3.0}), s({1: 2.0, 8: 3.0})),
+                          (s({1: 2.0, 8: 3.1}), s({1: 2.0, 8: 3.0}))),
+    "04-restores": (claims.exact_restores_acceptance, (s({1: 1.8, 128: 4.9}), s({1: 1.8, 4: 2.3, 128: 2.6})),
+                    (s({1: 1.8, 128: 2.2}), s({1: 1.8, 4: 2.3, 128: 2.6}))),
+    "04-rises-like-mla": (claims.rises_like_mla, (s({1: 1.8, 128: 4.9}), s({1: 1.5, 128: 3.0})),
+                          (s({1: 1.8, 128: 4.9}), s({1: 1.5, 128: 1.4}))),
+    "05-equals-ar": (claims.equals_ar, ("exact", [1.0, 1.0]), ("exact", [1.0, 0.5])),
+    "05-keeps-rising": (claims.tau_keeps_rising, ("gdn", s({1: 2.0, 16: 3.5, 256: 4.0})),
+                        ("gdn", s({1: 2.0, 16: 3.5, 256: 3.4}))),
+    "05-keeps-rising-small": (claims.tau_keeps_rising, ("gdn", s({1: 2.0, 4: 2.5})), ("gdn", s({1: 2.0, 4: 1.9}))),
+    "05-tree-beats-chain": (claims.tree_beats_chain, ("gain", 3.0, 2.5), ("gain", 2.5, 2.5)),
+    "06-ranks-ordered": (claims.ranks_ordered, (0.74, 0.03), (0.03, 0.74)),
+    "06-branches-overpredicted": (claims.branches_overpredicted, (GAPS,), (GAPS.assign(observed=0.3),)),
+    "06-surrogate-within": (claims.surrogate_within, ({"gdn": 1.1, "mla": 0.9},), ({"gdn": 1.7, "mla": 0.9},)),
+    "06-continuation": (claims.continuation_valid, (CONT,), (CONT.assign(observed=[0.6, 1.2]),)),
+    "06-continuation-empty": (claims.continuation_valid, (CONT,), (CONT.iloc[:0],)),
+    "06-after-sibling": (claims.after_sibling_gap, ("gdn", 0.9, 0.2, 30), ("gdn", 0.9, 0.8, 30)),
+    "06-after-sibling-none": (claims.after_sibling_gap, ("gdn", 0.9, 0.2, 30), ("gdn", 0.9, 0.2, 0)),
+    "07-batching-pays": (claims.batching_pays, ("gdn", s({1: 50, 16: 400})), ("gdn", s({1: 50, 16: 40}))),
+    "07-budget-shrinks": (claims.best_budget_shrinks, ("gdn", s({1: 16, 16: 4})), ("gdn", s({1: 16, 16: 16}))),
+    "07-auto-near-best": (claims.auto_near_best, ("gdn", s({1: 0.95, 16: 0.91})), ("gdn", s({1: 0.95, 16: 0.896}))),
+}
+
+
+@pytest.mark.parametrize("check,right,wrong", CASES.values(), ids=CASES.keys())
+def test_every_check_holds_on_a_right_result_and_fails_on_a_wrong_one(check, right, wrong):
+    good, bad = check(*right), check(*wrong)
+    assert good.ok is True, good
+    assert bad.ok is False, bad
+    lab.check(good)
+    with pytest.raises(AssertionError, match="claim failed"):
+        lab.check(bad)
+
+
+def test_every_claims_function_has_a_mutant_case():
+    """A new check in ``claims`` must come with a case above (directly or through a lambda)."""
+    import inspect
+    public = {n for n, f in inspect.getmembers(claims, inspect.isfunction)
+              if f.__module__ == claims.__name__ and not n.startswith("_") and n not in ("fmt_vs", "below", "above",
+                                                                                          "monotone")}
+    covered = {c[0].__name__ for c in CASES.values()} | {"leakage_per_node", "precision_exact",
+                                                         "modes_exact_in_float64"}
+    assert public <= covered, sorted(public - covered)
+
+
+@pytest.mark.parametrize("value,bound,shown", [(0.896, 0.9, "0.896"), (0.95, 0.9, "0.95"), (0.9, 0.9, "0.90"),
+                                               (0.8999, 0.9, "0.8999"), (1.004, 1.0, "1.004"), (1.7, 1.25, "1.70")])
+def test_fmt_vs_keeps_a_value_on_its_side_of_the_bound(value, bound, shown):
+    assert claims.fmt_vs(value, bound) == shown
+
+
+def test_auto_near_best_shows_the_digits_that_decide_it():
+    c = claims.auto_near_best("gdn", s({16: 0.896}))
+    assert not c.ok and "0.896 (c=16)" in c.got and "0.90 (c" not in c.got
+
+
+def test_check_unless_says_what_it_skipped(capsys):
+    lab.check_unless("SMOKE: too few prompts", claims.tree_beats_chain("gain", 2.0, 2.5))  # would fail: skipped
+    out = capsys.readouterr().out
+    assert out.startswith("skipped:  gain") and "why:      SMOKE: too few prompts" in out and "match" not in out
+    with pytest.raises(AssertionError):
+        lab.check_unless(False, claims.tree_beats_chain("gain", 2.0, 2.5))
