@@ -137,18 +137,19 @@ def test_conditional_trees_differ_from_unary_trees():
     assert cond.tokens.tolist() != build_tree(draft.logits, 3, 32).tokens.tolist()
 
 
-def _two_token_counts(draft, table, budget, T, trials, seed, walk_proposal=None):
+def _two_token_counts(draft, table, budget, T, trials, seed, walk_proposal=None, sampler=None):
     """One rejection round over a conditional tree with root token 2, the target's logits at a
     node = table[node token] ([V, V]). -> (counts of the first emitted token [V], counts [V, V]
     of the second emitted token after an ACCEPTED first token a: row a)."""
     from ddtree_lab.core import sampling
     proposal = sampling.Conditional(draft)
     walker = walk_proposal(proposal) if walk_proposal else proposal
+    draw = sampler(proposal) if sampler else proposal.sample_tree
     tree = build_conditional_tree(draft, 2, budget)
     first, second = torch.zeros(table.shape[0]), torch.zeros(table.shape)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(trials):
-        drawn = proposal.sample_tree(tree, T, gen)
+        drawn = draw(tree, T, gen)
         path, bonus = sampling.accept_rejection(drawn, table[drawn.tokens], walker, T, gen)
         emitted = drawn.tokens[path[1:]].tolist() + [bonus]
         first[emitted[0]] += 1
@@ -171,7 +172,8 @@ def _second_token_p(second, table, T):
     return min(_chi2_p(second[a], torch.softmax(table[a].double() / T, -1)) for a in rows)
 
 
-@pytest.mark.parametrize("T", [0.8, pytest.param(1.0, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("T", [0.8, 1.0])
 def test_conditional_rejection_round_is_distributed_as_the_target(T):
     """q(. | parent) over K candidates, children sampled without replacement, the recursive
     rejection walk: the first emitted token ~ p(. | root) and, after an accepted draft token a,
@@ -191,3 +193,17 @@ def test_conditional_rejection_round_is_distributed_as_the_target(T):
         return Walk()
     _, biased = _two_token_counts(draft, table, 12, T, 8000, 0, walk_proposal=parent_ignored)
     assert _second_token_p(biased, table, T) < 1e-6
+
+    def with_replacement(proposal):  # siblings drawn WITH replacement: a repeated token is accepted for free
+        from ddtree_lab.core.tree import DraftTree
+
+        def draw(tree, temp, gen):
+            tokens, depths = tree.tokens.clone(), tree.depths.tolist()
+            for u, kids in enumerate(tree.children):
+                if kids:
+                    q = proposal.child_probs(int(tokens[u]), depths[u] + 1, temp)
+                    tokens[kids] = torch.multinomial(q, len(kids), replacement=True, generator=gen)
+            return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
+        return draw
+    first_biased, _ = _two_token_counts(draft, table, 12, T, 8000, 0, sampler=with_replacement)
+    assert _chi2_p(first_biased, torch.softmax(table[2].double() / T, -1)) < 1e-6

@@ -61,10 +61,14 @@ def _quality_and_lossless(cond_acc):
     base = [{"arch": "mla", "method": m, "block_size": 8, "budget": b, "gdn_mode": "-", "prompt": p,
              "_metrics": _metrics([p, 1, 2], [2, 1], [False, False])} for p in range(2)
             for m, b in (("dflash", 7), ("ddtree", 64))]
-    mine = [{"arch": "mla", "method": m, "tree": "conditional", "prompt": p,
+    mine = [{"arch": "mla", "method": m, "tree": "conditional", "prompt": p, "max_new_tokens": 3,
              "_metrics": _metrics([p, 1, 2] if p == 0 else [9, 9, 9], cond_acc, [False] * len(cond_acc))}
             for p in range(2) for m in ("dflash", "ddtree")]
-    return pd.DataFrame(mine), pd.DataFrame(ar + base)
+    # a T = 1 row of the same config must be left out (it would change the DDTree-64 tau)
+    hot = [{"arch": "mla", "method": "ddtree", "block_size": 8, "budget": 64, "gdn_mode": "-", "prompt": 0,
+            "temperature": 1.0, "_metrics": _metrics([5, 5, 5], [9], [False])}]
+    quality = pd.DataFrame(ar + base).assign(temperature=0.0)
+    return pd.DataFrame(mine), pd.concat([quality, pd.DataFrame(hot)]).assign(max_new_tokens=3)
 
 
 def test_goal_table_reads_tau_and_losslessness_against_the_quality_store():

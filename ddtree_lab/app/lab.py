@@ -7,7 +7,7 @@ import random
 import numpy as np
 import torch
 
-from ..common import RESULTS_DIR, stable_hash
+from ..common import RESULTS_DIR
 from ..experiments.results import ResultsStore
 from .claims import Claim
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
@@ -103,10 +103,9 @@ def cached_table(name: str, config: dict, smoke: bool, compute):
     """A DataFrame computed once per (config, code version) and stored as CSV under the
     results folder; a rerun reads it back (the notebook then only redraws)."""
     import pandas as pd
-    from ..experiments.results import code_version
-    key = stable_hash({"config": config, "code": code_version()}, 12)
+    from ..experiments.results import cached_table_path
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
-    path = folder / f"{name}-{key}.csv.gz"
+    path = cached_table_path(name, config, folder)
     if path.is_file():
         return pd.read_csv(path)
     frame = compute()

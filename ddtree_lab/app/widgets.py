@@ -213,17 +213,14 @@ def concurrency_controls_spec(summary: pd.DataFrame) -> dict:
             "concurrency": sorted(int(c) for c in summary["concurrency"].unique())}
 
 
-def concurrency_explorer(summary: pd.DataFrame, arch: str | None = None, temperature: float = 0.0,
-                         concurrency: int | None = None):
-    """ipywidgets.VBox: dropdowns (arch, temperature, concurrency) and an Output (CSS class
-    'ddtree-figure') showing ``plots.plot_concurrency_budgets`` of that selection, redrawn on
-    every change; it opens at the given values (else the first of each)."""
+def dropdown_explorer(spec: dict, start: dict, draw):
+    """ipywidgets.VBox: one dropdown per ``spec`` entry (name -> options; opening at ``start``'s
+    value, else the first; greyed out with one option) and an Output (CSS class
+    'ddtree-figure') showing ``draw(**selection)``, redrawn on every change."""
     import ipywidgets as w
-    spec = concurrency_controls_spec(summary)
-    start = {"arch": arch, "temperature": temperature, "concurrency": concurrency}
     wide = {"style": {"description_width": "initial"}}
     controls = {name: w.Dropdown(options=spec[name], description=name,
-                                 value=start[name] if start[name] in spec[name] else spec[name][0], **wide)
+                                 value=start.get(name) if start.get(name) in spec[name] else spec[name][0], **wide)
                 for name in spec}
     for c in controls.values():
         c.disabled = len(c.options) < 2  # nothing to choose: greyed out
@@ -231,36 +228,28 @@ def concurrency_explorer(summary: pd.DataFrame, arch: str | None = None, tempera
     out.add_class("ddtree-figure")
 
     def redraw(change=None):
-        fig = plots.plot_concurrency_budgets(summary, **{name: c.value for name, c in controls.items()})
-        out.outputs = (figure_output(fig),)
+        out.outputs = (figure_output(draw(**{name: c.value for name, c in controls.items()})),)
 
     for c in controls.values():
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox(list(controls.values())), out])
+
+
+def concurrency_explorer(summary: pd.DataFrame, arch: str | None = None, temperature: float = 0.0,
+                         concurrency: int | None = None):
+    """``dropdown_explorer`` over (arch, temperature, concurrency) of ``plots.plot_concurrency_budgets``;
+    it opens at the given values (else the first of each)."""
+    return dropdown_explorer(concurrency_controls_spec(summary),
+                             {"arch": arch, "temperature": temperature, "concurrency": concurrency},
+                             lambda **sel: plots.plot_concurrency_budgets(summary, **sel))
 
 
 def dflash2_explorer(summary: pd.DataFrame, arch: str | None = None, temperature: float = 0.0,
                      metric: str = "tau"):
-    """ipywidgets.VBox: dropdowns (target, temperature, metric) and an Output (CSS class
-    'ddtree-figure') showing ``plots.plot_dflash2_budgets`` of that selection: the three
-    proposals over every budget, redrawn on every change."""
-    import ipywidgets as w
-    spec = {"arch": sorted(summary.arch.unique()), "temperature": sorted(summary.temperature.unique()),
+    """``dropdown_explorer`` over (target, temperature, metric) of ``plots.plot_dflash2_budgets``:
+    the three proposals over every budget."""
+    spec = {"arch": sorted(summary.arch.unique()), "temperature": sorted(float(t) for t in summary.temperature.unique()),
             "metric": ["tau", "tau_outside_loops", "speedup", "tokens_per_s"]}
-    start = {"arch": arch, "temperature": temperature, "metric": metric}
-    wide = {"style": {"description_width": "initial"}}
-    controls = {name: w.Dropdown(options=spec[name], description=name,
-                                 value=start[name] if start[name] in spec[name] else spec[name][0], **wide)
-                for name in spec}
-    out = w.Output()
-    out.add_class("ddtree-figure")
-
-    def redraw(change=None):
-        fig = plots.plot_dflash2_budgets(summary, **{name: c.value for name, c in controls.items()})
-        out.outputs = (figure_output(fig),)
-
-    for c in controls.values():
-        c.observe(redraw, names="value")
-    redraw()
-    return w.VBox([w.HBox(list(controls.values())), out])
+    return dropdown_explorer(spec, {"arch": arch, "temperature": temperature, "metric": metric},
+                             lambda **sel: plots.plot_dflash2_budgets(summary, **sel))

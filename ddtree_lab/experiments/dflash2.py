@@ -30,6 +30,14 @@ STORE = "dflash2"
 RUN = "dflash2"                    # the interleaved budget x temperature run
 LOSSLESS_RUN = "dflash2-lossless"  # the 164-prompt T = 0 rows
 TF_STORE = "teacher_forced_dflash2"
+# notebook 08's node-by-node recording (notebook 06's setting): prompts, DDTree budget, block, new tokens
+CALIBRATION = {"prompts": 19, "budget": 64, "block": 16, "tokens": 64}
+
+
+def calibration_config(drafters: dict, prompts: int, budget: int, block: int, tokens: int) -> dict:
+    """The key of notebook 08's stored node table: the setting and the digests of every model."""
+    return {"archs": list(drafters), "prompts": prompts, "budget": budget, "block": block, "tokens": tokens,
+            "models": {a: d.digests for a, d in drafters.items()}}
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +116,11 @@ def pooled_tau(rows: pd.DataFrame, outside_loops: bool = False) -> float:
     frame); ``outside_loops``: over the rounds whose context was not looping."""
     acc = n = 0
     for m in rows["_metrics"]:
-        flags = m.get("round_in_loop") or [False] * len(m["acceptance_lengths"])
+        flags = m.get("round_in_loop")
+        if flags is None:
+            if outside_loops:
+                return float("nan")  # a row stored without loop tags: no outside-loops figure
+            flags = [False] * len(m["acceptance_lengths"])
         for a, looping in zip(m["acceptance_lengths"], flags):
             if not (outside_loops and looping):
                 acc, n = acc + a, n + 1
@@ -123,6 +135,7 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     rows = []
     if quality.empty or lossless.empty:
         return pd.DataFrame(columns=["arch", "config", "prompts", "matches_ar", "tau", "tau_outside_loops"])
+    quality = quality[(quality.temperature == 0) & (quality.max_new_tokens.isin(set(lossless.max_new_tokens)))]
     for arch in sorted(set(lossless.arch)):
         ar = {p: m["tokens"] for p, m in zip(*(quality[(quality.arch == arch) & (quality.method == "ar")][c]
                                              for c in ("prompt", "_metrics")))}
@@ -133,8 +146,9 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
         picks |= {"dflash2": mine[mine.method == "dflash"],
                   "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
         for name, r in picks.items():
-            same = [m["tokens"] == ar.get(p) for p, m in zip(r.prompt, r["_metrics"])]
-            rows.append({"arch": arch, "config": name, "prompts": len(r), "matches_ar": float(pd.Series(same).mean()),
+            same = [m["tokens"] == ar[p] if p in ar else float("nan") for p, m in zip(r.prompt, r["_metrics"])]
+            rows.append({"arch": arch, "config": name, "prompts": len(r),
+                         "matches_ar": float(pd.Series(same, dtype=float).mean()),
                          "tau": pooled_tau(r), "tau_outside_loops": pooled_tau(r, outside_loops=True)})
     return pd.DataFrame(rows)
 
@@ -233,9 +247,25 @@ def tau_grid(summary_frame: pd.DataFrame, temperature: float) -> pd.DataFrame:
         dict.fromkeys(v for v in name.values() if v in set(s.proposal)))]
 
 
-def reading(sib: pd.DataFrame, goals: pd.DataFrame) -> str:
-    """The notebook's reading, written from the numbers it printed (never typed in by hand)."""
+def _temperature_ratios(study: pd.DataFrame, budget: int = 64) -> list[dict]:
+    """Per (arch, T) of the run: DDTree-``budget`` tau over DFlash 2 conditional and DFlash marginals."""
+    out = []
+    for (arch, t), r in study[(study.method == "ddtree") & (study.budget == budget)].groupby(["arch", "temperature"]):
+        cond, marg = r[r.tree == "conditional"], r[r.drafter == "dflash"]
+        if len(cond) and len(marg):
+            out.append({"arch": arch, "temperature": t, "conditional": float(cond.tau.iloc[0]),
+                        "marginal": float(marg.tau.iloc[0]), "ratio": float(cond.tau.iloc[0] / marg.tau.iloc[0])})
+    return out
+
+
+def reading(sib: pd.DataFrame, goals: pd.DataFrame, study: pd.DataFrame | None = None) -> str:
+    """The notebook's reading, written from the numbers it printed (never typed in by hand);
+    ``study``: the run's ``summary``, for DDTree-64 conditional vs marginal at every temperature."""
     lines = []
+    for r in [] if study is None else _temperature_ratios(study):
+        lines.append(f"{r['arch']}, T = {r['temperature']:g}: DDTree-64 tau {r['conditional']:.2f} conditional vs "
+                     f"{r['marginal']:.2f} marginal ({r['ratio']:.2f}x: conditional trees "
+                     f"{'win' if r['ratio'] > 1 else 'lose'} here).")
     for arch in dict.fromkeys(sib.arch):
         s = sib[sib.arch == arch].set_index("proposal")
         if {"DFlash marginal", "DFlash 2 conditional"} <= set(s.index):

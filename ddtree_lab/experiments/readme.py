@@ -422,24 +422,27 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     """DDTree over DFlash 2 (notebook 08, ``ddtree-lab dflash2``): the 164-prompt goals against
     the quality store's DFlash rows, the interleaved budget x temperature run, the sibling table."""
     from . import dflash2 as d2
-    from .results import ResultsStore
-    store = ResultsStore(d2.STORE, directory)
-    frame = store.frame()
+    from .results import ResultsStore, cached_table_path
+    drafters = {a: d2.load_drafters(a) for a in ("gdn", "mla")}  # the shipped models: their rows only
+    frame = ResultsStore(d2.STORE, directory).frame(models={a: d.digests for a, d in drafters.items()})
     if frame.empty:
         return "**DDTree over DFlash 2**: not measured yet (`ddtree-lab dflash2`)."
-    goals = d2.goal_table(frame[frame.run == d2.LOSSLESS_RUN], ResultsStore("quality", directory).frame())
+    quality = ResultsStore("quality", directory).frame(models={a: d.pairs["dflash"].digests for a, d in drafters.items()})
+    goals = d2.goal_table(frame[frame.run == d2.LOSSLESS_RUN], quality)
     g = {(r.arch, r.config): r for r in goals.itertuples()}
     archs = [a for a in sorted(goals.arch.unique()) if (a, "ddtree64") in g and (a, "ddtree64_conditional") in g]
     cell = lambda a, c: f"{g[a, c].tau:.2f} / {g[a, c].tau_outside_loops:.2f}"  # noqa: E731
+    same = lambda a, c: f"{g[a, c].matches_ar * g[a, c].prompts:.0f}"  # noqa: E731
     rows = [[a, cell(a, "dflash"), cell(a, "dflash2"), cell(a, "ddtree64"), cell(a, "ddtree64_conditional"),
              f"**{g[a, 'ddtree64_conditional'].tau_outside_loops / g[a, 'ddtree64'].tau_outside_loops:.2f}**",
-             f"{g[a, 'ddtree64_conditional'].matches_ar * g[a, 'ddtree64_conditional'].prompts:.0f} / "
-             f"{g[a, 'ddtree64_conditional'].prompts}"] for a in archs]
-    out = ("**DDTree over DFlash 2** (notebook 08; T = 0, block 8, 164 HumanEval prompts; tau: all rounds / outside "
-           "loops; DFlash rows from the quality store, DFlash 2 rows from `ddtree-lab dflash2`):\n\n"
+             f"{same(a, 'dflash2')} / {same(a, 'ddtree64_conditional')} of {g[a, 'ddtree64_conditional'].prompts}"]
+            for a in archs]
+    prompts = int(goals.prompts.max()) if len(goals) else 0
+    out = (f"**DDTree over DFlash 2** (notebook 08; T = 0, block 8, {prompts} HumanEval prompts; tau: all rounds / "
+           "outside loops; DFlash rows from the quality store, DFlash 2 rows from `ddtree-lab dflash2`):\n\n"
            + _table(["target", "DFlash linear", "DFlash 2 linear (selector path)", "DDTree-64, DFlash marginals",
                      "DDTree-64, DFlash 2 conditional", "conditional / marginal, outside loops (goal >= 1.15)",
-                     "conditional == AR"], rows))
+                     "equal to AR: DFlash 2 linear / DDTree-64 conditional"], rows))
     study = d2.summary(frame[frame.run == d2.RUN])
     pick = lambda r, m, d, t, b: r[(r.method == m) & (r.drafter == d) & (r.tree == t) & (r.budget == b)]  # noqa: E731
     rows = []
@@ -450,12 +453,20 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
                                                   pick(r, "dflash", "dflash2", "conditional", 7)] + cells])
     out += (f"\n\nOne interleaved run (`{d2.RUN}`, {int(study.n_prompts.max())} prompts, "
             f"{int(study.max_new_tokens.max())} new tokens, block 8, the rejection rule at T > 0 with each proposal's "
-            "own q): tau (tokens/s over the same run's AR, prompts interleaved):\n\n"
+            "own q): tau (speedup: tokens/s over the same run's AR, prompts interleaved):\n\n"
             + _table(["target", "T", "DFlash linear", "DFlash 2 linear", "DDTree-64, DFlash marginals",
                       "DDTree-64, DFlash 2 unary", "DDTree-64, DFlash 2 conditional"], rows))
-    nodes = sorted(directory.glob("dflash2_calibration-*.csv.gz"))
-    if len(nodes) == 1:
-        sib = d2.sibling_table(pd.read_csv(nodes[0]))
+    table = d2.drafter_table()
+    out += ("\n\nThe drafters (their manifests: held-out greedy rollouts, block 8; DFlash 2 trained 1000 steps from "
+            "the DFlash drafter): " + "; ".join(
+                f"{r.arch}: linear tau DFlash {r.dflash_tau:.2f}, DFlash 2 unary path {r.dflash2_unary_tau:.2f}, "
+                f"selector path {r.dflash2_selector_tau:.2f}; unary top-16 recall {r.unary_recall:.2f}, "
+                f"teacher-forced selector accuracy {r.selector_accuracy:.2f}" for r in table.itertuples()) + ".")
+    nodes = cached_table_path("dflash2_calibration", d2.calibration_config(drafters, **d2.CALIBRATION), directory)
+    if not nodes.is_file():
+        out += "\n\nThe sibling table: not measured yet (notebook 08)."
+    else:
+        sib = d2.sibling_table(pd.read_csv(nodes))
         parts = [f"{r.arch} {r.proposal}: {r.after_sibling:.2f} vs {r.main_path:.2f} (x{r.ratio:.2f})"
                  for r in sib.itertuples()]
         out += ("\n\nRight after an accepted rank >= 1 sibling vs on the main path, the next depth accepted "
@@ -481,7 +492,7 @@ BLOCKS = {
                        "python scripts/full_size_check.py exact && python scripts/full_size_check.py cost && "
                        "torchrun --nproc-per-node 2 scripts/tp_verify.py [--preset kimi-k2.6]",
                        full_size_cost.render_readme),
-    "dflash2": Block(("data/results/dflash2.jsonl", "data/results/quality.jsonl"),
+    "dflash2": Block(("data/results/dflash2.jsonl", "data/results/quality.jsonl", "data/checkpoints"),
                      "ddtree-lab dflash2 && bash scripts/lab.sh (notebook 08)", render_dflash2),
     # sources: the store once it exists; absent, the block says "not measured yet" instead of failing
     "concurrency": Block((CONCURRENCY_STORE,) if (ROOT / CONCURRENCY_STORE).exists() else (), "ddtree-lab concurrency",

@@ -33,6 +33,12 @@ def code_version(modules: tuple = COMPUTE_MODULES) -> str:
     return stable_hash(b"".join(name.encode() + b"\0" + (CORE_DIR / name).read_bytes() for name in modules))
 
 
+def cached_table_path(name: str, config: dict, folder: Path = RESULTS_DIR) -> Path:
+    """Where ``app.lab.cached_table`` keeps the table ``name`` of ``config`` at the current code
+    version: ``folder/{name}-{key}.csv.gz`` (readers of a stored table find it here)."""
+    return Path(folder) / f"{name}-{stable_hash({'config': config, 'code': code_version()}, 12)}.csv.gz"
+
+
 def git_revision() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
