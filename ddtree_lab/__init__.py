@@ -5,9 +5,8 @@ drafter, decode, model presets), ``train`` (corpus, tokenizer, training loop, re
 checkpoints, ``load_pair``), ``experiments`` (results store, sweeps, analyses), ``app``
 (plots, widgets, notebook helpers, CLI). The names below are the public API.
 """
-from .core.batch import generate_batch
 from .core.cache import TreeCache, commit, commit_reference
-from .core.decode import Generation, generate
+from .core.decode import Generation, generate, generate_batch
 from .core.models import load_target
 from .core.tree import DraftTree, build_tree, build_tree_reference, chain_tree
 from .core.verify import GDN_MODES, prefill, tree_logits, verify

@@ -4,13 +4,13 @@ On the real-size random-init targets (``build_target("gdn" | "mla")``, float32, 
 every sequence with a committed prefix of ``--prefix`` random tokens:
 
 - ``ar_step``: one stock decode step of batch B (``DynamicCache``, a 2-D attention mask);
-- ``verify_batch``: ONE forward over B trees of ``budget`` nodes each (``batch_verify.verify_batch``);
+- ``verify_batch``: ONE forward over B trees of ``budget`` nodes each (``verify.verify_batch``);
 - ``verify_loop``: the same B trees verified one sequence at a time (batch-1 ``verify``);
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
-- breakdown of one batched verify: buffers + mask, the cache view (``BatchCache._stacked``),
-  the GDN layers (``gdn_tree_forward_batch``, and its per-sequence twin for comparison), the
+- breakdown of one batched verify: buffers + mask, the cache view (``TreeBatch._stacked``),
+  the GDN layers (``gdn_layer.tree_layer_batch``, and its per-sequence twin for comparison), the
   rest of the forward.
 
 Times are THIS THREAD's CPU time (``time.thread_time``), so other jobs on a shared machine
@@ -31,11 +31,14 @@ import torch
 import transformers
 
 from ddtree_lab.common import RESULTS_DIR
-from ddtree_lab.core import batch, batch_verify
+from ddtree_lab.core import decode
+from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
+from ddtree_lab.core import verify as vmod
 from ddtree_lab.core.models import build_target, count_parameters
 from ddtree_lab.core.verify import prefill, verify
-from ddtree_lab.experiments.spread import ratio_columns
-from ddtree_lab.experiments.verify_cost import LiveBytes, random_prefix, random_tree
+from ddtree_lab.experiments.plumbing.spread import ratio_columns
+from ddtree_lab.experiments.plumbing.measure import LiveBytes, random_prefix, random_tree
+from ddtree_lab.experiments.plumbing.measure import interleaved as measure_interleaved
 
 OUT = RESULTS_DIR / "bench_batch.csv"
 clock = time.thread_time  # CPU seconds of this thread: robust to other jobs sharing the machine
@@ -48,15 +51,8 @@ def timed_ms(fn) -> float:
 
 
 def interleaved_times(fns: dict, repeats: int) -> dict:
-    """{name: [ms per repeat]} of every fn, run in turn ``repeats`` times after one warm-up
-    (repeat r of every fn is one pair for ``spread.ratio_columns``)."""
-    times = {name: [] for name in fns}
-    for rep in range(repeats + 1):
-        for name, fn in fns.items():
-            ms = timed_ms(fn)
-            if rep:
-                times[name].append(ms)
-    return times
+    """``measure.interleaved`` on this thread's CPU clock."""
+    return measure_interleaved(fns, repeats, clock)
 
 
 def interleaved(fns: dict, repeats: int) -> dict:
@@ -77,7 +73,7 @@ def ar_stepper(model, B: int, prefix: int):
     """A function running one batch-B stock decode step (the cache grows by one each call)."""
     from transformers import DynamicCache
     prompts = [random_prefix(model, prefix, seed=b) for b in range(B)]
-    ids, mask = batch.left_pad(prompts)
+    ids, mask = decode.left_pad(prompts)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         model(ids, attention_mask=mask, past_key_values=cache, use_cache=True)
@@ -95,7 +91,7 @@ def ar_stepper(model, B: int, prefix: int):
 def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) -> dict:
     caches, trees = caches_and_trees(model, B, budget, prefix)
     fns = {"ar_step": ar_stepper(model, B, prefix),
-           "verify_batch": lambda: batch_verify.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
+           "verify_batch": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
            "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)]}
     times = interleaved_times(fns, repeats)
     row = {"B": B, "budget": budget, "mode": mode}
@@ -164,15 +160,15 @@ def accumulate(module, name: str, totals: dict):
 
 def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
     """Median ms per batched verify spent in each piece, and the rest of the forward
-    (gdn_layer: ``batch_verify.gdn_tree_forward_batch`` (default) or its per-sequence twin)."""
-    layer = gdn_layer or batch_verify.gdn_tree_forward_batch
+    (gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its per-sequence twin)."""
+    layer = gdn_layer or tree_layer_batch
     caches, trees = caches_and_trees(model, B, budget, prefix)
     rows = []
     for _ in range(repeats + 1):
         totals: dict = {}
-        with accumulate(batch_verify, "batch_buffers", totals), accumulate(batch_verify, "additive_mask", totals), \
-                accumulate(batch_verify.BatchCache, "_stacked", totals):
-            totals["total"] = timed_ms(lambda: batch_verify.verify_batch(
+        with accumulate(vmod, "batch_buffers", totals), accumulate(vmod, "additive_mask", totals), \
+                accumulate(vmod.TreeBatch, "_stacked", totals):
+            totals["total"] = timed_ms(lambda: vmod.verify_batch(
                 model, [c.snapshot() for c in caches], trees, mode, gdn_layer=timed_layer(layer, totals)))
         rows.append(totals)
     frame = pd.DataFrame(rows[1:]).fillna(0.0).median()
@@ -195,13 +191,13 @@ def timed_layer(layer, totals: dict):
 
 def memory_rows(model, B: int, budget: int, prefix: int, modes) -> list[dict]:
     """Peak live bytes allocated during one batched verify of B trees of ``budget`` nodes
-    (``verify_cost.LiveBytes``: fork's per-node states, wy's N x N matrices, activations)."""
+    (``measure.LiveBytes``: fork's per-node states, wy's N x N matrices, activations)."""
     caches, trees = caches_and_trees(model, B, budget, prefix)
     rows = []
     for mode in modes:
         snaps = [c.snapshot() for c in caches]
         with LiveBytes() as counter:
-            batch_verify.verify_batch(model, snaps, trees, mode)
+            vmod.verify_batch(model, snaps, trees, mode)
         rows.append({"B": B, "budget": budget, "mode": mode, "peak_bytes": counter.peak})
     return rows
 
@@ -215,7 +211,7 @@ def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
     nodes = [r for m in modes for r in node_rows(model, m, args.prefix, args.repeats)]
     parts = [breakdown(model, max(args.batches), args.budget, args.prefix, m, args.repeats) for m in modes]
     parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
-                        batch_verify.gdn_tree_forward_batch_reference)] if arch == "gdn" else []
+                        tree_layer_batch_reference)] if arch == "gdn" else []
     memory = memory_rows(model, max(args.batches), 64, args.prefix, modes)
     return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts),
             "memory": pd.DataFrame(memory)}

@@ -1,7 +1,7 @@
 """Cost of exact tree verification on the real-size random-init targets (TreeWY, arXiv
 2608.20961; docs/background.md section 4).
 
-A thin wrapper over ``ddtree_lab.experiments.verify_cost`` (its docstrings define every column): the GDN
+A thin wrapper over ``ddtree_lab.experiments.studies.verify_cost`` (its docstrings define every column): the GDN
 target (``build_target("gdn")``, float32, one thread) times verify + commit in naive / fork /
 wy, and transformers' own forward of the same flattened tokens (stock), and their memory at
 budgets 1..256, and checks the goals at budget 64 (wy <= 1.1x naive, fork <= 2x naive, commit
@@ -21,9 +21,9 @@ import torch
 import transformers
 
 from ddtree_lab.core.models import build_target
-from ddtree_lab.experiments.results import RESULTS_DIR
-from ddtree_lab.experiments.spread import format_ratio_columns
-from ddtree_lab.experiments.verify_cost import gdn_breakdown, gdn_cost_table, goal_lines, mla_cost_table
+from ddtree_lab.experiments.plumbing.results import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.spread import format_ratio_columns
+from ddtree_lab.experiments.studies.verify_cost import gdn_breakdown, gdn_cost_table, goal_lines, mla_cost_table
 
 PREFIX_LEN, GOAL_BUDGET = 128, 64
 OUT = RESULTS_DIR / "bench_verify.csv"

@@ -14,7 +14,7 @@ import torch
 
 from ddtree_lab import load_pair
 from ddtree_lab.common import RESULTS_DIR
-from ddtree_lab.experiments.precision import exactness_table
+from ddtree_lab.experiments.studies.precision import exactness_table
 
 OUT = RESULTS_DIR / "exactness.csv"
 

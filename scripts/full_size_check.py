@@ -28,9 +28,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_lab.core.full_size import build_full_size, full_size_config, save_checkpoint  # noqa: E402
+from ddtree_lab.experiments.studies.full_size import build_full_size, full_size_config, save_checkpoint  # noqa: E402
 from ddtree_lab.core.models import build_target, load_target  # noqa: E402
-from ddtree_lab.experiments import full_size_cost as fsc  # noqa: E402
+from ddtree_lab.experiments.studies import full_size_cost as fsc# noqa: E402
 
 # "a few layers" that fit this 24 GiB CPU machine in float32 (3.1 GB and 2.2 GB of weights)
 CPU_SIZES = {"qwen3.5-27b": dict(num_layers=2), "kimi-k2.6": dict(num_layers=1, dense_layers=0, num_experts=9)}

@@ -2,6 +2,7 @@
 # The GPU run of issue 12, as one script (planned for one H200, under 8 minutes):
 #   exactness of every verify mode vs the stock forward at the published layer widths, and the
 #   verify-cost curve 1..512, in float32 and bfloat16, on CUDA with the stock kernels
+#   and a compiled verify (torch.compile; on CUDA also mode reduce-overhead, CUDA graphs)
 #   transformers picks up there (flash-linear-attention, causal-conv1d if they install).
 # Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png.
 #
@@ -39,4 +40,15 @@ for DTYPE in float32 bfloat16; do
     python scripts/full_size_check.py exact "${COMMON[@]}" --budgets $EXACT_BUDGETS
     python scripts/full_size_check.py cost "${COMMON[@]}" --budgets $COST_BUDGETS --repeats "${GPU_CHECK_REPEATS:-5}"
 done
+# a compiled verify (issue 17 item 5): inductor, then CUDA graphs (mode reduce-overhead) on a GPU
+COMPILE_DEFAULT="1 16 64 256"
+[[ -n "$TINY" ]] && COMPILE_DEFAULT="1"
+COMPILE_BUDGETS="$(echo "${GPU_CHECK_COMPILE_BUDGETS:-$COMPILE_DEFAULT}" | tr ' ' ',')"
+python scripts/bench_compile.py --budgets "$COMPILE_BUDGETS" --repeats "${GPU_CHECK_REPEATS:-5}" \
+    --out "$OUT/compile-default.csv" ${TINY:+--archs gdn-toy}
+if [[ "$DEVICE" == cuda ]]; then
+    python scripts/bench_compile.py --mode reduce-overhead --budgets "$COMPILE_BUDGETS" \
+        --repeats "${GPU_CHECK_REPEATS:-5}" --out "$OUT/compile-reduce-overhead.csv" \
+        || echo "compiled verify (reduce-overhead): failed (see above)"
+fi
 echo "gpu_check: wrote $(ls "$OUT" | tr '\n' ' ')"

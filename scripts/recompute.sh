@@ -2,7 +2,7 @@
 # Recompute every stored result after retraining (`ddtree-lab train-all`), in two lanes, one
 # CPU core each (this machine has two), then render the README from the new stores.
 #   lane 0: quality (GDN), the DFlash 2 study (GDN), the bench (T = 0 / 0.3 / 0.6 / 1),
-#           build_tree and verify-cost timing
+#           build_tree and verify-cost timing, the compiled verify
 #   lane 1: quality (MLA), the DFlash 2 study (MLA), the concurrency sweep, every notebook
 #           (their stores: leakage, verify cost, sweeps, calibration, teacher-forced; 07 and 08
 #           find the concurrency and DFlash 2 rows), exactness, batched verify cost
@@ -23,6 +23,7 @@ lane0() {
   lab bench --fresh > "$LOGS/bench.log" 2>&1
   python scripts/bench_tree.py > "$LOGS/bench_tree.log" 2>&1
   python scripts/bench_verify.py > "$LOGS/bench_verify.log" 2>&1
+  python scripts/bench_compile.py > "$LOGS/bench_compile.log" 2>&1
 }
 lane1() {
   lab quality --archs mla > "$LOGS/quality-mla.log" 2>&1

@@ -29,11 +29,11 @@ import torch.distributed as dist
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_lab.core.full_size import build_full_size, relative_error, save_checkpoint  # noqa: E402
+from ddtree_lab.experiments.studies.full_size import build_full_size, relative_error, save_checkpoint  # noqa: E402
 from ddtree_lab.core.models import load_target  # noqa: E402
 from ddtree_lab.core.verify import GDN_MODES, prefill, verify  # noqa: E402
-from ddtree_lab.experiments.full_size_cost import modes_of, random_prefix  # noqa: E402
-from ddtree_lab.experiments.verify_cost import random_tree  # noqa: E402
+from ddtree_lab.experiments.studies.full_size_cost import modes_of, random_prefix  # noqa: E402
+from ddtree_lab.experiments.plumbing.measure import random_tree  # noqa: E402
 
 # the suite's sizes (published attention / GDN / MLA shapes, MLP widths cut): two copies on
 # each of two ranks plus the single-process reference fit this 24 GiB machine

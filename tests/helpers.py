@@ -95,6 +95,9 @@ class HintedDrafter:
     def draft(self, state, new_features, last_token: int, block_size: int) -> Draft:
         return Draft(self.propose(state, new_features, last_token, block_size))
 
+    def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
+        return [self.draft(*args, block_size) for args in zip(states, new_features, last_tokens)]
+
 
 class BatchHintedDrafter:
     """``HintedDrafter`` per sequence: the k-th ``new_state`` belongs to the k-th prompt."""
@@ -295,3 +298,37 @@ def results_frame():
         rows.append(row("gdn", "ddtree", "wy", "auto", 4, p, 0.2, sizes=auto_sizes[p]))
         rows.append(row("gdn", "ddtree", "wy", 7, 4, p, 0.5, temperature=1.0, sizes=[7] * 4))
     return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- reference twins
+
+@torch.no_grad()
+def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int = 32, block_size: int = 8,
+                       max_new_tokens: int = 128, temperature: float = 0.0, gdn_mode: str = "wy", seed: int = 0,
+                       accept_rule: str = "rejection", tree: str | None = None):
+    """``decode.generate``'s plain twin: the batch-1 speculative loop, one sequence, one round
+    at a time, built from the public pieces (``start``, ``drafter.draft``, ``TreeRule``,
+    ``verify``, ``accept_round``, ``commit``). -> Generation (tokens, acceptance lengths, tree
+    sizes, entropies; no timings)."""
+    from ddtree_lab.core import decode
+    from ddtree_lab.core.cache import commit
+    from ddtree_lab.core.verify import verify
+    rule, layers = decode.tree_rule(drafter, tree), tuple(drafter.cfg.target_layer_ids)
+    rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
+    prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
+    cache, features, root = decode.start(target, drafter, prompt)
+    state, gen = drafter.new_state(), decode.Generation()
+    while len(gen.tokens) < max_new_tokens:
+        draft = drafter.draft(state, features, root, block_size)
+        proposal = rule.proposal(draft)
+        t = decode.sampled(rule.tree(draft, root, method, budget), proposal, temperature, accept_rule, rng)
+        out = verify(target, cache, t, gdn_mode, feature_layers=layers)
+        path, bonus, _ = decode.accept_round(t, out.logits, proposal, temperature, accept_rule, rng)
+        commit(target, cache, t, path)
+        features, root = out.features[path], bonus
+        gen.tokens += t.tokens[path[1:]].tolist() + [bonus]
+        gen.entropies += decode.entropies(out.logits[path], temperature)
+        gen.acceptance_lengths.append(len(path))
+        gen.tree_sizes.append(t.num_nodes)
+    gen.tokens, gen.entropies = gen.tokens[:max_new_tokens], gen.entropies[:max_new_tokens]
+    return gen

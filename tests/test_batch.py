@@ -16,13 +16,13 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, batch, batch_verify, decode, gdn_tree, sampling
+from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, sampling
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
-from ddtree_lab.core.verify import full_forward_logits, prefill, verify
+from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
 from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
-                     exact_first_two, generator, no_residual, precision, random_tree, root_path, sharp_drafter,
+                     exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path, sharp_drafter,
                      toy_pair)
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
@@ -67,7 +67,7 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
         for rnd in range(2):
             trees = [random_tree(kind, budget, V, gen) for kind, budget in
                      zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
-            outs = batch_verify.verify_batch(model, out, trees, mode)
+            outs = verify_batch(model, out, trees, mode)
             for b, (tree, o) in enumerate(zip(trees, outs)):
                 assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
                              o.logits, LOGIT_TOL[dtype])
@@ -82,7 +82,7 @@ def test_verify_batch_features_match_batch_one():
     layers, gen = tuple(drafter.cfg.target_layer_ids), generator("features")
     prefixes = [[1, 2, 3], [], [4] * 9]
     trees = [random_tree("bushy", b, 64, gen) for b in (3, 8, 1)]
-    outs = batch_verify.verify_batch(model, _caches(model, prefixes), trees, "wy", layers)
+    outs = verify_batch(model, _caches(model, prefixes), trees, "wy", layers)
     for b, (c, t) in enumerate(zip(_caches(model, prefixes), trees)):
         assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
 
@@ -95,19 +95,19 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
     model, _ = PAIRS["gdn-toy", dtype]
     m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
     trees = [random_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
-    bufs = batch_verify.batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
+    bufs = batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
     h = torch.randn(3, max(bufs.sizes), model.config.hidden_size, generator=gen).to(dtype)
     conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
     S0 = torch.randn(3, m.num_v_heads, m.head_k_dim, m.head_v_dim, generator=gen).to(dtype) * 0.1
     with precision(dtype):
-        out, recs = batch_verify.gdn_tree_forward_batch(m, h, conv, S0, bufs, mode)
-        ref, ref_recs = batch_verify.gdn_tree_forward_batch_reference(m, h, conv, S0, bufs, mode)
+        out, recs = gdn_layer.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
+        ref, ref_recs = gdn_layer.tree_layer_batch_reference(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
         path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
         assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], LOGIT_TOL[dtype])
-        assert_close(f"{mode} seq{b} x", ref_recs[b]["x"], recs[b]["x"], LOGIT_TOL[dtype])
-        assert_close(f"{mode} seq{b} state", gdn_tree.wy_state(ref_recs[b]["wy"], ref_recs[b]["S0"], path),
-                     gdn_tree.wy_state(recs[b]["wy"], recs[b]["S0"], path), LOGIT_TOL[dtype])
+        assert_close(f"{mode} seq{b} x", ref_recs[b].x, recs[b].x, LOGIT_TOL[dtype])
+        assert_close(f"{mode} seq{b} state", gdn_tree.wy_state(ref_recs[b].wy, ref_recs[b].S0, path),
+                     gdn_tree.wy_state(recs[b].wy, recs[b].S0, path), LOGIT_TOL[dtype])
 
 
 def test_propose_batch_equals_propose_per_sequence():
@@ -160,7 +160,7 @@ def test_greedy_batch_equals_ar(preset, mode, method, budget, block, dtype):
     with precision(dtype):
         ar = _ar_outputs(target, prompts, max_new)
         hinted = BatchHintedDrafter(drafter, [p.tolist() + a for p, a in zip(prompts, ar)])
-        gens = batch.generate_batch(target, hinted, prompts, method=method, budget=budget, block_size=block,
+        gens = decode.generate_batch(target, hinted, prompts, method=method, budget=budget, block_size=block,
                                     max_new_tokens=max_new, gdn_mode=mode)
         for b, (p, a, g) in enumerate(zip(prompts, ar, gens)):
             assert_equal_or_near_tie(f"{preset}-{mode}-{method} seq{b}", target, p, a, g.tokens,
@@ -196,33 +196,55 @@ def test_batched_ar_baseline_equals_ar(preset, dtype):
     prompts, max_new = prompts_for(11, target.config.vocab_size), [12, 3, 8, 12]
     with precision(dtype), (batched_harness_gdn_kernel() if dtype == torch.float64 else contextlib.nullcontext()):
         ar = _ar_outputs(target, prompts, max_new)
-        gens = batch.generate_batch(target, None, prompts, method="ar", max_new_tokens=max_new)
+        gens = decode.generate_batch(target, None, prompts, method="ar", max_new_tokens=max_new)
         for b, (p, a, g) in enumerate(zip(prompts, ar, gens)):
             assert_equal_or_near_tie(f"{preset}-ar seq{b}", target, p, a, g.tokens, exact=dtype == torch.float64)
 
 
 def test_finished_sequences_leave_the_batch(monkeypatch):
     target, drafter = PAIRS["gdn-toy", torch.float32]
-    sizes, verify_batch = [], batch.verify_batch
+    sizes, real = [], decode.verify_batch
 
     def spy(model, caches, trees, *args):
         sizes.append(len(trees))
-        return verify_batch(model, caches, trees, *args)
-    monkeypatch.setattr(batch, "verify_batch", spy)
-    gens = batch.generate_batch(target, drafter, prompts_for(3, 64)[:3], method="ddtree", budget=8,
+        return real(model, caches, trees, *args)
+    monkeypatch.setattr(decode, "verify_batch", spy)
+    gens = decode.generate_batch(target, drafter, prompts_for(3, 64)[:3], method="ddtree", budget=8,
                                 block_size=4, max_new_tokens=[2, 9, 5])
     print(f"batch size per round {sizes}")
     assert [len(g.tokens) for g in gens] == [2, 9, 5]
     assert sizes[0] == 3 and sizes[-1] == 1 and sizes == sorted(sizes, reverse=True)
 
 
-def test_batch_of_one_is_generate():
-    """Same seed, same drafter: a batch of one reproduces ``generate`` round for round (T > 0)."""
-    target, drafter = PAIRS["gdn-toy", torch.float32]
-    kw = dict(method="ddtree", budget=12, block_size=4, max_new_tokens=10, temperature=0.8, seed=5)
+REFERENCE_CASES = [("gdn-toy", "ddtree", "wy", 0.0), ("gdn-toy", "ddtree", "naive", 0.0),
+                   ("gdn-toy", "dflash", "fork", 0.8), ("gdn-toy", "ddtree", "wy", 0.8),
+                   ("mla-toy", "ddtree", "wy", 0.8)]
+
+
+@pytest.mark.parametrize("preset,method,mode,temperature", REFERENCE_CASES, ids=lambda x: str(x))
+def test_generate_equals_its_batch_one_reference_twin(preset, method, mode, temperature):
+    """``generate`` (the batch of one of the batched loop) == the plain batch-1 loop
+    (``helpers.generate_reference``) round for round: tokens, acceptance lengths, tree sizes
+    and entropies, at T = 0 and with the same seed at T > 0 (the same draws in the same order)."""
+    target, drafter = PAIRS[preset, torch.float32]
+    kw = dict(method=method, budget=12, block_size=4, max_new_tokens=14, temperature=temperature, seed=5,
+              gdn_mode=mode)
     one = decode.generate(target, drafter, [3, 1, 4, 1, 5], **kw)
-    [batched] = batch.generate_batch(target, drafter, [[3, 1, 4, 1, 5]], **kw)
-    assert batched.tokens == one.tokens and batched.acceptance_lengths == one.acceptance_lengths
+    ref = generate_reference(target, drafter, [3, 1, 4, 1, 5], **kw)
+    assert one.tokens == ref.tokens and one.acceptance_lengths == ref.acceptance_lengths
+    assert one.tree_sizes == ref.tree_sizes and len(one.entropies) == len(one.tokens)
+    assert_close("entropies", torch.tensor(ref.entropies), torch.tensor(one.entropies), 1e-5)
+
+
+def test_every_path_records_entropies_and_rounds():
+    """A batch records entropies and calls on_round for every sequence's every round."""
+    target, drafter = PAIRS["gdn-toy", torch.float32]
+    rounds = []
+    gens = decode.generate_batch(target, drafter, prompts_for(4, 64)[:3], method="ddtree", budget=6, block_size=4,
+                                 max_new_tokens=[5, 9, 3], on_round=rounds.append)
+    for b, g in enumerate(gens):
+        assert len(g.entropies) == len(g.tokens) and all(h >= 0 for h in g.entropies)
+        assert sum(r.sequence == b for r in rounds) == len(g.acceptance_lengths)
 
 
 # ----------------------------------------------------------------------------- T > 0
@@ -231,7 +253,7 @@ def _first_two_counts_batch(target, drafter, prompts, n, temperature, accept_rul
     """counts [B, 2, V] of each sequence's first two tokens over n batched runs."""
     counts = torch.zeros(len(prompts), 2, target.config.vocab_size)
     for run in range(n):
-        gens = batch.generate_batch(target, drafter, prompts, method="ddtree", budget=[6, 3], block_size=4,
+        gens = decode.generate_batch(target, drafter, prompts, method="ddtree", budget=[6, 3], block_size=4,
                                     max_new_tokens=2, temperature=temperature, seed=run * len(prompts),
                                     accept_rule=accept_rule)
         for b, g in enumerate(gens):
@@ -286,7 +308,7 @@ def test_bad_input_is_refused_before_work(override, name):
     kwargs = dict(prompts=[[1, 2, 3], [4]], method="ddtree", budget=8, block_size=4, max_new_tokens=4)
     kwargs.update(override)
     with pytest.raises(ValueError, match=name) as err:
-        batch.generate_batch(target, drafter, **kwargs)
+        decode.generate_batch(target, drafter, **kwargs)
     print(err.value)
 
 
@@ -294,6 +316,6 @@ def test_verify_batch_refuses_mismatched_lists():
     target, _ = PAIRS["gdn-toy", torch.float32]
     cache, tree = prefill(target, [1, 2])[0], random_tree("chain", 2, 64, generator("bad"))
     with pytest.raises(ValueError, match="caches and trees"):
-        batch_verify.verify_batch(target, [cache], [tree, tree])
+        verify_batch(target, [cache], [tree, tree])
     with pytest.raises(ValueError, match="distinct"):
-        batch_verify.verify_batch(target, [cache, cache], [tree, tree])
+        verify_batch(target, [cache, cache], [tree, tree])

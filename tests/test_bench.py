@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from ddtree_lab.experiments.bench import bench_grid, paired_speedups, sampled_goals
+from ddtree_lab.experiments.studies.bench import bench_grid, paired_speedups, sampled_goals
 
 
 def test_bench_grid_has_every_temperature_and_no_auto_for_inexact_or_fork():

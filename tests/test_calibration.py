@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab.experiments import calibration
+from ddtree_lab.experiments.studies import calibration
 from ddtree_lab.core import decode
 from helpers import toy_pair
 
@@ -130,7 +130,7 @@ def test_continuation_after_sibling_vs_main_path():
 def test_rounds_are_tagged_by_the_loop_state_of_their_context():
     """A prompt that already loops tags its first round in_loop, as ``loops.round_loop_flags``
     does from the generation; a recorder without the prompt tags None, left out outside loops."""
-    from ddtree_lab.experiments.loops import round_loop_flags
+    from ddtree_lab.experiments.plumbing.loops import round_loop_flags
     target, drafter = toy_pair("gdn-toy")
     rec = calibration.RoundRecorder()
     flags = []

@@ -14,10 +14,10 @@ import itertools
 import pytest
 import torch
 
-from ddtree_lab.core import allocate, batch, decode
+from ddtree_lab.core import allocate, decode
 from ddtree_lab.core.tree import build_tree
-from ddtree_lab.experiments import concurrency as conc
-from ddtree_lab.experiments.costs import BatchCostModel, batch_cost_model
+from ddtree_lab.experiments.studies import concurrency as conc
+from ddtree_lab.experiments.plumbing.costs import BatchCostModel, batch_cost_model
 from ddtree_lab.train.pair import Pair
 from helpers import BatchHintedDrafter, assert_close, toy_pair
 
@@ -74,13 +74,15 @@ def test_auto_trees_never_exceed_the_per_sequence_max():
     g = torch.Generator().manual_seed(0)
     logits = [torch.randn(7, 50, generator=g) * s for s in (0.5, 2.0, 6.0, 1.0)]
     flat = BatchCostModel((1, 4), (1, 16), ((1.0, 1.0), (1.0, 1.0)), (0.1, 0.1))
-    trees = allocate.auto_trees(logits, [1, 2, 3, 4], flat)
+    def full(cm):
+        return [build_tree(d, r, cm.max_budget) for d, r in zip(logits, [1, 2, 3, 4])]
+    trees = allocate.auto_trees(full(flat), flat)
     assert [t.num_nodes for t in trees] == [16] * 4  # free nodes: every sequence at the maximum
     for cm, padded in itertools.product((COST, flat), (True, False)):
-        sizes = [t.num_nodes for t in allocate.auto_trees(logits, [1, 2, 3, 4], cm, padded)]
+        sizes = [t.num_nodes for t in allocate.auto_trees(full(cm), cm, padded)]
         print(f"max {cm.max_budget}, padded {padded}: sizes {sizes}")
         assert all(1 <= s <= cm.max_budget for s in sizes)
-    for t, d in zip(allocate.auto_trees(logits, [1, 2, 3, 4], COST), logits):  # each a prefix of the full tree
+    for t, d in zip(allocate.auto_trees(full(COST), COST), logits):  # each a prefix of the full tree
         assert torch.equal(t.tokens, build_tree(d, int(t.tokens[0]), COST.max_budget).tokens[:len(t)])
 
 
@@ -105,7 +107,7 @@ def test_batched_auto_is_lossless_at_t0(preset, mode):
     max_new = [14, 6, 10, 12]
     ar = [decode.generate(target, None, p, method="ar", max_new_tokens=n).tokens for p, n in zip(prompts, max_new)]
     hinted = BatchHintedDrafter(drafter, [p.tolist() + a for p, a in zip(prompts, ar)])
-    gens = batch.generate_batch(target, hinted, prompts, method="ddtree", budget="auto", cost_model=CHEAP,
+    gens = decode.generate_batch(target, hinted, prompts, method="ddtree", budget="auto", cost_model=CHEAP,
                                 block_size=8, max_new_tokens=max_new, gdn_mode=mode)
     sizes = sorted({s for x in gens for s in x.tree_sizes})
     print(f"{preset} {mode}: tree sizes {sizes}, taus {[round(x.tau, 2) for x in gens]}")
@@ -116,9 +118,9 @@ def test_batched_auto_is_lossless_at_t0(preset, mode):
 def test_auto_needs_a_batched_cost_model():
     target, drafter = toy_pair("gdn-toy")
     with pytest.raises(ValueError, match="budget"):
-        batch.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget="auto", max_new_tokens=4)
+        decode.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget="auto", max_new_tokens=4)
     with pytest.raises(ValueError, match="budget"):
-        batch.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget=["auto", 4], max_new_tokens=4,
+        decode.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget=["auto", 4], max_new_tokens=4,
                              cost_model=COST)
 
 
@@ -206,7 +208,7 @@ def test_figures_and_explorer_draw_the_sweep(swept):
 
 
 def test_readme_block_rows_per_concurrency_or_absent(tmp_path, swept, monkeypatch):
-    from ddtree_lab.experiments import readme
+    from ddtree_lab.app import readme
     text = readme.render_concurrency(tmp_path)
     print(text)
     assert "not measured yet" in text and "ddtree-lab concurrency" in text

@@ -24,6 +24,19 @@ def test_best_first_equals_brute_force(seed, budget):
     assert fast.num_nodes == min(budget, 3 + 9 + 27)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_transition_table_equals_the_scores_one_parent_at_a_time(seed):
+    """Every row of the vectorised [K, K] table of every depth == ``scores_reference`` of that
+    (parent candidate, depth); a parent outside the candidates falls back to the reference."""
+    draft = random_draft(seed, depth=4, k=5, vocab=20, rank=6)
+    for depth in range(2, 5):
+        for parent in draft.candidates[depth - 2].tolist():
+            assert torch.allclose(draft.scores(parent, depth), draft.scores_reference(parent, depth),
+                                  rtol=1e-13, atol=1e-13)
+    outside = next(t for t in range(20) if t not in draft.candidates[0].tolist())
+    assert torch.equal(draft.scores(outside, 2), draft.scores_reference(outside, 2))
+
+
 def test_children_depend_on_the_parent_token_and_not_without_the_bilinear_term():
     draft = random_draft(1, scale=3.0)
     tree = build_conditional_tree(draft, 2, 39)  # every path: each node has all K children

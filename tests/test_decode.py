@@ -2,9 +2,8 @@
 import pytest
 import torch
 
-from ddtree_lab.core import decode, sampling
+from ddtree_lab.core import allocate, decode, sampling
 from ddtree_lab.core import tree as tree_mod
-from ddtree_lab.core.drafter import Draft
 from ddtree_lab.core.models import build_target
 from helpers import HintedDrafter, assert_close, toy_pair
 from helpers import biased_accept as _biased_accept, chi_square_pvalue as _chi_square_pvalue
@@ -146,22 +145,22 @@ def test_max_new_tokens_message_names_the_limit():
 
 def test_vocab_mismatch_is_refused():
     from dataclasses import replace
-    from ddtree_lab.core.models import PRESETS
+    from ddtree_lab.core.models import TOY_PRESETS
     _, drafter = PAIRS["gdn-toy"]
-    other = build_target(replace(PRESETS["gdn-toy"], vocab_size=65))
+    other = build_target(replace(TOY_PRESETS["gdn-toy"], vocab_size=65))
     with pytest.raises(ValueError, match="vocab"):
         decode.generate(other, drafter, [1, 2], method="ddtree", budget=4, block_size=4, max_new_tokens=2)
 
 
 def test_auto_budget_picks_a_prefix_of_the_largest_tree():
-    from ddtree_lab.experiments.costs import CostModel
+    from ddtree_lab.experiments.plumbing.costs import CostModel
     logits = torch.randn(7, 64) * 3
     flat = CostModel(budgets=(1, 256), verify_s=(1.0, 1.0), draft_s=0.0)  # free nodes: take all
-    assert decode.auto_tree(Draft(logits), 1, flat).num_nodes == 256
-    steep = CostModel(budgets=(1, 256), verify_s=(1.0, 1e6), draft_s=0.0)  # nodes cost: take one
-    assert decode.auto_tree(Draft(logits), 1, steep).num_nodes == 1
-    t = decode.auto_tree(Draft(logits), 1, CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))
     full = tree_mod.build_tree(logits, 1, 256)
+    assert allocate.auto_trees([full], flat)[0].num_nodes == 256
+    steep = CostModel(budgets=(1, 256), verify_s=(1.0, 1e6), draft_s=0.0)  # nodes cost: take one
+    assert allocate.auto_trees([full], steep)[0].num_nodes == 1
+    t = allocate.auto_trees([full], CostModel((1, 64, 256), (1.0, 1.5, 6.0), 0.1))[0]
     assert torch.equal(t.tokens, full.tokens[:len(t)])
 
 

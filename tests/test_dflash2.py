@@ -3,8 +3,8 @@
 import pandas as pd
 import pytest
 
-from ddtree_lab.experiments import dflash2 as d2
-from ddtree_lab.experiments.results import ResultsStore
+from ddtree_lab.experiments.studies import dflash2 as d2
+from ddtree_lab.experiments.plumbing.results import ResultsStore
 
 
 class _Pair:
@@ -120,3 +120,38 @@ def test_plots_draw_one_panel_per_target_and_temperature():
     sib = pd.DataFrame([{"arch": "mla", "proposal": p, "main_path": 0.9, "after_sibling": s, "ratio": s / 0.9}
                         for p, s in (("marginal", 0.6), ("conditional", 0.85))])
     assert len(plot_after_sibling(sib).axes) == 1
+
+
+def _toy_drafters():
+    """Drafters on the toy GDN target: its DFlash drafter and a DFlash 2 drafter started from it."""
+    from types import SimpleNamespace
+
+    from helpers import toy_dflash2
+    target, d2_drafter = toy_dflash2("gdn-toy")
+    from helpers import toy_pair
+    _, d1_drafter = toy_pair("gdn-toy")
+    return d2.Drafters("gdn", {"dflash": SimpleNamespace(target=target, drafter=d1_drafter),
+                               "dflash2": SimpleNamespace(target=target, drafter=d2_drafter)})
+
+
+def test_overlap_is_a_probability_and_one_draw_of_p_from_itself_is_always_accepted():
+    """overlap_at: every value in [0, 1], every proposal at every (depth, T); and the overlap
+    of a distribution with itself is 1 (the measure, checked on p = q)."""
+    import torch
+    drafters = _toy_drafters()
+    text = torch.randint(0, 63, (30,), generator=torch.Generator().manual_seed(0)).tolist()
+    rows = pd.DataFrame(d2.overlap_at(drafters, text, 12, temperatures=(0.5, 1.0), depths=3, block_size=4))
+    assert len(rows) == 3 * 2 * 3 and rows.overlap.between(0, 1 + 1e-12).all()
+    assert set(rows.proposal) == {"DFlash marginal", "DFlash 2 unary", "DFlash 2 conditional"}
+    p = torch.softmax(torch.randn(64, dtype=torch.float64), -1)
+    assert abs(float(torch.minimum(p, p).sum()) - 1) < 1e-12
+
+
+def test_t1_reading_blames_the_shape_only_when_one_draw_is_as_good():
+    overlap = pd.DataFrame([{"arch": "gdn", "proposal": p, "temperature": 1.0, "depth": d, "overlap": v}
+                            for p, v in (("DFlash 2 conditional", 0.5), ("DFlash 2 unary", 0.5)) for d in (1, 2)])
+    shapes = pd.DataFrame([{"arch": "gdn", "proposal": "DFlash marginal", "root_children": 30.0, "max_depth": 2.5},
+                           {"arch": "gdn", "proposal": "DFlash 2 conditional", "root_children": 9.0, "max_depth": 6.0}])
+    assert "the tree's shape:" in d2.t1_reading(overlap, shapes)
+    worse = overlap.assign(overlap=[0.2, 0.2, 0.5, 0.5])  # the conditional q itself is a worse first draw
+    assert "do not single out" in d2.t1_reading(worse, shapes)

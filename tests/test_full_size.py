@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import tempfile
 
+import pandas as pd
 import pytest
 import torch
 
 from ddtree_lab.core.cache import commit
-from ddtree_lab.core.full_size import (build_full_size, full_size_config, layer_shapes, published_shapes, relative_error,
+from ddtree_lab.experiments.studies.full_size import (build_full_size, full_size_config, layer_shapes, published_shapes, relative_error,
                                        save_checkpoint, stock_path_logits, stock_tree_logits)
 from ddtree_lab.core.models import load_target
 from ddtree_lab.core.verify import prefill, tree_logits, verify
@@ -119,7 +120,7 @@ def test_readme_tables_render_from_the_stored_results():
     import pandas as pd
 
     from ddtree_lab.common import ROOT
-    from ddtree_lab.experiments.full_size_cost import README_SOURCES, render_readme
+    from ddtree_lab.experiments.studies.full_size_cost import README_SOURCES, render_readme
     missing = [f for f in README_SOURCES if not (ROOT / f).is_file()]
     assert not missing, f"run scripts/full_size_check.py (cost, exact) and scripts/tp_verify.py: {missing}"
     text = render_readme()
@@ -143,3 +144,5 @@ def test_gpu_check_script_tiny(tmp_path):
         for stem in ("exactness", "gdn_cost"):
             assert (tmp_path / f"{stem}-{dtype}.csv").is_file()
         assert (tmp_path / f"gdn_cost-{dtype}.png").is_file()
+    compiled = pd.read_csv(tmp_path / "compile-default.csv")  # the compiled verify ran, on the toy GDN target
+    assert list(compiled.budget) == [1] and compiled.max_rel_err.iloc[0] < 1e-4

@@ -66,6 +66,17 @@ def test_no_upward_import(module):
     assert not up, f"{module} ({layer(module)}) imports a higher layer: {up}"
 
 
+def test_experiments_plumbing_imports_no_study():
+    """experiments/ has two folders: plumbing (store, sweeps, summaries, spreads, costs,
+    measurement) below studies (each one question of the lab)."""
+    plumbing = [m for m in GRAPH if m.startswith("ddtree_lab.experiments.plumbing")]
+    assert len(plumbing) >= 6
+    bad = {m: sorted(i for i in GRAPH[m] if i.startswith("ddtree_lab.experiments.studies")) for m in plumbing}
+    assert not {m: b for m, b in bad.items() if b}
+    assert not [p for p in (PACKAGE / "experiments").glob("*.py") if p.name != "__init__.py"], \
+        "every experiments module lives in plumbing/ or studies/"
+
+
 def test_core_imports_only_core_and_common():
     bad = {m: sorted(i for i in GRAPH[m] if layer(i) not in ("core", "common"))
            for m in GRAPH if layer(m) == "core"}

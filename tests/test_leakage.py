@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab.experiments import leakage
+from ddtree_lab.experiments.studies import leakage
 from ddtree_lab.core.tree import chain_tree
 from helpers import generator, random_tree, toy_pair
 

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from ddtree_lab.experiments.loops import (distinct_ngram_share, is_looping, loop_period, loop_split,
+from ddtree_lab.experiments.plumbing.loops import (distinct_ngram_share, is_looping, loop_period, loop_split,
                                           round_loop_flags)
 
 

@@ -8,7 +8,7 @@ import torch
 
 from ddtree_lab import generate, load_pair
 from ddtree_lab.core.drafter import DFlashDrafter
-from ddtree_lab.experiments.official import crop_rollback_error, lab_generate_aligned, official_generate
+from ddtree_lab.experiments.studies.official import crop_rollback_error, lab_generate_aligned, official_generate
 from ddtree_lab.train.data import prompt_tokens
 
 NEW, BLOCK, PROMPTS = 48, 8, (0, 1, 2)

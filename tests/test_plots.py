@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ddtree_lab.app import plots
-from ddtree_lab.experiments.summary import summarize
+from ddtree_lab.experiments.plumbing.summary import summarize
 from ddtree_lab.core import tree as tree_mod
 from helpers import results_frame
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab.experiments import precision
+from ddtree_lab.experiments.studies import precision
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import build_tree
 
@@ -85,7 +85,7 @@ def test_chain_vs_tree_bf16(case):
 @pytest.mark.parametrize("mode", ["fork", "wy"])
 def test_commit_state_error_is_rounding_only(mode):
     from ddtree_lab.core import adapter
-    from ddtree_lab.experiments.precision import commit_state_error
+    from ddtree_lab.experiments.studies.precision import commit_state_error
     model = build_target("gdn-toy", dtype=torch.float64)
     tree = build_tree(torch.randn(4, 64) * 2, 3, 12)
     path = tree.path_to(int(tree.depths.argmax()))

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from ddtree_lab.common import ROOT
-from ddtree_lab.experiments import readme
+from ddtree_lab.app import readme
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 TEXT = readme.README.read_text()

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from ddtree_lab.experiments.results import ResultsStore, code_version, row_key
-from ddtree_lab.experiments.sweep import expand_grid, normalise, run_sweep
+from ddtree_lab.experiments.plumbing.results import ResultsStore, code_version, row_key
+from ddtree_lab.experiments.plumbing.sweep import expand_grid, normalise, run_sweep
 
 GRID = dict(arch=["gdn", "mla"], method=["ar", "ddtree"], gdn_mode=["naive", "wy"], budget=[4, 16],
             block_size=[8], temperature=[0.0], max_new_tokens=[8])

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from ddtree_lab.experiments import spread
+from ddtree_lab.experiments.plumbing import spread
 
 
 def coverage(n: int, k: int) -> float:

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from ddtree_lab.experiments.summary import summarize
+from ddtree_lab.experiments.plumbing.summary import summarize
 
 
 def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5):
@@ -41,7 +41,7 @@ def test_rows_stored_before_loop_tags_give_nan_not_a_number():
 def test_quality_tables_merge_per_target(tmp_path):
     """Targets measured by separate processes land in one quality file, in target order."""
     import json
-    from ddtree_lab.experiments.quality import merge_quality
+    from ddtree_lab.experiments.studies.quality import merge_quality
     path = tmp_path / "q.json"
     mla = merge_quality(path, {"targets": [{"arch": "mla", "x": 1}], "decoding": [{"arch": "mla", "tau": 2}]}, ("mla",))
     path.write_text(json.dumps(mla))

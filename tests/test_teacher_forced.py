@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from helpers import toy_pair
-from ddtree_lab.experiments.teacher_forced import accepted_at, accepted_at_reference, teacher_forced
+from ddtree_lab.experiments.studies.teacher_forced import accepted_at, accepted_at_reference, teacher_forced
 
 
 @pytest.mark.parametrize("preset, mode", [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")])

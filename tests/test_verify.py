@@ -105,7 +105,7 @@ def test_empty_prefix(arch, mode, dtype):
     tree = random_tree("bushy", 7, model.config.vocab_size, generator("empty", arch))
     with precision(dtype):
         cache, first = prefill(model, [])
-        assert cache.length == 0 and first is None
+        assert cache.length == 0 and first.logits.shape == (0, model.config.vocab_size) and first.features is None
         ref = tree_logits_reference(model, [], tree)
         assert_close(f"{arch}-{mode}-empty-prefix-{DTYPE_ID[dtype]}", ref,
                      tree_logits(model, [], tree, mode or "wy"), LOGIT_TOL[dtype])
@@ -192,11 +192,11 @@ def test_wy_closed_form_commit_equals_plain_replay(pick, dtype):
         cache, _ = prefill(model, prefix)
         verify(model, cache, tree, "wy")
         mods = adapter.gdn_modules(model)
-        for i, rec in cache.pending["gdn"].items():
-            conv, S = replay_gdn(mods[i], rec["x"][path], rec["a"][path], rec["b"][path], cache.conv[i], cache.rec[i])
-            assert_close(f"layer{i}-{pick}-{DTYPE_ID[dtype]}", S, gdn_tree.wy_state(rec["wy"], rec["S0"], path).to(S.dtype),
+        for i, rec in cache.pending.gdn.items():
+            conv, S = replay_gdn(mods[i], rec.x[path], rec.a[path], rec.b[path], cache.conv[i], cache.rec[i])
+            assert_close(f"layer{i}-{pick}-{DTYPE_ID[dtype]}", S, gdn_tree.wy_state(rec.wy, rec.S0, path).to(S.dtype),
                          TOL_STATE[dtype])
-            assert torch.equal(conv, gdn_tree.commit_conv_state(cache.conv[i], rec["x"][path]))
+            assert torch.equal(conv, gdn_tree.commit_conv_state(cache.conv[i], rec.x[path]))
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -330,3 +330,31 @@ def test_commit_equals_its_replay_twin(mode, pick):
         commit_reference(model, plain, tree, path)
     assert fast.pending is None and plain.pending is None
     assert_same_cache(f"twin-{mode}-{pick}", plain, fast, 1e-12)
+
+
+def test_verify_patches_no_module_and_the_routed_layer_is_the_stock_one():
+    """GDN layers are routed once (``adapter.route_gdn_trees``): after a verify no module holds a
+    per-call ``forward``, and with transformers' own cache the routed model is the stock one."""
+    from transformers import DynamicCache
+    model = target("gdn", torch.float32)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9]])
+    before = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
+    cache, _ = prefill(model, [3, 1, 4])
+    verify(model, cache, random_tree("bushy", 5, model.config.vocab_size, generator("route")), "wy")
+    mods = adapter.gdn_modules(model)
+    assert mods and all("forward" not in vars(m) for m in mods.values())
+    assert all(type(m) is adapter.TreeGatedDeltaNet for m in mods.values())
+    after = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
+    assert torch.equal(before, after)
+    assert adapter.route_gdn_trees(model) == mods  # idempotent
+
+
+def test_gdn_mode_is_an_object_chosen_once():
+    from ddtree_lab.core.gdn_layer import ForkMode, GdnMode, NaiveMode, gdn_mode
+    assert isinstance(gdn_mode("fork"), ForkMode) and isinstance(gdn_mode("naive"), NaiveMode)
+    assert gdn_mode(gdn_mode("wy")) is gdn_mode("wy") and type(gdn_mode("wy")) is GdnMode
+    with pytest.raises(ValueError, match="gdn_mode must be one of"):
+        gdn_mode("exact")
+    chain = torch.arange(4)
+    assert not gdn_mode("naive").needs_rescore(chain) and gdn_mode("naive").needs_rescore(torch.tensor([0, 2]))
+    assert not gdn_mode("wy").needs_rescore(torch.tensor([0, 2]))

@@ -13,9 +13,11 @@ import pytest
 import torch
 
 from ddtree_lab.core.models import build_target
-from ddtree_lab.experiments import full_size_cost, verify_cost
-from ddtree_lab.experiments.verify_cost import (GDN_COLUMNS, GOALS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table,
-                                               goal_lines, mla_cost_table, random_tree)
+from ddtree_lab.experiments.studies import full_size_cost
+from ddtree_lab.experiments.studies import verify_cost
+from ddtree_lab.experiments.studies.verify_cost import (GDN_COLUMNS, GOALS, MLA_COLUMNS, gdn_breakdown, gdn_cost_table,
+                                               goal_lines, mla_cost_table)
+from ddtree_lab.experiments.plumbing.measure import random_tree
 
 torch.set_num_threads(1)
 BUDGETS = (1, 4, 16)
@@ -101,7 +103,7 @@ def test_gdn_table_rejects_an_attention_only_target():
 
 
 def test_full_size_cost_rows_pair_every_mode_with_the_stock_forward(gdn):
-    from ddtree_lab.experiments.full_size_cost import cost_rows
+    from ddtree_lab.experiments.studies.full_size_cost import cost_rows
     rows = cost_rows(gdn, (1, 4), prefix_len=8, repeats=REPEATS, measure_memory=False)
     for row in rows:
         for m in ("naive", "fork", "wy"):

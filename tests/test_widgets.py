@@ -5,7 +5,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from ddtree_lab.app import plots
-from ddtree_lab.experiments.summary import summarize
+from ddtree_lab.experiments.plumbing.summary import summarize
 from ddtree_lab.app import widgets
 from helpers import results_frame
 

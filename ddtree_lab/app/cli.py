@@ -40,7 +40,7 @@ def _cmd_train_drafter2(args):
 
 
 def _cmd_dflash2(args):
-    from ..experiments.dflash2 import run_dflash2
+    from ..experiments.studies.dflash2 import run_dflash2
     run_dflash2(tuple(args.archs), args.study_prompts, args.lossless_prompts, args.tf_problems)
 
 
@@ -86,24 +86,26 @@ def _pairs(archs) -> dict:
 
 
 def _cmd_quality(args):
-    from ..experiments.quality import run_quality
+    from ..experiments.studies.quality import run_quality
     run_quality(_pairs(args.archs), num_prompts=args.prompts)
 
 
 def _cmd_bench(args):
-    from ..experiments.bench import run_bench
+    from ..experiments.studies.bench import run_bench
     run_bench(_pairs(("gdn", "mla")), num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
-    from ..experiments.results import ResultsStore
-    from ..experiments.summary import summarize
-    from ..experiments.sweep import expand_grid, run_sweep
+    from ..experiments.plumbing.results import ResultsStore
+    from ..experiments.plumbing.summary import summarize
+    from ..experiments.plumbing.sweep import expand_grid, run_sweep
+    from ..experiments.studies.official import run_with_official
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store), _pairs(args.archs))
+    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store), _pairs(args.archs),
+                      runner=run_with_official)
     print(summarize(frame).round(3).to_string(index=False))
 
 
@@ -125,7 +127,7 @@ def _cmd_concurrency(args):
 
 
 def _cmd_readme(args):
-    from ..experiments.readme import README, TABLES_JSON, write_readme
+    from .readme import README, TABLES_JSON, write_readme
     tables = write_readme(args.blocks)
     print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name} and {README.name}")
 

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from ..common import RESULTS_DIR
-from ..experiments.results import ResultsStore
+from ..experiments.plumbing.results import ResultsStore
 from .claims import Claim
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
@@ -103,7 +103,7 @@ def cached_table(name: str, config: dict, smoke: bool, compute):
     """A DataFrame computed once per (config, code version) and stored as CSV under the
     results folder; a rerun reads it back (the notebook then only redraws)."""
     import pandas as pd
-    from ..experiments.results import cached_table_path
+    from ..experiments.plumbing.results import cached_table_path
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
     path = cached_table_path(name, config, folder)
     if path.is_file():

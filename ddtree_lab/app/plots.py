@@ -25,6 +25,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from ..common import FIGURES_DIR, RESULTS_DIR
+from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
 DPI = 110
@@ -350,7 +351,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
     and the share of rounds spent in loops per temperature."""
     with mpl.rc_context(STYLE):
         fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
-        mode = "-" if arch == "mla" else gdn_mode
+        mode = exact_mode(arch) if arch != "gdn" else gdn_mode
         budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
         for col, temp, label, color in loop_split_lenses(temps):
             rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
@@ -441,8 +442,8 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
                     label=f"{arch}: real text, teacher-forced ({int(tree.positions.iloc[0])} positions)")
             ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
-                           & summary.gdn_mode.isin(["wy", "-"])]
-            curve = _ddtree_curve(free, "tau", "-" if arch == "mla" else "wy")
+                           & summary.gdn_mode.isin(EXACT_LABELS)]
+            curve = _ddtree_curve(free, "tau", exact_mode(arch))
             budgets |= set(curve.index)
             ax.plot(curve.index, curve.values, ls=":", marker=".", color=colors[arch], label=f"{arch}: free-running, T = 0")
         budget_axis(ax, budgets)

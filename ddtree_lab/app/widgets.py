@@ -13,7 +13,7 @@ import base64
 
 import pandas as pd
 
-from ..experiments.summary import summarize
+from ..experiments.plumbing.summary import summarize
 from . import plots
 
 ALL = "all"

@@ -2,6 +2,7 @@
 
 - Gated DeltaNet layers (``Qwen3_5GatedDeltaNet``): the input projections, the conv weight,
   the q/k/v split with its l2 norms, the gates, and the gated-RMSNorm output projection;
+  ``route_gdn_trees`` gives them, once per model, a route to the lab's tree layer;
 - the stock ``DynamicCache`` after a prefill: attention K/V (MLA stores its compressed latents
   there), GDN conv and recurrent states;
 - ``float64_harness()``: swaps the casts to float32 inside RMSNorms, eager softmax, the MoE
@@ -32,6 +33,28 @@ def gdn_modules(model) -> dict[int, torch.nn.Module]:
     """{layer index: Qwen3_5GatedDeltaNet} (empty for attention-only models)."""
     return {i: layer.linear_attn for i, layer in enumerate(decoder_layers(model))
             if getattr(layer, "linear_attn", None) is not None}
+
+
+class TreeGatedDeltaNet(qwen35.Qwen3_5GatedDeltaNet):
+    """The stock layer with one more route: handed a cache that runs GDN layers on trees (one
+    with a ``gdn_tree_layer(layer, hidden_states [B, T, D]) -> [B, T, D]`` method,
+    ``verify.TreeBatch``), the layer runs there; with any other cache it is the stock forward."""
+
+    def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
+        route = getattr(cache_params, "gdn_tree_layer", None)
+        if route is None:
+            return super().forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+        return route(self, hidden_states)
+
+
+def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
+    """Give every GDN layer of ``model`` the tree route (``TreeGatedDeltaNet``), once: the
+    weights, the stock behaviour and the state dict are unchanged; -> ``gdn_modules(model)``."""
+    mods = gdn_modules(model)
+    for m in mods.values():
+        if type(m) is qwen35.Qwen3_5GatedDeltaNet:
+            m.__class__ = TreeGatedDeltaNet
+    return mods
 
 
 def attention_layer_ids(model) -> list[int]:

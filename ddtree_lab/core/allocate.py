@@ -9,7 +9,7 @@ expectation (G_b: the sum of sequence b's first n_b gains). A batched round cost
 ``seconds[v - 1]`` at v verify tokens, from a cost model measured over batch x tokens
 (B trees of equal size: v = B x budget). What v is depends on the verify:
 
-- ``padded=True`` (``batch_verify.verify_batch``, which pads every tree to the largest):
+- ``padded=True`` (``verify.verify_batch``, which pads every tree to the largest):
   v = B x max_b n_b. For a largest budget m every sequence then gets min(m, N_b) nodes (the
   padding is paid anyway), so the best allocation is the best m:
   rate(m) = (B + sum_b G_b(min(m, N_b))) / seconds[B m - 1];
@@ -20,7 +20,7 @@ expectation (G_b: the sum of sequence b's first n_b gains). A batched round cost
 
 ``allocate_budgets`` does either in one pass (O(N log N)); its twin
 ``allocate_budgets_reference`` scores every budget vector (tiny cases only), the test oracle.
-``auto_trees`` applies it to a batch's draft logits.
+``auto_trees`` applies it to a batch's trees.
 """
 from __future__ import annotations
 
@@ -98,16 +98,16 @@ def allocate_budgets_reference(gains: list[torch.Tensor], seconds: torch.Tensor,
     return best
 
 
-def auto_trees(draft_logits: list[torch.Tensor], roots: list[int], cost_model,
-               padded: bool = True) -> list[tree_mod.DraftTree]:
-    """One tree per sequence (draft logits [bs-1, V] each), sized jointly by ``allocate_budgets``.
+def auto_trees(full: list[tree_mod.DraftTree], cost_model, padded: bool = True) -> list[tree_mod.DraftTree]:
+    """Each sequence's tree ``full[b]`` (built once at ``cost_model.max_budget``, the
+    per-sequence maximum, by any best-first rule: its pop order makes the node marginals
+    non-increasing) cut to the budget ``allocate_budgets`` gives it.
 
-    Each tree is built once at ``cost_model.max_budget`` (the per-sequence maximum) and cut to
-    its budget; ``cost_model.batch_round_seconds(tokens [n], batch) -> seconds [n]`` predicts
-    a round of ``batch`` trees whose verify processes ``tokens`` tokens. padded: the verify
-    pads every tree to the largest (``batch_verify.verify_batch`` does).
+    ``cost_model.batch_round_seconds(tokens [n], batch) -> seconds [n]`` predicts a round of
+    ``batch`` trees whose verify processes ``tokens`` tokens. padded: the verify pads every
+    tree to the largest (``verify.verify_batch`` does). Batch 1: the tree whose budget
+    maximises (expected accepted + 1) / predicted round seconds.
     """
-    full = [tree_mod.build_tree(d, r, cost_model.max_budget) for d, r in zip(draft_logits, roots)]
     gains = [t.log_weights[1:].exp() for t in full]  # [N_b] each, non-increasing
     most = _verify_tokens([t.num_nodes for t in full], padded)
     seconds = cost_model.batch_round_seconds(torch.arange(1, most + 1), len(full))  # [most]

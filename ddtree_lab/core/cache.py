@@ -17,11 +17,25 @@ token at a time from the pre-verify state (``replay_gdn``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from . import adapter, gdn_tree
-from .tree import DraftTree, chain_tree
+from . import adapter
+from . import gdn_tree
+from .tree import DraftTree
+
+
+@dataclass(frozen=True, eq=False)
+class Pending:
+    """What the last verify left on a cache for ``commit``: its tree, its GDN mode
+    (``gdn_layer.GdnMode``: the commit rule), the per-layer ``gdn_layer.GdnRecord``s, and
+    ``rescore(model, cache, tree, path) -> path``, the chain re-verify a mode that leaked
+    needs (``verify.rescore_chain``)."""
+    tree: DraftTree
+    mode: object
+    gdn: dict
+    rescore: Callable
 
 
 @dataclass(eq=False)
@@ -30,8 +44,7 @@ class TreeCache:
 
     kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
     conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
-    pending: what the last verify left for ``commit`` (tree, mode, per-layer GDN records,
-    and the re-score function naive mode needs)
+    pending: what the last verify left for ``commit`` (a ``Pending``)
     Implements the ``update`` call transformers' attention layers make on a cache.
     """
     model_key: tuple
@@ -39,7 +52,7 @@ class TreeCache:
     kv: dict = field(default_factory=dict)
     conv: dict = field(default_factory=dict)
     rec: dict = field(default_factory=dict)
-    pending: dict | None = None
+    pending: Pending | None = None
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx in self.kv:
@@ -81,7 +94,7 @@ def check_cache(model, cache) -> None:
 
 
 def _check_path(cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
-    if cache.pending is None or cache.pending["tree"] is not tree:
+    if cache.pending is None or cache.pending.tree is not tree:
         raise ValueError("commit needs the tree of the last verify() on this cache")
     idx = torch.as_tensor(path, dtype=torch.long)
     if idx.numel() == 0 or int(idx[0]) != 0 or not bool(((idx >= 0) & (idx < len(tree))).all()) \
@@ -90,11 +103,11 @@ def _check_path(cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
     return idx
 
 
-def _rescore_if_leaked(cache: TreeCache, tree: DraftTree, idx: torch.Tensor) -> torch.Tensor:
-    """Naive mode with a branched path: verify the accepted path again as a chain; -> new idx."""
-    if cache.pending["mode"] == "naive" and cache.pending["gdn"] and not torch.equal(idx, torch.arange(idx.numel())):
-        cache.pending["rescore"](chain_tree(tree.tokens[idx[1:]], int(tree.tokens[0])))
-        return torch.arange(idx.numel())
+def _rescore_if_leaked(model, cache: TreeCache, tree: DraftTree, idx: torch.Tensor) -> torch.Tensor:
+    """A mode that leaked (naive) with a branched path: verify the accepted path again as a
+    chain; -> new idx."""
+    if cache.pending.gdn and cache.pending.mode.needs_rescore(idx):
+        return cache.pending.rescore(model, cache, tree, idx)
     return idx
 
 
@@ -108,12 +121,11 @@ def _keep_rows(cache: TreeCache, idx: torch.Tensor) -> None:
 def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
     """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
     check_cache(model, cache)
-    idx = _rescore_if_leaked(cache, tree, _check_path(cache, tree, path))
+    idx = _rescore_if_leaked(model, cache, tree, _check_path(cache, tree, path))
     _keep_rows(cache, idx)
-    for i, rec in cache.pending["gdn"].items():
-        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec["x"][idx.to(rec["x"].device)])
-        S = rec["states"][idx[-1]] if "states" in rec else gdn_tree.wy_state(rec["wy"], rec["S0"], idx.tolist())
-        cache.rec[i] = S.to(cache.rec[i].dtype).clone()
+    for i, rec in cache.pending.gdn.items():
+        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec.x[idx.to(rec.x.device)])
+        cache.rec[i] = cache.pending.mode.state(rec, idx.tolist()).to(cache.rec[i].dtype).clone()
     cache.length += idx.numel()
     cache.pending = None
 
@@ -122,12 +134,12 @@ def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
 def commit_reference(model, cache: TreeCache, tree: DraftTree, path) -> None:
     """``commit``'s plain twin: each GDN layer's state replayed token by token along the path."""
     check_cache(model, cache)
-    idx = _rescore_if_leaked(cache, tree, _check_path(cache, tree, path))
+    idx = _rescore_if_leaked(model, cache, tree, _check_path(cache, tree, path))
     _keep_rows(cache, idx)
     mods = adapter.gdn_modules(model)
-    for i, rec in cache.pending["gdn"].items():
-        at = idx.to(rec["x"].device)
-        cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec["x"][at], rec["a"][at], rec["b"][at],
+    for i, rec in cache.pending.gdn.items():
+        at = idx.to(rec.x.device)
+        cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec.x[at], rec.a[at], rec.b[at],
                                                  cache.conv[i], cache.rec[i])
     cache.length += idx.numel()
     cache.pending = None

@@ -11,7 +11,11 @@ so a node's children depend on its own token. Under this surrogate the expected 
 accepted draft tokens of a tree is still the sum over its nodes of the product of q along the
 node's path; every q <= 1, so a path weighs no more than its prefix and the best tree of B
 nodes is again the B heaviest paths. ``build_conditional_tree`` finds them best-first, each
-node's children ranked by its own q (computed when the node is popped);
+node's children ranked by its own q. Every q the search (and the T > 0 proposal,
+``sampling.Conditional``) reads comes from one table per block, built in one vectorised pass:
+a node of depth d >= 1 holds one of depth d's K candidates, so its children's scores are a
+row of the [K, K] transition table of depth d + 1 (``ConditionalDraft.transitions``; only
+the root's row is computed on its own); each (parent, depth) is ranked once;
 ``build_conditional_tree_reference`` enumerates every path (tiny K and L only). Both share
 the tie rule of ``tree``: children by (log q descending, token id ascending), paths by (log
 weight descending, rank path ascending).
@@ -20,7 +24,8 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -39,16 +44,37 @@ class ConditionalDraft:
     hidden: torch.Tensor
     predecessor: torch.Tensor
     successor: torch.Tensor
+    _ranked: dict = field(default_factory=dict, compare=False, repr=False)  # (parent, depth) -> ranked children
 
     @property
     def depth(self) -> int:
         return self.candidates.shape[0]
 
-    def scores(self, parent_token: int, depth: int) -> torch.Tensor:
-        """[K] float64: s_d(candidates[depth - 1] | parent_token), the selector's scores."""
+    def scores_reference(self, parent_token: int, depth: int) -> torch.Tensor:
+        """[K] float64: s_d(candidates[depth - 1] | parent_token), the selector's scores, one
+        (parent, depth) at a time (the plain twin of ``scores``)."""
         d = depth - 1
         return selector_scores(self.unary[d].double(), self.hidden[d].double(),
                                self.predecessor[parent_token].double(), self.successor[self.candidates[d]].double())
+
+    @cached_property
+    def transitions(self) -> tuple[torch.Tensor, list[dict]]:
+        """(table [L-1, K, K] float64, where): table[d - 1, i, j] = s_{d+1}(candidates[d][j] |
+        candidates[d - 1][i]), every depth >= 2 in one vectorised pass; where[d - 1]: {token:
+        i} of depth d's candidates."""
+        parents = self.predecessor[self.candidates[:-1]].double()  # [L-1, K, R]
+        table = selector_scores(self.unary[1:, None, :].double(), self.hidden[1:, None, :].double(), parents,
+                                self.successor[self.candidates[1:]].double()[:, None])  # [L-1, K, K]
+        return table, [{t: i for i, t in enumerate(row)} for row in self.candidates[:-1].tolist()]
+
+    def scores(self, parent_token: int, depth: int) -> torch.Tensor:
+        """[K] float64: s_d(candidates[depth - 1] | parent_token): a row of ``transitions`` when
+        the parent is one of depth d - 1's candidates, else (the root) ``scores_reference``."""
+        if depth >= 2:
+            i = self.transitions[1][depth - 2].get(parent_token)
+            if i is not None:
+                return self.transitions[0][depth - 2, i]
+        return self.scores_reference(parent_token, depth)
 
     def child_log_probs(self, parent_token: int, depth: int) -> torch.Tensor:
         """[K] float64: log q(candidates[depth - 1] | parent_token, depth) at T = 1."""
@@ -56,11 +82,23 @@ class ConditionalDraft:
 
     def ranked_children(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
         """(tokens, log q) of depth ``depth``'s candidates given the parent, best first
-        (ties: lower token id first)."""
-        logq = self.child_log_probs(parent_token, depth).tolist()
-        tokens = self.candidates[depth - 1].tolist()
-        order = sorted(range(len(tokens)), key=lambda i: (-logq[i], tokens[i]))
-        return [tokens[i] for i in order], [logq[i] for i in order]
+        (ties: lower token id first); each (parent, depth) ranked once."""
+        key = (parent_token, depth)
+        if key not in self._ranked:
+            self._ranked[key] = _ranked(self.candidates[depth - 1].tolist(), self.child_log_probs(parent_token, depth))
+        return self._ranked[key]
+
+    def ranked_children_reference(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
+        """``ranked_children`` from ``scores_reference`` (no table, no memo)."""
+        return _ranked(self.candidates[depth - 1].tolist(),
+                       torch.log_softmax(self.scores_reference(parent_token, depth), -1))
+
+
+def _ranked(tokens: list[int], logq: torch.Tensor) -> tuple[list[int], list[float]]:
+    """(tokens, log q) best first; ties: lower token id first."""
+    logq = logq.tolist()
+    order = sorted(range(len(tokens)), key=lambda i: (-logq[i], tokens[i]))
+    return [tokens[i] for i in order], [logq[i] for i in order]
 
 
 def selector_scores(unary: torch.Tensor, hidden: torch.Tensor, predecessor: torch.Tensor,
@@ -126,14 +164,15 @@ def conditional_chain(draft: ConditionalDraft, root_token: int) -> DraftTree:
 
 def build_conditional_tree_reference(draft: ConditionalDraft, root_token: int, budget: int) -> DraftTree:
     """Brute-force twin: every path of up to L ranks (K^L of them), weighed by the product of
-    its conditional q, sorted by (-log weight, rank path), the first ``budget`` kept."""
+    its conditional q (each computed on its own, ``scores_reference``), sorted by (-log weight,
+    rank path), the first ``budget`` kept."""
     _check(draft, root_token, budget)
     k = draft.candidates.shape[1]
     paths = {(): (root_token, 0.0)}  # rank path -> (token, log weight)
     for depth in range(1, draft.depth + 1):
         for path in itertools.product(range(k), repeat=depth):
             token, weight = paths[path[:-1]]
-            tokens, logq = draft.ranked_children(token, depth)
+            tokens, logq = draft.ranked_children_reference(token, depth)
             paths[path] = (tokens[path[-1]], weight + logq[path[-1]])
     best = sorted((-w, path) for path, (_, w) in paths.items() if path)[:budget]
     index = {(): 0} | {path: i for i, (_, path) in enumerate(best, start=1)}

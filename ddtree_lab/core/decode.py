@@ -1,14 +1,24 @@
-"""The speculative decoding loop: AR, DFlash (linear draft) and DDTree (draft tree).
+"""The speculative decoding loop: AR, DFlash (linear draft) and DDTree (draft tree), over a batch.
 
-One round (DFlash, arXiv 2602.06036, section 3; DDTree, arXiv 2604.12989, sections 3-4): the drafter proposes a block from its cached context
--> a tree (``chain_tree`` for DFlash, ``build_tree`` for DDTree) -> ONE target verify ->
-accept walk -> commit (target cache and drafter context advance by the accepted path and
-the bonus). No full re-forward of the sequence per round. At T = 0 the output equals AR
-decoding token for token (exact verification modes). At T > 0 ``accept_rule`` picks the
-walk (``sampling``): "rejection" (default, DFlash's rule: draft tokens sampled from the
-drafter's q, accepted with min(1, p/q), residual on rejection, recursively over a node's
-children for trees) or "target" (deterministic draft, the walk follows the target's own
-sample at every node). Both are lossless.
+One round (DFlash, arXiv 2602.06036, section 3; DDTree, arXiv 2604.12989, sections 3-4), for
+the B sequences still running (docs/background.md section 7):
+
+1. draft: ``DFlashDrafter.draft_batch``: ONE drafter forward over every sequence's new
+   context rows and block;
+2. tree: per sequence a chain (DFlash) or a tree (DDTree, ``TreeRule``), each with its own
+   budget, or with ``budget="auto"`` the budgets chosen jointly (``allocate.auto_trees``);
+3. verify: ``verify.verify_batch``, ONE target forward over every tree;
+4. accept per sequence (its own argmax, or its own seeded walk at T > 0);
+5. ragged commit: ``cache.commit`` per sequence (target cache and drafter context advance by
+   the accepted path and the bonus); finished sequences leave the batch.
+
+No full re-forward of the sequence per round. ``generate`` is the batch of one. At T = 0 the
+output equals AR decoding token for token (exact verification modes). At T > 0
+``accept_rule`` picks the walk (``sampling``): "rejection" (default, DFlash's rule: draft
+tokens sampled from the drafter's q, accepted with min(1, p/q), residual on rejection,
+recursively over a node's children for trees) or "target" (deterministic draft, the walk
+follows the target's own sample at every node). Both are lossless; sequence b samples with
+its own generator (seed + b), so its output does not depend on the rest of the batch.
 """
 from __future__ import annotations
 
@@ -20,10 +30,12 @@ from dataclasses import dataclass, field
 import torch
 
 from . import tree as tree_mod
-from .cache import commit
+from .allocate import auto_trees
+from .cache import TreeCache, commit
 from .conditional import build_conditional_tree, conditional_chain
+from .drafter import DrafterState
 from .sampling import ACCEPT_RULES, Conditional, Marginal, accept_rejection
-from .verify import GDN_MODES, prefill, token_ids, verify
+from .verify import GDN_MODES, prefill, token_ids, verify_batch
 
 METHODS = ("ar", "dflash", "ddtree")
 TREES = ("unary", "conditional")
@@ -145,7 +157,7 @@ def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
                              or not 1 <= budget <= MAX_BUDGET):
         raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}] or 'auto', got {budget!r}")
     if budget == "auto" and cost_model is None:
-        raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.costs.cost_model)")
+        raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.plumbing.costs.cost_model)")
     if drafter is None:
         raise ValueError("a speculative method needs a drafter, got None")
     if drafter.cfg.vocab_size != target.config.vocab_size:
@@ -177,10 +189,11 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
              block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
              gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None,
              accept_rule: str = "rejection", tree: str | None = None) -> Generation:
-    """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS.
+    """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS: the batch
+    of one of ``generate_batch``.
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
-    per predicted second with ``cost_model``, see ``auto_tree``).
+    per predicted second with ``cost_model``, see ``allocate.auto_trees``).
     on_round: optional callback ``on_round(Round)`` after every speculative round (for
     calibration and leakage studies; not timed apart from the loop).
     accept_rule: ``sampling.ACCEPT_RULES``, the T > 0 walk ("rejection": DFlash's rule with
@@ -190,39 +203,126 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
     """
     prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
                                  max_new_tokens, temperature, gdn_mode, cost_model, accept_rule, tree)
-    rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
-    gen = Generation()
+    return _decode(target, drafter, [prompt], method, [budget], block_size, [max_new_tokens], temperature,
+                   gdn_mode, seed, cost_model, on_round, accept_rule, tree)[0]
+
+
+@torch.no_grad()
+def generate_batch(target, drafter, prompts, *, method: str, budget: int | list | str = 32, block_size: int = 8,
+                   max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
+                   seed: int = 0, cost_model=None, on_round=None, accept_rule: str = "rejection",
+                   tree: str | None = None) -> list[Generation]:
+    """``generate`` for a batch of prompts (any lengths): one Generation per prompt.
+
+    budget, max_new_tokens: one int, or a list with one per prompt; budget "auto" (DDTree):
+    every round the budgets are chosen jointly with ``cost_model`` (``batch_round_seconds``,
+    ``max_budget``: see ``allocate.auto_trees``). on_round, accept_rule, tree: as ``generate``
+    (every ``Round`` names its ``sequence``). Sequence b samples with its own generator seeded
+    ``seed + b`` (T > 0). timings: every Generation carries the whole batch's seconds per
+    phase (the phases are shared).
+    """
+    prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
+                                                       max_new_tokens, temperature, gdn_mode, cost_model,
+                                                       accept_rule, tree)
+    return _decode(target, drafter, prompts, method, budgets, block_size, news, temperature, gdn_mode, seed,
+                   cost_model, on_round, accept_rule, tree)
+
+
+def _decode(target, drafter, prompts, method, budgets, block_size, news, temperature, gdn_mode, seed,
+            cost_model, on_round, accept_rule, tree) -> list[Generation]:
+    """The checked arguments -> one Generation per prompt; every one carries the batch's timings."""
+    rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
+    clock = Generation()  # holds the batch's timings
     t0 = time.perf_counter()
     if method == "ar":
-        _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen)
+        gens = _generate_ar(target, prompts, news, temperature, rngs, clock)
     else:
-        _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                       temperature, gdn_mode, rng, gen, cost_model, on_round, accept_rule,
-                       tree_rule(drafter, tree))
-    gen.timings["total"] = time.perf_counter() - t0
-    gen.tokens = gen.tokens[:max_new_tokens]
-    gen.entropies = gen.entropies[:max_new_tokens]
-    return gen
+        seqs = _generate_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
+                              gdn_mode, rngs, clock, cost_model, on_round, accept_rule, tree_rule(drafter, tree))
+        gens = [s.gen for s in seqs]
+    clock.timings["total"] = time.perf_counter() - t0
+    for g, n in zip(gens, news):
+        g.tokens, g.entropies, g.timings = g.tokens[:n], g.entropies[:n], dict(clock.timings)
+    return gens
 
 
-def _generate_ar(target, prompt, max_new_tokens, temperature, rng, gen: Generation) -> None:
-    """Plain decoding with transformers' own cache: one target forward per token."""
+def _per_sequence(name: str, value, count: int) -> list:
+    """One value for every sequence, or a list/tuple of ``count`` values (one per prompt)."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != count:
+            raise ValueError(f"{name} must be one value or a list of {count} (one per prompt), got {len(value)} values")
+        return list(value)
+    return [value] * count
+
+
+def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
+                              temperature, gdn_mode, cost_model=None,
+                              accept_rule="rejection", tree=None) -> tuple[list, list, list]:
+    """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
+                         + (" of length 0" if isinstance(prompts, (list, tuple)) else ""))
+    budgets = _per_sequence("budget", budget, len(prompts))
+    news = _per_sequence("max_new_tokens", max_new_tokens, len(prompts))
+    if method != "ar" and budget != "auto" and any(isinstance(x, str) for x in budgets):
+        raise ValueError(f"budget must be an int, one int per prompt, or 'auto' (for the whole batch), got {budget!r}")
+    checked = []
+    for b, prompt in enumerate(prompts):
+        if isinstance(prompt, (int, float)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 0):
+            raise ValueError(f"prompts[{b}] must be a sequence of token ids (prompts is a list of prompts), "
+                             f"got the scalar {prompt!r}")
+        try:
+            checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
+                                               news[b], temperature, gdn_mode, cost_model, accept_rule, tree))
+        except ValueError as err:
+            raise ValueError(f"prompts[{b}]: {err}") from None
+    if method != "ar" and budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batch_round_seconds"):
+        raise ValueError("budget='auto' over a batch needs a batched cost_model with batch_round_seconds "
+                         f"(ddtree_lab.experiments.plumbing.costs.batch_cost_model), got {type(cost_model).__name__}")
+    return checked, budgets, news
+
+
+def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation) -> list[Generation]:
+    """AR on the stock forward and ``DynamicCache``: one target forward per token for the whole
+    batch. Prompts of different lengths are left-padded, with a 2-D attention mask and
+    per-sequence positions (equal lengths need neither: batch 1 is the plain loop). Every row
+    runs until the longest sequence is done (the stock Qwen3.5 linear-attention cache layer has
+    no ``batch_select_indices``); extra tokens of finished rows are dropped."""
     from transformers import DynamicCache
-    cache = DynamicCache(config=target.config)
     device = next(target.parameters()).device
-    with timed_phase(gen, "prefill"):
-        logits = target(prompt[None].to(device), past_key_values=cache, use_cache=True).logits[0, -1]
-    while len(gen.tokens) < max_new_tokens:
-        token = int(choose_tokens(logits[None], temperature, rng)[0])
-        gen.tokens.append(token)
-        gen.entropies += entropies(logits[None], temperature)
-        gen.acceptance_lengths.append(1)
-        gen.tree_sizes.append(0)
-        if len(gen.tokens) == max_new_tokens:
+    ids, mask = (t.to(device) for t in left_pad(prompts))
+    padded = not bool(mask.all())
+    positions = mask.sum(-1, keepdim=True)  # [B, 1] position of the next token
+    cache, gens = DynamicCache(config=target.config), [Generation() for _ in prompts]
+    with timed_phase(clock, "prefill"):
+        logits = target(ids, attention_mask=mask if padded else None,
+                        position_ids=(mask.cumsum(-1) - 1).clamp(min=0) if padded else None,
+                        past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
+    for step in range(max(news)):
+        tokens = torch.stack([choose_tokens(logits[b:b + 1], temperature, rng)[0] for b, rng in enumerate(rngs)])  # [B]
+        for g, token, h in zip(gens, tokens.tolist(), entropies(logits, temperature)):
+            g.tokens.append(token)
+            g.entropies.append(h)
+            g.acceptance_lengths.append(1)
+            g.tree_sizes.append(0)
+        if step + 1 == max(news):
             break
-        with timed_phase(gen, "verify"):
-            logits = target(torch.tensor([[token]], device=device), past_key_values=cache,
-                            use_cache=True).logits[0, -1]
+        with timed_phase(clock, "verify"):
+            mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)  # [B, P + step + 1]
+            logits = target(tokens[:, None].to(device), attention_mask=mask if padded else None,
+                            position_ids=positions + step if padded else None,
+                            past_key_values=cache, use_cache=True).logits[:, -1]
+    return gens
+
+
+def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of any lengths -> ids [B, Pmax] (padding id 0 on the left), mask [B, Pmax] (1 = token)."""
+    P = max(p.numel() for p in prompts)
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros(len(prompts), P, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, P - p.numel():], mask[b, P - p.numel():] = p, 1
+    return ids, mask
 
 
 def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
@@ -250,9 +350,10 @@ def accept_round(tree, target_logits, proposal, temperature: float, accept_rule:
 
 @dataclass(frozen=True, eq=False)
 class Round:
-    """What one speculative round saw: draft logits [bs-1, V], the tree, the target's
-    logits [N+1, V] and choices [N+1], the accepted path, the bonus token and the drafter's
-    q (``proposal``: ``sampling.Marginal`` or ``Conditional``)."""
+    """What one speculative round saw, for one sequence (``sequence``: its index in the batch):
+    draft logits [bs-1, V], the tree, the target's logits [N+1, V] and choices [N+1], the
+    accepted path, the bonus token and the drafter's q (``proposal``: ``sampling.Marginal``
+    or ``Conditional``)."""
     draft_logits: torch.Tensor
     tree: tree_mod.DraftTree
     target_logits: torch.Tensor
@@ -260,37 +361,23 @@ class Round:
     path: list
     bonus: int
     proposal: object = None
+    sequence: int = 0
 
 
-def _generate_spec(target, drafter, prompt, method, budget, block_size, max_new_tokens,
-                   temperature, gdn_mode, rng, gen: Generation, cost_model, on_round,
-                   accept_rule: str, rule: TreeRule) -> None:
-    layers = tuple(drafter.cfg.target_layer_ids)
-    with timed_phase(gen, "prefill"):
-        cache, new_features, root = start(target, drafter, prompt)
-        dstate = drafter.new_state()
-    while len(gen.tokens) < max_new_tokens:
-        with timed_phase(gen, "draft"):
-            draft = drafter.draft(dstate, new_features, root, block_size)  # logits [bs-1, V]
-            proposal = rule.proposal(draft)
-        with timed_phase(gen, "tree"):
-            tree = (auto_tree(draft, root, cost_model, rule) if budget == "auto"
-                    else rule.tree(draft, root, method, budget))
-            tree = sampled(tree, proposal, temperature, accept_rule, rng)
-        with timed_phase(gen, "verify"):
-            out = verify(target, cache, tree, gdn_mode, feature_layers=layers)
-        with timed_phase(gen, "accept"):
-            path, bonus, choice = accept_round(tree, out.logits, proposal, temperature, accept_rule, rng)
-        with timed_phase(gen, "commit"):
-            commit(target, cache, tree, path)
-            new_features = out.features[path]
-        gen.tokens += tree.tokens[path[1:]].tolist() + [bonus]
-        gen.entropies += entropies(out.logits[path], temperature)  # the rows the new tokens came from
-        gen.acceptance_lengths.append(len(path))
-        gen.tree_sizes.append(tree.num_nodes)
-        root = bonus
-        if on_round is not None:
-            on_round(Round(draft.logits, tree, out.logits, choice, path, bonus, proposal))
+@dataclass(eq=False)
+class _Sequence:
+    """One running sequence: its index in the batch, its cache, drafter state, the features of
+    the rows committed since its last round [n, F], its next root token, its budget and its
+    output."""
+    index: int
+    cache: TreeCache
+    dstate: DrafterState
+    features: torch.Tensor
+    root: int
+    budget: int | str
+    max_new_tokens: int
+    rng: torch.Generator | None
+    gen: Generation = field(default_factory=Generation)
 
 
 def start(target, drafter, prompt: torch.Tensor) -> tuple:
@@ -298,19 +385,71 @@ def start(target, drafter, prompt: torch.Tensor) -> tuple:
     features [T-1, F] of those rows for the drafter, root = prompt[-1], the first round's
     last committed token)."""
     cache, pre = prefill(target, prompt[:-1], feature_layers=tuple(drafter.cfg.target_layer_ids))
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    return cache, features, int(prompt[-1])
+    return cache, pre.features, int(prompt[-1])
 
 
-def auto_tree(draft, root: int, cost_model, rule: TreeRule = TreeRule("unary")) -> tree_mod.DraftTree:
-    """The tree whose budget maximises (expected accepted + 1) / predicted round seconds.
+def first_draft(target, drafter, prompt, block_size: int) -> tuple:
+    """``start`` plus the first proposal: -> (target cache, draft logits [block_size - 1, V],
+    root token, the drafter state after it)."""
+    cache, features, root = start(target, drafter, torch.as_tensor(prompt, dtype=torch.long).reshape(-1))
+    state = drafter.new_state()
+    return cache, drafter.propose(state, features, root, block_size), root, state
 
-    Builds once at the largest budget the cost model covers; the surrogate's expected
-    acceptance of every heap prefix (each the best tree of its size) against the measured
-    cost curve picks the budget, and the tree is that prefix.
-    """
-    full = rule.tree(draft, root, "ddtree", cost_model.max_budget)
-    gain = 1.0 + tree_mod.expected_acceptance_prefixes(full)  # [N]
-    budgets = torch.arange(1, gain.numel() + 1)
-    rate = gain / cost_model.round_seconds(budgets)
-    return tree_mod.truncate(full, int(budgets[int(rate.argmax())]))
+
+def _open(target, drafter, b: int, prompt, budget, max_new, rng) -> _Sequence:
+    """Prefill one prompt (``start``) and open its drafter state."""
+    cache, features, root = start(target, drafter, prompt)
+    return _Sequence(b, cache, drafter.new_state(), features, root, budget, max_new, rng)
+
+
+def _generate_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
+                   gdn_mode, rngs, clock: Generation, cost_model, on_round, accept_rule: str,
+                   rule: TreeRule) -> list[_Sequence]:
+    layers = tuple(drafter.cfg.target_layer_ids)
+    with timed_phase(clock, "prefill"):
+        seqs = [_open(target, drafter, b, *args) for b, args in enumerate(zip(prompts, budgets, news, rngs))]
+    running = list(seqs)
+    while running:
+        with timed_phase(clock, "draft"):
+            drafts = drafter.draft_batch([s.dstate for s in running], [s.features for s in running],
+                                         [s.root for s in running], block_size)  # Draft each, logits [bs-1, V]
+            proposals = [rule.proposal(d) for d in drafts]
+        with timed_phase(clock, "tree"):
+            trees = [sampled(t, q, temperature, accept_rule, s.rng)
+                     for t, q, s in zip(draft_trees(drafts, running, method, cost_model, rule), proposals, running)]
+        with timed_phase(clock, "verify"):
+            outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
+        with timed_phase(clock, "accept"):
+            # every sequence walks its own tree with its own generator: lossless per sequence
+            # whatever the other sequences of the batch accept
+            walks = [accept_round(t, o.logits, q, temperature, accept_rule, s.rng)
+                     for t, o, q, s in zip(trees, outs, proposals, running)]
+        with timed_phase(clock, "commit"):
+            for s, t, o, (path, bonus, _) in zip(running, trees, outs, walks):
+                commit(target, s.cache, t, path)
+                s.features, s.root = o.features[path], bonus
+        for s, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
+            _record(s.gen, t, path, bonus, o.logits[path], temperature)
+            if on_round is not None:
+                on_round(Round(d.logits, t, o.logits, choice, path, bonus, q, s.index))
+        running = [s for s in running if len(s.gen.tokens) < s.max_new_tokens]
+    return seqs
+
+
+def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, temperature: float) -> None:
+    """Append one round's accepted tokens, their entropies (the rows they came from), its
+    acceptance length and tree size."""
+    gen.tokens += tree.tokens[path[1:]].tolist() + [bonus]
+    gen.entropies += entropies(path_logits, temperature)
+    gen.acceptance_lengths.append(len(path))
+    gen.tree_sizes.append(tree.num_nodes)
+
+
+def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model, rule: TreeRule) -> list:
+    """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets chosen
+    jointly for this round's batch by ``auto_trees`` (each tree built once at the cost model's
+    largest budget, then cut)."""
+    if method == "ddtree" and running[0].budget == "auto":
+        return auto_trees([rule.tree(d, s.root, method, cost_model.max_budget) for d, s in zip(drafts, running)],
+                          cost_model)
+    return [rule.tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]

@@ -86,10 +86,9 @@ PRESETS: dict[str, TargetConfig] = {
                         linear_key_heads=2, linear_value_heads=4, linear_head_dim=32),
     "mla": TargetConfig("mla", hidden_size=128, num_layers=8, num_heads=2, intermediate_size=352,
                         num_experts=8, experts_per_token=2, moe_intermediate_size=128),
-    # the first release's targets (4.3M / 4.0M active), trained on the standard library only
-    "gdn-v1": TargetConfig("gdn"),
-    "mla-v1": TargetConfig("mla"),
-    # toy sizes for tests: seconds on a CPU
+}
+# toy sizes for tests and --tiny smoke runs: seconds on a CPU (never shipped, never measured)
+TOY_PRESETS: dict[str, TargetConfig] = {
     "gdn-toy": TargetConfig("gdn", vocab_size=64, hidden_size=32, num_layers=4, num_heads=2,
                             intermediate_size=64, linear_key_heads=1, linear_value_heads=2,
                             linear_head_dim=16, max_positions=512),
@@ -113,10 +112,12 @@ def _model_class(arch: str):
 
 
 def build_target(preset: str | TargetConfig, *, dtype=torch.float32, seed: int | None = 0):
-    """A freshly initialised target from a preset name or a TargetConfig."""
-    cfg = PRESETS[preset] if isinstance(preset, str) else preset
-    if isinstance(preset, str) and preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    """A freshly initialised target from a preset name (``PRESETS`` or ``TOY_PRESETS``) or a
+    TargetConfig."""
+    known = PRESETS | TOY_PRESETS
+    if isinstance(preset, str) and preset not in known:
+        raise ValueError(f"preset must be one of {sorted(known)}, got {preset!r}")
+    cfg = known[preset] if isinstance(preset, str) else preset
     if seed is not None:
         torch.manual_seed(seed)
     hf = cfg.hf_config()

@@ -3,36 +3,47 @@ docs/background.md section 4).
 
 One target forward scores the root and every draft node: attention layers (Qwen3.5 full
 attention, DeepSeek-V3 MLA) see the prefix plus the node's ancestors through an additive
-ancestor mask, at position start + depth; Gated DeltaNet layers run one of three modes:
+ancestor mask, at position start + depth; Gated DeltaNet layers run one of three modes (``gdn_layer.GdnMode``: "naive", "fork", "wy").
 
-- ``"naive"``: the flattened tree read as a chain (conv window and recurrent state leak
-  across siblings), what a tree-unaware implementation does;
-- ``"fork"``: per-node conv windows from ancestors and per-node states from the parent's;
-- ``"wy"``: the single-pass tree WY form (no per-node states).
+There is one verify, over a batch: ``verify_batch`` packs B sequences' trees into ONE stock
+forward of batch B (docs/background.md section 7), and ``verify`` is its batch of one.
 
-``cache.commit`` then keeps the accepted path (see ``cache.py``).
+- attention layers (Qwen3.5 full attention, DeepSeek-V3 MLA): sequence b's committed rows sit
+  LEFT-padded in a [B, h, Pmax, d] view of every attention cache (``TreeBatch``), its tree
+  rows after them; the 4-D additive mask lets row i of sequence b see b's own committed rows
+  and b's own ancestors of i only (padding columns masked; padding rows see themselves);
+  positions are b's committed length + depth;
+- Gated DeltaNet layers: the stock layer, routed once per model (``adapter.route_gdn_trees``)
+  to ``gdn_layer.tree_layer_batch`` whenever the cache it is handed is a ``TreeBatch``. No
+  module is patched per call: the forward is a function of (model, ``TreeBatch``), so
+  ``torch.compile`` can capture it (``tree_forward``).
+
+Each sequence keeps its own ``TreeCache``; ``verify_batch`` leaves every one of them with its
+tree rows pending (``cache.Pending``), so ``cache.commit`` is the ragged commit: each sequence
+keeps its own accepted rows.
 """
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from . import adapter, gdn_tree
-from .cache import TreeCache, check_cache, empty_cache
+from . import adapter
+from . import gdn_tree
+from .cache import Pending, TreeCache, check_cache, empty_cache
+from .drafter import left_padded
+from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .models import arch_of
-from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, position_ids
+from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
-GDN_MODES = ("naive", "fork", "wy")
-
+GDN_MODES = MODE_NAMES
 
 @dataclass(frozen=True, eq=False)
 class TreeBuffers:
     """Everything consumers need from one tree, computed once per verify.
 
-    parents, depths, positions LongTensor[N+1]; anc BoolTensor[N+1, N+1];
-    gdn_parents: the parents the GDN layers use (a chain in naive mode).
+    positions LongTensor[N+1]; anc BoolTensor[N+1, N+1]; gdn_parents: the parents the GDN
+    layers use (a chain in naive mode), gdn_anc their ancestor mask.
     """
     tree: DraftTree
     positions: torch.Tensor
@@ -41,12 +52,85 @@ class TreeBuffers:
     gdn_anc: torch.Tensor
 
 
-def tree_buffers(tree: DraftTree, start: int, gdn_mode: str = "wy") -> TreeBuffers:
-    anc = ancestor_mask(tree)
-    if gdn_mode == "naive":
-        chain = gdn_tree.chain_parents(tree.num_nodes)
-        return TreeBuffers(tree, position_ids(tree, start), anc, chain, ancestor_mask_from_parents(chain))
-    return TreeBuffers(tree, position_ids(tree, start), anc, tree.parents, anc)
+def tree_buffers(tree: DraftTree, start: int, gdn_mode="wy") -> TreeBuffers:
+    anc, parents = ancestor_mask(tree), as_mode(gdn_mode).parents(tree)
+    gdn_anc = anc if parents is tree.parents else ancestor_mask_from_parents(parents)
+    return TreeBuffers(tree, position_ids(tree, start), anc, parents, gdn_anc)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchBuffers:
+    """Everything one verify of B trees needs, from the trees and committed lengths, built once.
+
+    sizes: N_b + 1 per tree; past: Pmax; tokens, positions LongTensor[B, T], T = max(sizes)
+    (padding: token 0, position 0); allowed BoolTensor[B, T, Pmax + T] (attention);
+    gdn_anc BoolTensor[B, T, T] (the GDN layers' ancestor masks, padding rows: diagonal);
+    windows LongTensor[B, T, K] (conv windows, rows into [conv_state.T ; x_b]) or None;
+    per_tree: each sequence's ``TreeBuffers``.
+    """
+    sizes: list[int]
+    past: int
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    allowed: torch.Tensor
+    gdn_anc: torch.Tensor
+    windows: torch.Tensor | None
+    per_tree: list[TreeBuffers]
+
+
+def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
+                  conv_kernel: int | None = None) -> BatchBuffers:
+    """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
+    width K (None for attention-only targets)."""
+    per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
+    sizes = [len(t) for t in trees]
+    tokens, positions = _padded([t.tokens for t in trees]), _padded([buf.positions for buf in per_tree])
+    gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes))
+    windows = None if conv_kernel is None else conv_windows(per_tree, conv_kernel)
+    return BatchBuffers(sizes, max(lengths), tokens, positions, batch_allowed(per_tree, lengths),
+                        gdn_anc, windows, per_tree)
+
+
+def _padded(rows: list[torch.Tensor]) -> torch.Tensor:
+    """1-D LongTensors of lengths n_b -> [B, max n_b], zeros after each row."""
+    out = torch.zeros(len(rows), max(r.numel() for r in rows), dtype=torch.long)
+    for b, r in enumerate(rows):
+        out[b, :r.numel()] = r
+    return out
+
+
+def _padded_masks(masks: list[torch.Tensor], T: int) -> torch.Tensor:
+    """[n_b, n_b] bool masks -> [B, T, T]; padding rows see themselves only."""
+    out = torch.eye(T, dtype=torch.bool).repeat(len(masks), 1, 1)
+    for b, m in enumerate(masks):
+        out[b, :m.shape[0], :m.shape[0]] = m
+    return out
+
+
+def batch_allowed(per_tree: list[TreeBuffers], lengths: list[int]) -> torch.Tensor:
+    """BoolTensor[B, T, Pmax + T]: row i of sequence b sees b's committed rows (the last
+    lengths[b] of the Pmax prefix columns) and b's ancestors of i; padding rows see themselves."""
+    T, P = max(buf.anc.shape[0] for buf in per_tree), max(lengths)
+    allowed = torch.zeros(len(per_tree), T, P, dtype=torch.bool)
+    for b, buf in enumerate(per_tree):
+        allowed[b, :buf.anc.shape[0], P - lengths[b]:] = True
+    return torch.cat([allowed, _padded_masks([buf.anc for buf in per_tree], T)], dim=2)
+
+
+def conv_windows(per_tree: list[TreeBuffers], K: int) -> torch.Tensor:
+    """LongTensor[B, T, K]: ``gdn_tree.ancestor_windows`` of every tree (over the GDN parents),
+    padded; a padding node's window is itself K times."""
+    T = max(buf.gdn_parents.numel() for buf in per_tree)
+    out = (K + torch.arange(T))[None, :, None].repeat(len(per_tree), 1, K)
+    for b, buf in enumerate(per_tree):
+        out[b, :buf.gdn_parents.numel()] = gdn_tree.ancestor_windows(buf.gdn_parents.cpu(), K)
+    return out
+
+
+def additive_mask(allowed: torch.Tensor, dtype, device=None) -> torch.Tensor:
+    """allowed [B, T, S] -> the additive mask [B, 1, T, S] the eager attention adds."""
+    bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return bias.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)[:, None]
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,18 +140,20 @@ class Forward:
     features: torch.Tensor | None
 
 
-def _features(hidden_states, feature_layers) -> torch.Tensor | None:
+def _features(hidden_states, feature_layers, b: int = 0, n: int | None = None) -> torch.Tensor | None:
+    """Sequence b's features [n, F] from the hidden states [B, T, D] of every layer."""
     if not feature_layers:
         return None
-    return torch.cat([hidden_states[i + 1][0] for i in feature_layers], dim=-1)
+    return torch.cat([hidden_states[i + 1][b, :n] for i in feature_layers], dim=-1)
 
 
 @torch.no_grad()
 def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]:
-    """Run the stock forward over ``ids`` [T] with transformers' own cache; T may be 0."""
+    """Run the stock forward over ``ids`` [T] with transformers' own cache. T = 0 gives the
+    empty cache and a Forward of no rows (logits [0, V], features [0, F] or None)."""
     ids = _check_ids(model, ids, "ids")
     if ids.numel() == 0:
-        return empty_cache(model), None
+        return empty_cache(model), _empty_forward(model, feature_layers)
     _check_positions(model, ids.numel() - 1)
     from transformers import DynamicCache
     hf_cache = DynamicCache(config=model.config)
@@ -80,6 +166,13 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     cache.rec.update(state["rec"])
     cache.length = ids.numel()
     return cache, Forward(out.logits[0], _features(out.hidden_states, feature_layers))
+
+
+def _empty_forward(model, feature_layers) -> Forward:
+    p = next(model.parameters())
+    width = len(feature_layers) * model.config.hidden_size
+    return Forward(p.new_zeros(0, model.config.vocab_size),
+                   p.new_zeros(0, width) if feature_layers else None)
 
 
 def token_ids(ids, vocab_size: int, name: str = "ids") -> torch.Tensor:
@@ -105,87 +198,120 @@ def _check_positions(model, last_position: int) -> None:
                          f"got last position {last_position}")
 
 
-def check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode: str) -> None:
-    if gdn_mode not in GDN_MODES:
-        raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
+def check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode) -> None:
+    as_mode(gdn_mode)
     check_cache(model, cache)
     _check_ids(model, tree.tokens, "tree.tokens")
     _check_positions(model, cache.length + int(tree.depths.max()))
 
 
-def attention_bias(buf: TreeBuffers, past: int, dtype, device=None) -> torch.Tensor:
-    """Additive mask [1, 1, N+1, past+N+1]: prefix visible, inside the tree ancestors only."""
-    n = buf.anc.shape[0]
-    allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), buf.anc], dim=1).to(device)
-    bias = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
-    return bias[None, None]
+# ----------------------------------------------------------------------------- the cache view
+
+@dataclass(eq=False)
+class TreeBatch:
+    """What the target is handed as its cache in a verify: B per-sequence ``TreeCache``s as
+    one left-padded batch, the trees' ``BatchBuffers`` and the GDN mode.
+
+    ``update`` (called by every attention layer) stacks each sequence's committed rows
+    left-padded to [B, h, Pmax, d], appends the new rows [B, h, T, d] and hands each
+    ``TreeCache`` its own slice [1, h, L_b + T, d] (committed rows, then its pending tree rows),
+    which ``cache.commit`` then compacts. ``gdn_tree_layer`` (called by every routed GDN layer)
+    runs the layer on the trees and keeps each sequence's ``GdnRecord``.
+    """
+    caches: list[TreeCache]
+    bufs: BatchBuffers
+    mode: GdnMode
+    layer: object = tree_layer_batch  # or its ``_reference`` twin
+    records: list[dict] = field(init=False)
+
+    def __post_init__(self):
+        self.records = [{} for _ in self.caches]
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        keys = torch.cat([self._stacked(layer_idx, 0, key_states), key_states], dim=-2)
+        values = torch.cat([self._stacked(layer_idx, 1, value_states), value_states], dim=-2)
+        past = self.bufs.past
+        for b, c in enumerate(self.caches):
+            c.kv[layer_idx] = (keys[b:b + 1, :, past - c.length:], values[b:b + 1, :, past - c.length:])
+        return keys, values
+
+    def _stacked(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """[B, h, Pmax, d]: each sequence's committed rows, right-aligned (left padding zeros)."""
+        return left_padded([c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:1, :, :0]
+                            for c in self.caches], self.bufs.past)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.bufs.past
+
+    def gdn_tree_layer(self, m, hidden_states: torch.Tensor) -> torch.Tensor:
+        """GDN layer ``m`` on the trees: hidden_states [B, T, D] -> [B, T, D]."""
+        i = m.layer_idx
+        conv = torch.stack([c.conv[i] for c in self.caches])  # [B, C, K]
+        S0 = torch.stack([c.rec[i] for c in self.caches])  # [B, H, dk, dv]
+        out, layer_records = self.layer(m, hidden_states, conv, S0, self.bufs, self.mode)
+        for rec, layer_rec in zip(self.records, layer_records):
+            rec[i] = layer_rec
+        return out
+
+
+# ----------------------------------------------------------------------------- verify
+
+def tree_forward(model, view: TreeBatch, hidden: bool = False):
+    """The verify's one target forward over ``view`` (a ``TreeBatch``): -> the model output
+    (logits [B, T, V], hidden states if ``hidden``). A pure function of (model, view): what
+    ``torch.compile`` captures (scripts/bench_compile.py)."""
+    p = next(model.parameters())
+    bias = additive_mask(view.bufs.allowed, p.dtype, p.device)
+    mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
+    return model(view.bufs.tokens.to(p.device), attention_mask=mask, position_ids=view.bufs.positions.to(p.device),
+                 past_key_values=view, use_cache=True, output_hidden_states=hidden)
 
 
 @torch.no_grad()
-def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode: str = "wy",
-           feature_layers: tuple = ()) -> Forward:
-    """Score root + tree in one forward: row i = next-token logits after committed + path(i).
+def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mode="wy",
+                 feature_layers: tuple = (), gdn_layer=None, forward=tree_forward) -> list[Forward]:
+    """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
+    features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
 
-    Leaves the committed cache untouched (attention rows of the tree are held as pending
-    until ``commit``). Returns Forward(logits [N+1, V], features [N+1, F] or None).
+    Leaves every committed cache untouched (tree rows held as pending until ``commit``).
+    gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its ``_reference`` twin; forward:
+    ``tree_forward`` or a compiled copy of it.
     """
-    check_verify_args(model, cache, tree, gdn_mode)
-    buf = tree_buffers(tree, cache.length, gdn_mode)
-    p = next(model.parameters())
-    bias = attention_bias(buf, cache.length, p.dtype, p.device)
-    mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
-    records: dict = {}
-    with _tree_gdn(model, cache, buf, gdn_mode, records):
-        out = model(tree.tokens[None].to(p.device), attention_mask=mask, position_ids=buf.positions[None].to(p.device),
-                    past_key_values=cache, use_cache=True, output_hidden_states=bool(feature_layers))
-    cache.pending = {"tree": tree, "mode": gdn_mode, "gdn": records,
-                     "rescore": lambda chain: verify(model, cache, chain, "naive")}
-    return Forward(out.logits[0], _features(out.hidden_states, feature_layers))
+    mode = as_mode(gdn_mode)
+    _check_batch(model, caches, trees, mode)
+    gdn = adapter.route_gdn_trees(model)
+    K = next(iter(gdn.values())).conv_kernel_size if gdn else None
+    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K), mode,
+                     gdn_layer or tree_layer_batch)
+    out = forward(model, view, bool(feature_layers))
+    for c, tree, rec in zip(caches, trees, view.records):
+        c.pending = Pending(tree, mode, rec, rescore_chain)
+    return [Forward(out.logits[b, :n], _features(out.hidden_states, feature_layers, b, n))
+            for b, n in enumerate(view.bufs.sizes)]
 
 
-@contextlib.contextmanager
-def _tree_gdn(model, cache: TreeCache, buf: TreeBuffers, mode: str, records: dict):
-    """Route every GDN layer of ``model`` through ``gdn_tree_forward`` for one forward."""
-    mods = adapter.gdn_modules(model)
-    try:
-        for i, m in mods.items():
-            m.forward = _bound_gdn(m, i, cache, buf, mode, records)
-        yield
-    finally:
-        for m in mods.values():
-            del m.forward
+@torch.no_grad()
+def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode="wy", feature_layers: tuple = ()) -> Forward:
+    """``verify_batch`` of one sequence: Forward(logits [N+1, V], features [N+1, F] or None)."""
+    return verify_batch(model, [cache], [tree], gdn_mode, feature_layers)[0]
 
 
-def _bound_gdn(m, layer_idx, cache, buf, mode, records):
-    def forward(hidden_states, cache_params=None, attention_mask=None, **kwargs):
-        out, records[layer_idx] = gdn_tree_forward(m, hidden_states[0], cache.conv[layer_idx],
-                                                   cache.rec[layer_idx], buf, mode)
-        return out[None]
-    return forward
+def rescore_chain(model, cache: TreeCache, tree: DraftTree, path: torch.Tensor) -> torch.Tensor:
+    """Naive mode, a branched accepted ``path``: verify its tokens again as a chain (exact in
+    naive mode) so the commit keeps unleaked rows; -> the chain's path (0 .. len - 1)."""
+    verify(model, cache, chain_tree(tree.tokens[path[1:]], int(tree.tokens[0])), "naive")
+    return torch.arange(path.numel())
 
 
-def gdn_tree_forward(m, h, conv_state, S0, buf: TreeBuffers, mode: str):
-    """One GDN layer on a tree. h [N+1, D] -> (out [N+1, D], record for commit).
+def _check_batch(model, caches, trees, mode) -> None:
+    if not caches or len(caches) != len(trees):
+        raise ValueError(f"caches and trees must be non-empty lists of the same length, "
+                         f"got {len(caches)} caches and {len(trees)} trees")
+    if len({id(c) for c in caches}) != len(caches):
+        raise ValueError("caches must be distinct TreeCache objects (one per sequence)")
+    for c, t in zip(caches, trees):
+        check_verify_args(model, c, t, mode)
 
-    The record holds the pre-conv inputs x [N+1, C] and the raw gates a, b [N+1, H] (enough
-    to replay any path: ``cache.replay_gdn``, the plain twin), plus what commit uses directly: in
-    fork mode every node's state [N+1, H, dk, dv], in wy/naive mode the WY pass's U, G, k
-    from which ``gdn_tree.wy_state`` forms the accepted node's state in one einsum.
-    """
-    x, z, a, b = adapter.gdn_project(m, h)
-    y = gdn_tree.tree_conv(x, conv_state, adapter.gdn_conv_weight(m), buf.gdn_parents)
-    q, k, v = adapter.gdn_qkv(m, y)
-    g, beta = adapter.gdn_gates(m, a, b)
-    S0 = S0.to(v.dtype)
-    record = {"x": x, "a": a, "b": b}
-    if mode == "fork":
-        o, record["states"] = gdn_tree.gated_delta_fork(q, k, v, g, beta, buf.gdn_parents,
-                                                        buf.tree.depths, S0)
-    else:
-        o, record["wy"] = gdn_tree.gated_delta_wy(q, k, v, g, beta, buf.gdn_parents, S0,
-                                                  anc=buf.gdn_anc, return_aux=True)
-        record["S0"] = S0
-    return adapter.gdn_output(m, o, z, h.dtype), record
 
 
 def tree_logits(model, prefix_ids, tree: DraftTree, gdn_mode: str = "wy") -> torch.Tensor:

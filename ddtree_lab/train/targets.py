@@ -22,7 +22,7 @@ import torch
 from . import data
 from .checkpoints import ckpt_path, store_curve, write_manifest
 from .corpus import build_corpus
-from ..core.models import PRESETS, build_target, count_parameters, load_target
+from ..core.models import PRESETS, TOY_PRESETS, build_target, count_parameters, load_target
 from .loop import TrainConfig, lm_eval_loss, lm_loss_fn, train
 
 # token budgets per training preset (same for both archs)
@@ -49,7 +49,7 @@ def train_target(arch: str, preset: str = "default", out: Path | None = None,
     runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-target-{preset}")
     tok = data.load_tokenizer()
     corpus = build_corpus(tok=tok) if preset != "toy" else data.tokenized_corpus(tok)
-    model_cfg = PRESETS[model_preset]
+    model_cfg = (PRESETS | TOY_PRESETS)[model_preset]
     if model_cfg.vocab_size < tok.get_vocab_size():
         corpus = {k: (v % model_cfg.vocab_size if k != "manifest" else v) for k, v in corpus.items()}
     model = build_target(model_cfg, seed=cfg.seed).to(device)

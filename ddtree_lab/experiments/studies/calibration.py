@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .loops import is_looping
+from ..plumbing.loops import is_looping
 
 COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",
            "in_loop")
@@ -60,7 +60,7 @@ class RoundRecorder:
         self.labels, self.context = labels, [int(t) for t in prompt_ids]
 
     def __call__(self, rnd) -> None:
-        from ..core.sampling import Marginal
+        from ...core.sampling import Marginal
         tree = rnd.tree
         proposal = rnd.proposal if getattr(rnd, "proposal", None) is not None else Marginal(rnd.draft_logits)
         tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
@@ -185,3 +185,19 @@ def continuation_summary(table: pd.DataFrame) -> pd.DataFrame:
     out = t.groupby("group").agg(_p=("_p", "sum"), _o=("_o", "sum"), count=("count", "sum")).reset_index()
     out["predicted"], out["observed"] = out["_p"] / out["count"], out["_o"] / out["count"]
     return out[["group", "predicted", "observed", "count"]]
+
+
+def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tokens: int,
+                  tree: str | None = None, **labels) -> pd.DataFrame:
+    """``calibration.RoundRecorder`` rows (one per draft node per round, loop-tagged) of DDTree-
+    ``budget`` decoding of ``prompt_ids`` with ``pair`` (``tree``: as ``decode.generate``);
+    ``labels`` go into every row, with ``prompt``."""
+    from ...core.decode import generate
+    from ...train.data import prompt_tokens
+    rec = RoundRecorder()
+    for p in prompt_ids:
+        ids = prompt_tokens(pair.tokenizer, p)
+        rec.start(ids, **labels, prompt=p)
+        generate(pair.target, pair.drafter, ids, method="ddtree", budget=budget, block_size=block_size,
+                 max_new_tokens=max_new_tokens, on_round=rec, tree=tree)
+    return rec.frame()

@@ -22,16 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
 
-from ..common import RESULTS_DIR
-from .costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
-from .loops import is_looping, round_loop_flags
-from .results import COMPUTE_MODULES, ResultsStore, row_key
-from .sweep import AXES, normalise
+from ...common import RESULTS_DIR
+from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
+from ..plumbing.loops import is_looping, round_loop_flags
+from ..plumbing.results import ResultsStore
+from ..plumbing.summary import pooled
+from ..plumbing.sweep import AXES, mode_name, normalise, run_rows
 
 C_AXES = AXES + ("concurrency",)
-BATCH_MODULES = COMPUTE_MODULES + ("allocate.py", "batch.py", "batch_verify.py")
 
 
 @dataclass(frozen=True)
@@ -64,9 +63,9 @@ GRIDS = {"full": ConcurrencyGrid(),
 
 
 def concurrency_store(smoke: bool = False, directory=None) -> ResultsStore:
-    """The store "concurrency" (SMOKE: under data/results/smoke/), keyed also by the batch modules."""
+    """The store "concurrency" (SMOKE: under data/results/smoke/)."""
     folder = directory or (RESULTS_DIR / "smoke" if smoke else RESULTS_DIR)
-    return ResultsStore("concurrency", folder, modules=BATCH_MODULES)
+    return ResultsStore("concurrency", folder)
 
 
 def concurrency_configs(grid: ConcurrencyGrid) -> list[dict]:
@@ -94,7 +93,7 @@ def group_prompts(group: int, concurrency: int, num_prompts: int) -> list[int]:
 
 def humaneval_prompt(pair, prompt_id: int) -> list[int]:
     """HumanEval prompt ``prompt_id`` in the pair's tokenizer."""
-    from ..train.data import prompt_tokens
+    from ...train.data import prompt_tokens
     return prompt_tokens(pair.tokenizer, prompt_id)
 
 
@@ -104,10 +103,10 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
               cost_dir=COST_DIR) -> dict:
     """One ``generate_batch`` call of the group's prompts with ``pair``: the row's metrics (lists
     hold one entry per sequence)."""
-    from ..core.batch import generate_batch
+    from ...core.decode import generate_batch
     pids = group_prompts(group, cfg["concurrency"], grid.num_prompts)
     ids = [prompts(pair, p) for p in pids]
-    mode = "wy" if cfg["gdn_mode"] == "-" else cfg["gdn_mode"]
+    mode = mode_name(cfg["gdn_mode"])
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = batch_cost_model(
@@ -133,17 +132,16 @@ def _metrics(pids: list[int], ids: list, gens: list) -> dict:
             "tau": sum(acc) / max(1, len(acc)), "rounds": max(len(g.acceptance_lengths) for g in gens)}
 
 
-def _todo(configs: list[dict], grid: ConcurrencyGrid, store: ResultsStore, pairs: dict) -> list[tuple]:
-    """(config, group) pairs not yet stored; per (arch, T, concurrency, group) every method in
-    turn, so the configs compared with each other are timed side by side (``configs`` in
+def _rows(configs: list[dict], grid: ConcurrencyGrid) -> list[tuple]:
+    """Every (config, group); per (arch, T, concurrency, group) every method in turn, so the
+    configs compared with each other are timed side by side (``configs`` in
     ``concurrency_configs``' order)."""
-    done = store.done_keys()
-    todo = []
+    rows = []
     for _, block in itertools.groupby(configs, key=lambda c: (c["arch"], c["temperature"], c["concurrency"])):
         block = list(block)
         for g in range(num_groups(block[0]["concurrency"], grid.num_prompts)):
-            todo += [(c, g) for c in block if row_key(c, g, store.code, pairs[c["arch"]].digests) not in done]
-    return todo
+            rows += [(c, g) for c in block]
+    return rows
 
 
 def run_concurrency(grid: ConcurrencyGrid, store: ResultsStore, pairs: dict, *, prompts=humaneval_prompt,
@@ -158,10 +156,9 @@ def run_concurrency(grid: ConcurrencyGrid, store: ResultsStore, pairs: dict, *, 
     missing = sorted(set(grid.archs) - set(pairs))
     if missing:
         raise ValueError(f"pairs must hold a Pair (ddtree_lab.load_pair) for every arch of the grid; missing {missing}")
-    todo = _todo(concurrency_configs(grid), grid, store, pairs)
-    for cfg, g in tqdm(todo, desc=f"concurrency ({', '.join(grid.archs)})", disable=not progress or not todo):
-        pair = pairs[cfg["arch"]]
-        store.add(cfg, g, runner(cfg, g, pair, grid, prompts, cost_dir), pair.digests)
+    run_rows(_rows(concurrency_configs(grid), grid), store, pairs,
+             lambda cfg, g, pair: runner(cfg, g, pair, grid, prompts, cost_dir),
+             desc=f"concurrency ({', '.join(grid.archs)})", progress=progress)
     return grid_frame(store, grid, pairs)
 
 
@@ -218,18 +215,12 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
         _seconds=("_seconds", "sum"), _acc_sum=("_acc_sum", "sum"), _acc_n=("_acc_n", "sum"),
         _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"), _size_sum=("_size_sum", "sum"),
         _match=("_match", "sum"), _loops=("_ends_in_loop", "sum")).reset_index()
-    out["tokens_per_s"] = out._n_tokens / out._seconds.clip(lower=1e-12)
+    out = pooled(out, ["arch", "temperature", "max_new_tokens", "concurrency"])
     out["latency_s"] = out._seconds / out.n_groups
     out["ms_per_token"] = 1e3 * out.latency_s / out.max_new_tokens
-    out["tau"] = out._acc_sum / out._acc_n.clip(lower=1)
-    out["tau_outside_loops"] = out._out_sum / out._out_n.where(out._out_n > 0)
-    out["loop_round_share"] = 1 - out._out_n / out._acc_n.clip(lower=1)
     out["loop_sequences"] = out._loops / out.n_sequences
     out["mean_tree_size"] = out._size_sum / out._acc_n.where(out.method != "ar")
     out["matches_ar"] = out._match / out.n_sequences
-    ref = ["arch", "temperature", "max_new_tokens", "concurrency"]
-    ar = out[out.method == "ar"].set_index(ref).tokens_per_s
-    out["speedup"] = out.tokens_per_s / np.array([ar.get(tuple(k), np.nan) for k in out[ref].itertuples(index=False)])
     cols = list(C_AXES) + ["n_groups", "n_sequences", "tokens_per_s", "speedup", "latency_s", "ms_per_token",
                            "tau", "tau_outside_loops", "loop_round_share", "loop_sequences", "mean_tree_size",
                            "matches_ar"]

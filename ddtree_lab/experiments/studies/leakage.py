@@ -13,8 +13,10 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ..core.tree import DraftTree, build_tree
-from ..core.verify import prefill, tree_logits
+from ...core.tree import DraftTree, build_tree
+from ...core.decode import first_draft
+from ...core.verify import tree_logits
+from ..plumbing.summary import first_divergence
 
 
 def node_errors(model, prefix_ids, tree: DraftTree) -> pd.DataFrame:
@@ -43,10 +45,7 @@ def node_errors(model, prefix_ids, tree: DraftTree) -> pd.DataFrame:
 def first_draft_logits(model, drafter, prompt_ids, block_size: int) -> torch.Tensor:
     """The drafter's first proposal [block_size - 1, V] after ``prompt_ids`` (as decode does:
     target features of prompt[:-1] as context, the last prompt token as the block's first)."""
-    prompt = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
-    _, pre = prefill(model, prompt[:-1], feature_layers=tuple(drafter.cfg.target_layer_ids))
-    features = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    return drafter.propose(drafter.new_state(), features, int(prompt[-1]), block_size)
+    return first_draft(model, drafter, prompt_ids, block_size)[1]
 
 
 def leakage_table(model, prompts, drafter, budgets, block_size: int = 8) -> pd.DataFrame:
@@ -66,15 +65,6 @@ def leakage_table(model, prompts, drafter, budgets, block_size: int = 8) -> pd.D
             frames.append(node_errors(model, prompt[:-1], tree).assign(prompt=p, budget=budget))
     frame = pd.concat(frames, ignore_index=True)
     return frame[["prompt", "budget"] + [c for c in frame.columns if c not in ("prompt", "budget")]]
-
-
-def first_divergence(reference: list[int], other: list[int]) -> int | None:
-    """Index of the first token where ``other`` differs from ``reference`` (a length
-    difference counts at the shorter length); None when identical."""
-    for i, (a, b) in enumerate(zip(reference, other)):
-        if a != b:
-            return i
-    return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
 def _token_lists(runs) -> tuple[list, list[list[int]]]:

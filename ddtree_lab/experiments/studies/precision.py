@@ -19,10 +19,11 @@ import pandas as pd
 import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
-from ..core import adapter
-from ..core.tree import DraftTree, chain_tree
-from ..core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
-from ..core.cache import commit
+from ...core import adapter
+from ...core.tree import DraftTree, chain_tree
+from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
+from ...core.cache import commit
+from ..plumbing.sweep import mode_name
 
 
 def in_dtype(model, dtype):
@@ -204,9 +205,9 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
     each node's own path (``per_node_errors``) over the first DDTree tree (block 8) of each
     HumanEval prompt, argmax flips, and (float64, exact modes) the commit's cache error
     (``commit_state_error`` along the deepest path). One row per (mode, setting)."""
-    from ..train.data import prompt_tokens
+    from ...train.data import prompt_tokens
     from .leakage import first_draft_logits
-    from ..core.tree import build_tree
+    from ...core.tree import build_tree
     cases = []
     for p in prompts:
         ids = prompt_tokens(pair.tokenizer, p)
@@ -227,7 +228,7 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
 
 
 def _mode(mode: str) -> str:
-    return "wy" if mode == "-" else mode
+    return mode_name(mode)
 
 
 def _commit_err(model, cases, mode: str) -> float:

@@ -20,9 +20,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from ..core import tree as tree_mod
-from ..core.decode import start, tree_rule
-from ..core.verify import GDN_MODES, verify
+from ...core import tree as tree_mod
+from ...core.decode import start, tree_rule
+from ...core.verify import GDN_MODES, verify
+from ..plumbing.sweep import exact_mode
 
 
 def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list[int]:
@@ -103,7 +104,7 @@ TF_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 def humaneval_texts(tokenizer, problem_ids) -> tuple[list[list[int]], list[int]]:
     """Token ids of prompt + canonical solution per problem, and where the solution starts."""
-    from ..train.data import humaneval_problems
+    from ...train.data import humaneval_problems
     problems = humaneval_problems()
     texts = [tokenizer.encode(problems[i]["prompt"] + problems[i]["canonical_solution"]).ids for i in problem_ids]
     starts = [len(tokenizer.encode(problems[i]["prompt"]).ids) for i in problem_ids]
@@ -113,7 +114,7 @@ def humaneval_texts(tokenizer, problem_ids) -> tuple[list[list[int]], list[int]]
 def tf_config(arch: str, block_size: int = 8, budgets=TF_BUDGETS, stride: int = 8, tree: str | None = None) -> dict:
     """One teacher-forced configuration (a results-store config); ``tree`` (DFlash 2 studies:
     "unary" | "conditional") only when given."""
-    cfg = {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": "wy" if arch == "gdn" else "-",
+    cfg = {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": exact_mode(arch),
            "block_size": block_size, "budgets": list(budgets), "stride": stride}
     return cfg if tree is None else {**cfg, "tree": tree}
 
@@ -152,6 +153,6 @@ def run_teacher_forced(pairs: dict, store, problem_ids, block_size: int = 8, str
                        progress: bool = True, trees=(None,)) -> pd.DataFrame:
     """Fill ``store`` with the teacher-forced lens for every pair ({arch: Pair}) and tree of
     ``trees`` (None: the drafter's own); -> tf_summary."""
-    from .sweep import run_sweep
+    from ..plumbing.sweep import run_sweep
     configs = [tf_config(arch, block_size, TF_BUDGETS, stride, tree) for arch in pairs for tree in trees]
     return tf_summary(run_sweep(configs, list(problem_ids), store, pairs, progress=progress, runner=tf_runner))

@@ -17,9 +17,10 @@ from typing import Callable
 import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
-from . import full_size_cost
-from .spread import format_ratio_columns
+from ..experiments.studies import full_size_cost
+from ..experiments.plumbing.spread import format_ratio_columns
 from ..train.checkpoints import CKPT_DIR
+from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
 
 README = ROOT / "README.md"
 TABLES_JSON = RESULTS_DIR / "readme_tables.json"
@@ -57,7 +58,7 @@ def _quality_cells(target: dict, decoding: pd.DataFrame) -> list:
     tman, agree = _manifest(arch, "target"), target["humaneval_agreement_block16"]
     tokens = tman.get("tokens_trained", tman["train_cfg"]["max_tokens"])
     tau = {(r.method, r.block_size, r.gdn_mode): r.tau for r in decoding.itertuples()}
-    exact = "wy" if arch == "gdn" else "-"
+    exact = exact_mode(arch)
     lab = decoding[decoding.method != "official"]  # the reference loop has its own block (leak)
     same = lab.same_as_ar * lab.prompts
     return [f"{target['params_total'] / 1e6:.2f}M / {target['params_active'] / 1e6:.2f}M",
@@ -97,7 +98,7 @@ def _pick(t: pd.DataFrame, arch: str, mode: str, method: str, budget) -> pd.Seri
 def _speed_rows(t: pd.DataFrame) -> list[list]:
     """One row per budget (DFlash first, auto last): GDN wy tau/speedup, naive tau (== AR), MLA;
     the best fixed-budget speedup of each target in bold."""
-    fixed = t[(t.method == "ddtree") & (t.budget != "auto") & t.gdn_mode.isin(["wy", "-"])]
+    fixed = t[(t.method == "ddtree") & (t.budget != "auto") & t.gdn_mode.isin(EXACT_LABELS)]
     best = {a: fixed[fixed.arch == a].speedup.max() for a in ("gdn", "mla")}
 
     def speed(r, arch=None):
@@ -135,7 +136,7 @@ def render_speed() -> str:
             "in bold: the best fixed budget by pooled tokens/s, all tokens over all seconds):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
-    share = t[(t.budget == "256") & t.gdn_mode.isin(["wy", "-"])].tree_share * 100
+    share = t[(t.budget == "256") & t.gdn_mode.isin(EXACT_LABELS)].tree_share * 100
     return head + table + (f"\n\nTree building is {share.min():.1f}-{share.max():.1f}% of a round at budget 256 "
                            "(exact modes, both targets).")
 
@@ -145,7 +146,7 @@ def _official_row(t: pd.DataFrame, arch: str) -> list:
     budget and auto, tau / speedup over AR / tokens/s over the reference loop's (paired)."""
     t = t[(t.arch == arch) & (t.temperature == 0)]
     off, dfl = t[t.method == "official"].iloc[0], t[t.method == "dflash"].iloc[0]
-    trees = t[(t.method == "ddtree") & t.gdn_mode.isin(["wy", "-"])]
+    trees = t[(t.method == "ddtree") & t.gdn_mode.isin(EXACT_LABELS)]
     fixed = trees[trees.budget != "auto"]
     best, auto = fixed.loc[fixed.tokens_per_s.idxmax()], trees[trees.budget == "auto"]
     same = "yes" if off.matches_ar == 1 else f"**no**: {100 * (1 - off.matches_ar):.0f}% of prompts depart"
@@ -173,8 +174,8 @@ def render_official() -> str:
 
 def render_leak() -> str:
     """The leak in the chain (quality store): the reference loop against AR, per target and block."""
-    from .official import chain_divergence
-    from .results import ResultsStore
+    from ..experiments.studies.official import chain_divergence
+    from ..experiments.plumbing.results import ResultsStore
     s = _store_summary("quality")
     div = chain_divergence(ResultsStore("quality").frame())
     rows = []
@@ -218,6 +219,21 @@ def render_verify_cost() -> str:
                           "wy / naive", "fork / naive", "commit wy / fork", "MLA verify / 1-node verify"], rows)
 
 
+def render_compile() -> str:
+    """A compiled verify against the eager one (scripts/bench_compile.py), per target and budget."""
+    t = pd.read_csv(RESULTS_DIR / "bench_compile.csv")
+    head = (f"**Compiled verify** (`python scripts/bench_compile.py`: `torch.compile(verify.tree_forward)`, "
+            f"mode {t['mode'].iloc[0]}, on {t.device.iloc[0]}, random-init targets of the shipped shapes, prefix "
+            f"{int(t.prefix.iloc[0])}, one thread, {int(t.repeats.iloc[0])} interleaved eager / compiled pairs; "
+            "compile: seconds of the first call at that budget's static shape; ratio: median of the paired "
+            "ratios [95% interval]; error: max |compiled - eager| / max |eager| of the logits):\n\n")
+    rows = [[r.arch, int(r.budget), f"{r.compile_s:.0f}", f"{r.eager_ms:.1f}", f"{r.compiled_ms:.1f}",
+             format_ratio_columns(r, "compiled/eager"), f"{r.max_rel_err:.0e}", int(r.graph_breaks)]
+            for _, r in t.iterrows()]
+    return head + _table(["target", "budget", "compile s", "eager ms", "compiled ms", "compiled / eager",
+                          "error", "graph breaks"], rows)
+
+
 def render_build_tree() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_tree.csv")
     head = (f"**`build_tree`** (`python scripts/bench_tree.py`: [{int(t.depth.iloc[0])}, {int(t.vocab.iloc[0])}] "
@@ -246,14 +262,14 @@ def render_exactness() -> str:
 
 def _store_summary(name: str) -> pd.DataFrame:
     """``summarize`` of every row of a committed store (rows of other models are never committed)."""
-    from .results import ResultsStore
-    from .summary import summarize
+    from ..experiments.plumbing.results import ResultsStore
+    from ..experiments.plumbing.summary import summarize
     return summarize(ResultsStore(name).frame())
 
 
 def _loop_cells(s: pd.DataFrame, arch: str) -> list:
     """One arch's column of the loops table: loop rate, then tau all / outside loops."""
-    rows = s[(s.arch == arch) & s.gdn_mode.isin(["wy", "-"]) & (s.temperature == 0)]
+    rows = s[(s.arch == arch) & s.gdn_mode.isin(EXACT_LABELS) & (s.temperature == 0)]
     ar = rows[rows.method == "ar"].iloc[0]
     dfl = rows[(rows.method == "dflash") & (rows.block_size == 8)].iloc[0]
     tree = rows[(rows.method == "ddtree") & (rows.budget.astype(str) == "64")].iloc[0]
@@ -278,7 +294,7 @@ def render_loops() -> str:
 def _temperature_row(t: pd.DataFrame, arch: str, temp: float, rule: str) -> list:
     """One (arch, T, acceptance rule) row: entropy, loop share, tau all rounds / outside loops
     (DFlash, DDTree-16, DDTree-64), their DDTree-64 / DFlash ratio, and both speedups over AR."""
-    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(["wy", "-"]) & (t.accept_rule == rule)]
+    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(EXACT_LABELS) & (t.accept_rule == rule)]
     dfl = rows[rows.method == "dflash"].iloc[0]
     trees = {b: rows[(rows.method == "ddtree") & (rows.budget == b)] for b in ("16", "64")}
     cells = [arch, f"{temp:g}", rule if temp else "(argmax)", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
@@ -309,8 +325,8 @@ def render_temperature() -> str:
 
 
 def render_teacher_forced() -> str:
-    from .results import ResultsStore
-    from .teacher_forced import tf_summary
+    from ..experiments.plumbing.results import ResultsStore
+    from ..experiments.studies.teacher_forced import tf_summary
     frame = ResultsStore("teacher_forced").frame()
     tf = tf_summary(frame)
     budgets = [b for b in (4, 16, 64, 128) if b in set(tf.budget[tf.method == "ddtree"])]
@@ -342,7 +358,7 @@ def _concurrency_row(r: pd.Series) -> list:
 def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     """The concurrency table from the store "concurrency" (the full grid's rows); a line saying
     it is not measured yet when the store holds none (no stored file is then required)."""
-    from .concurrency import GRIDS, concurrency_store, concurrency_table, grid_frame, summarize_concurrency
+    from ..experiments.studies.concurrency import GRIDS, concurrency_store, concurrency_table, grid_frame, summarize_concurrency
     grid = GRIDS["full"]
     frame = grid_frame(concurrency_store(directory=directory), grid)
     head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
@@ -421,8 +437,8 @@ def render_corpus() -> str:
 def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     """DDTree over DFlash 2 (notebook 08, ``ddtree-lab dflash2``): the 164-prompt goals against
     the quality store's DFlash rows, the interleaved budget x temperature run, the sibling table."""
-    from . import dflash2 as d2
-    from .results import ResultsStore, cached_table_path
+    from ..experiments.studies import dflash2 as d2
+    from ..experiments.plumbing.results import ResultsStore, cached_table_path
     drafters = {a: d2.load_drafters(a) for a in ("gdn", "mla")}  # the shipped models: their rows only
     frame = ResultsStore(d2.STORE, directory).frame(models={a: d.digests for a, d in drafters.items()})
     if frame.empty:
@@ -480,6 +496,7 @@ BLOCKS = {
     "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
     "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
     "batch_cost": Block(("data/results/bench_batch.csv",), "python scripts/bench_batch.py", render_batch_cost),
+    "compile": Block(("data/results/bench_compile.csv",), "python scripts/bench_compile.py", render_compile),
     "build_tree": Block(("data/results/bench_tree.csv",), "python scripts/bench_tree.py", render_build_tree),
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),

@@ -9,8 +9,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from .leakage import first_divergence
 from .sweep import AXES, with_axes
+
+
+def first_divergence(reference: list[int], other: list[int]) -> int | None:
+    """Index of the first token where ``other`` differs from ``reference`` (a length
+    difference counts at the shorter length); None when identical."""
+    for i, (a, b) in enumerate(zip(reference, other)):
+        if a != b:
+            return i
+    return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
 def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
@@ -67,6 +75,23 @@ def check_one_run(frame: pd.DataFrame) -> None:
                              f"one run (run_sweep(..., run=...) returns them)")
 
 
+def pooled(out: pd.DataFrame, ref_key: list[str]) -> pd.DataFrame:
+    """The pooled columns of a summary from its per-config sums (``_acc_sum`` / ``_acc_n``:
+    accepted lengths over every round, ``_out_*`` over the rounds outside loops, ``_n_tokens``
+    / ``_seconds``): tau, tau_outside_loops, loop_round_share, tokens_per_s, and speedup over
+    the AR row of the same ``ref_key`` (NaN without one). Shared by ``summarize`` and the
+    concurrency summary (one tau, one speedup everywhere)."""
+    out = out.copy()
+    out["tau"] = out["_acc_sum"] / out["_acc_n"].clip(lower=1)
+    out["tau_outside_loops"] = out["_out_sum"] / out["_out_n"].where(out["_out_n"] > 0)
+    out["loop_round_share"] = 1 - out["_out_n"] / out["_acc_n"].clip(lower=1)
+    out["tokens_per_s"] = out["_n_tokens"] / out["_seconds"].clip(lower=1e-12)
+    ar = out[out["method"] == "ar"].set_index(ref_key)["tokens_per_s"]
+    ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
+    out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
+    return out
+
+
 def summarize(frame: pd.DataFrame, axes: tuple = AXES) -> pd.DataFrame:
     """One row per config (the ``axes`` columns, default AXES) from a results frame (one row
     per config x prompt).
@@ -93,15 +118,8 @@ def summarize(frame: pd.DataFrame, axes: tuple = AXES) -> pd.DataFrame:
         matches_ar=("_match", "mean"), first_divergence=("_div", "mean"), _acc_sum=("_acc_sum", "sum"),
         _acc_n=("_acc_n", "sum"), _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"),
         loop_prompts=("_ends_in_loop", "mean"), entropy=("_entropy", "mean")).reset_index()
-    out["loop_round_share"] = 1 - out["_out_n"] / out["_acc_n"].clip(lower=1)
-    out["tau"] = out["_acc_sum"] / out["_acc_n"].clip(lower=1)
-    out["tau_outside_loops"] = out["_out_sum"] / out["_out_n"].where(out["_out_n"] > 0)
-    out["tokens_per_s"] = out["_n_tokens"] / out["_seconds"].clip(lower=1e-12)
+    out = pooled(out, ["arch", "temperature", "max_new_tokens"])
     out["mean_tree_size"] = out["_size_sum"] / out["_size_n"].where(out["_size_n"] > 0)
-    ref_key = ["arch", "temperature", "max_new_tokens"]
-    ar = out[out["method"] == "ar"].set_index(ref_key)["tokens_per_s"]
-    ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
-    out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
     cols = list(axes) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
                          "first_divergence", "mean_tree_size", "tau_prompt_mean", "tau_outside_loops",
                          "loop_round_share", "loop_prompts", "entropy"]

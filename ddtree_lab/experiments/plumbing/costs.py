@@ -14,17 +14,18 @@ B b tokens; ``core.allocate`` counts a padded verify's tokens as B x the largest
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..core import tree as tree_mod
-from ..common import RESULTS_DIR, stable_hash
-from ..core.verify import prefill, verify
-from ..core.cache import commit
+from ...core import tree as tree_mod
+from ...common import RESULTS_DIR, stable_hash
+from ...core.decode import start
+from ...core.verify import verify
+from ...core.cache import commit
+from .measure import median_seconds
 
 COST_DIR = RESULTS_DIR / "costs"
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -49,14 +50,12 @@ class CostModel:
         v = np.interp(budgets.double().numpy(), self.budgets, self.verify_s)
         return torch.from_numpy(v) + self.draft_s
 
-
-def _median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    def batch_round_seconds(self, totals: torch.Tensor, batch: int) -> torch.Tensor:
+        """The batched interface ``allocate.auto_trees`` reads, for the batch of one this
+        model measured (a batch of more needs ``BatchCostModel``)."""
+        if batch != 1:
+            raise ValueError(f"a CostModel predicts batch 1 only, got batch={batch}: use batch_cost_model")
+        return self.round_seconds(totals)
 
 
 @torch.no_grad()
@@ -65,15 +64,11 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
     """Time drafter + tree build and verify + commit per budget on ``prefix_ids``."""
     layers = tuple(drafter.cfg.target_layer_ids)
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long)
-    cache, pre = prefill(target, prefix[:-1], feature_layers=layers)
-    state = drafter.new_state()
-    draft_logits = drafter.propose(state, pre.features, int(prefix[-1]), block_size)
-    full = tree_mod.build_tree(draft_logits, int(prefix[-1]), max(budgets))
+    cache, feats, root = start(target, drafter, prefix)
+    full = tree_mod.build_tree(drafter.propose(drafter.new_state(), feats, root, block_size), root, max(budgets))
 
     def draft():
-        s = drafter.new_state()
-        tree_mod.build_tree(drafter.propose(s, pre.features[-64:], int(prefix[-1]), block_size),
-                            int(prefix[-1]), 32)
+        tree_mod.build_tree(drafter.propose(drafter.new_state(), feats[-64:], root, block_size), root, 32)
 
     def round_at(b):
         t = tree_mod.truncate(full, min(b, full.num_nodes))
@@ -82,8 +77,8 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
     verify_s = []
     for b in budgets:
         round_at(b)  # warm-up
-        verify_s.append(_median_time(lambda: round_at(b), repeats))
-    return CostModel(tuple(int(b) for b in budgets), tuple(verify_s), _median_time(draft, repeats))
+        verify_s.append(median_seconds(lambda: round_at(b), repeats))
+    return CostModel(tuple(int(b) for b in budgets), tuple(verify_s), median_seconds(draft, repeats))
 
 
 def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
@@ -157,9 +152,7 @@ class BatchCostModel:
 
 def _measure_sequence(target, drafter, prefix: torch.Tensor, layers: tuple, block_size: int, budget: int) -> tuple:
     """(cache, features [<=64, F], root, tree of ``budget`` nodes) for one prefilled prefix."""
-    cache, pre = prefill(target, prefix[:-1], feature_layers=layers)
-    feats = pre.features if pre is not None else torch.zeros(0, drafter.cfg.feature_size)
-    root = int(prefix[-1])
+    cache, feats, root = start(target, drafter, prefix)
     logits = drafter.propose(drafter.new_state(), feats, root, block_size)  # [bs-1, V]
     return cache, feats[-64:], root, tree_mod.build_tree(logits, root, budget)
 
@@ -169,7 +162,7 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
                              batches=DEFAULT_BATCHES, budgets=BATCH_BUDGETS, repeats: int = 3) -> BatchCostModel:
     """Time a batched round at every (batch, per-sequence budget) of the grid; sequence i
     uses ``prefixes[i % len(prefixes)]`` (token ids), its own drafter tree cut to the budget."""
-    from ..core.batch_verify import verify_batch
+    from ...core.verify import verify_batch
     layers = tuple(drafter.cfg.target_layer_ids)
     prefixes = [torch.as_tensor(p, dtype=torch.long) for p in prefixes]
     seqs = [_measure_sequence(target, drafter, prefixes[i % len(prefixes)], layers, block_size, max(budgets))
@@ -189,8 +182,8 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
     verify_s = []
     for B in batches:
         round_at(B, budgets[0])  # warm-up
-        verify_s.append(tuple(_median_time(lambda: round_at(B, b), repeats) for b in budgets))
-    draft_s = tuple(_median_time(lambda: draft(B), repeats) for B in batches)
+        verify_s.append(tuple(median_seconds(lambda: round_at(B, b), repeats) for b in budgets))
+    draft_s = tuple(median_seconds(lambda: draft(B), repeats) for B in batches)
     return BatchCostModel(tuple(int(b) for b in batches), tuple(int(b) for b in budgets), tuple(verify_s), draft_s)
 
 

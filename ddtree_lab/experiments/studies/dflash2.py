@@ -17,13 +17,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
+import torch
 
-from .results import ResultsStore
-from .summary import summarize
-from .sweep import AXES, expand_grid, run_config, run_sweep
+from ...core.decode import start
+from ..plumbing.results import ResultsStore
+from ..plumbing.summary import summarize
+from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_config, run_sweep
 
 D_AXES = AXES + ("drafter", "tree")
-BUDGETS = {0.0: (4, 16, 64, 256), 0.3: (16, 64), 1.0: (16, 64)}  # DDTree budgets per temperature
+BUDGETS = {0.0: (4, 16, 64, 256), 0.3: (4, 16, 64, 256), 1.0: (4, 16, 64, 256)}  # DDTree budgets per temperature
 TEMPERATURES = tuple(BUDGETS)
 PROPOSALS = (("dflash", "-"), ("dflash2", "unary"), ("dflash2", "conditional"))  # (drafter, tree) of a DDTree
 STORE = "dflash2"
@@ -58,7 +60,7 @@ class Drafters:
 
 
 def load_drafters(arch: str) -> Drafters:
-    from ..train.pair import load_pair
+    from ...train.pair import load_pair
     return Drafters(arch, {d: load_pair(arch, drafter=d) for d in ("dflash", "dflash2")})
 
 
@@ -141,7 +143,7 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
                                              for c in ("prompt", "_metrics")))}
         picks = {"dflash": quality[(quality.arch == arch) & (quality.method == "dflash") & (quality.block_size == 8)],
                  "ddtree64": quality[(quality.arch == arch) & (quality.method == "ddtree") & (quality.budget == 64)
-                                     & quality.gdn_mode.isin(["wy", "-"])]}
+                                     & quality.gdn_mode.isin(EXACT_LABELS)]}
         mine = lossless[lossless.arch == arch]
         picks |= {"dflash2": mine[mine.method == "dflash"],
                   "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
@@ -161,7 +163,7 @@ def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 6, lossless_prompts: 
     DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions.
     directory: where the stores live (default data/results; notebooks' SMOKE runs: smoke/).
     -> {"study", "lossless": results frames of the two runs, "teacher_forced": tf_summary}."""
-    from ..common import RESULTS_DIR
+    from ...common import RESULTS_DIR
     from .teacher_forced import run_teacher_forced
     directory = RESULTS_DIR if directory is None else directory
     drafters = {a: load_drafters(a) for a in archs}
@@ -186,7 +188,7 @@ def drafter_table(archs=("gdn", "mla")) -> pd.DataFrame:
     """Per arch, from the shipped manifests (held-out greedy rollouts, block 8): DFlash linear
     tau, DFlash 2 linear tau of its unary argmax path and of its selector's path walk, the
     unary top-K recall and the teacher-forced selector accuracy, train minutes."""
-    from ..train.checkpoints import check_manifest, ckpt_path
+    from ...train.checkpoints import check_manifest, ckpt_path
     rows = []
     for arch in archs:
         d1, d2 = check_manifest(ckpt_path(arch, "drafter")), check_manifest(ckpt_path(arch, "drafter2"))
@@ -195,23 +197,6 @@ def drafter_table(archs=("gdn", "mla")) -> pd.DataFrame:
                      "selector_accuracy": d2["selector_accuracy_block8"],
                      "dflash2_train_min": d2["train_time_s"] / 60})
     return pd.DataFrame(rows)
-
-
-def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tokens: int,
-                  tree: str | None = None, **labels) -> pd.DataFrame:
-    """``calibration.RoundRecorder`` rows (one per draft node per round, loop-tagged) of DDTree-
-    ``budget`` decoding of ``prompt_ids`` with ``pair`` (``tree``: as ``decode.generate``);
-    ``labels`` go into every row, with ``prompt``."""
-    from ..core.decode import generate
-    from ..train.data import prompt_tokens
-    from .calibration import RoundRecorder
-    rec = RoundRecorder()
-    for p in prompt_ids:
-        ids = prompt_tokens(pair.tokenizer, p)
-        rec.start(ids, **labels, prompt=p)
-        generate(pair.target, pair.drafter, ids, method="ddtree", budget=budget, block_size=block_size,
-                 max_new_tokens=max_new_tokens, on_round=rec, tree=tree)
-    return rec.frame()
 
 
 def sibling_table(nodes: pd.DataFrame) -> pd.DataFrame:
@@ -285,3 +270,121 @@ def reading(sib: pd.DataFrame, goals: pd.DataFrame, study: pd.DataFrame | None =
                              f"DFlash: {t.loc['ddtree64_conditional'].tau_outside_loops:.2f} vs "
                              f"{t.loc['ddtree64'].tau_outside_loops:.2f} ({r:.2f}x): the selector {verdict}.")
     return "Reading.\n" + "\n".join(lines) if lines else "Reading: nothing to read (no rows)."
+
+
+# ----------------------------------------------------------------------------- why T = 1 differs
+
+OVERLAP_TEMPERATURES = (0.3, 0.6, 1.0)
+
+
+@torch.no_grad()
+def overlap_at(drafters: Drafters, text: list[int], position: int, temperatures=OVERLAP_TEMPERATURES,
+               depths: int = 3, block_size: int = 8) -> list[dict]:
+    """At one real context text[:position+1], per depth d <= ``depths`` and temperature T: the
+    overlap sum_x min(p_T(x), q_T(x)) = 1 - TV(p_T, q_T) of the target's next-token
+    distribution p_T after the REAL text up to depth d - 1 and each proposal's q_T given the
+    same real parent. Under DFlash's rejection rule a token drawn from q is accepted with
+    probability exactly this overlap (arXiv 2602.06036, section 3): the first-token acceptance
+    the proposal can reach at T, whatever its tree. Proposals: the DFlash drafter's marginal,
+    the DFlash 2 drafter's unary marginal and its conditional q (the selector given the parent)."""
+    from ...core.sampling import Conditional, Marginal
+    ctx = torch.as_tensor(text[:position + 1])
+    target = drafters.pairs["dflash"].target
+    logits = target(torch.as_tensor(text[:position + depths])[None].to(target.device)).logits[0, position:]  # [depths, V]
+    proposals = {}
+    for name in ("dflash", "dflash2"):
+        pair = drafters.pairs[name]
+        _, features, root = start(pair.target, pair.drafter, ctx)
+        draft = pair.drafter.draft(pair.drafter.new_state(), features, root, block_size)
+        proposals["DFlash marginal" if name == "dflash" else "DFlash 2 unary"] = Marginal(draft.logits)
+        if name == "dflash2":
+            proposals["DFlash 2 conditional"] = Conditional(draft.conditional)
+    rows = []
+    for d in range(1, depths + 1):
+        parent = int(text[position + d - 1])
+        for T in temperatures:
+            p = torch.softmax(logits[d - 1].double().cpu() / T, -1)
+            for proposal, q in proposals.items():
+                overlap = float(torch.minimum(p, q.child_probs(parent, d, T).double().cpu()).sum())
+                rows.append({"depth": d, "temperature": T, "proposal": proposal, "overlap": overlap})
+    return rows
+
+
+def _positions(d: Drafters, problem_ids, stride: int, lookahead: int, block_size: int) -> list[tuple]:
+    """(text, position) of every ``stride``-th position of the HumanEval canonical solutions
+    ``problem_ids`` that leaves ``lookahead`` real tokens and a block inside the models' positions."""
+    from .teacher_forced import humaneval_texts, positions_in
+    texts, starts = humaneval_texts(d.pairs["dflash"].tokenizer, list(problem_ids))
+    limit = min(d.pairs["dflash"].target.config.max_position_embeddings, d.pairs["dflash2"].drafter.cfg.max_positions)
+    return [(t, p) for t, s in zip(texts, starts)
+            for p in positions_in(min(len(t), limit - block_size - 1), s, stride, lookahead)]
+
+
+def overlap_table(drafters: dict, problem_ids, *, temperatures=OVERLAP_TEMPERATURES, depths: int = 3,
+                  block_size: int = 8, stride: int = 16, progress: bool = True) -> pd.DataFrame:
+    """``overlap_at`` over HumanEval canonical solutions (every ``stride`` positions), per
+    target ({arch: Drafters}) -> mean overlap per (arch, proposal, temperature, depth) with the
+    number of positions."""
+    from tqdm.auto import tqdm
+    rows = []
+    for arch, d in drafters.items():
+        for t, p in tqdm(_positions(d, problem_ids, stride, depths, block_size), desc=f"overlap {arch}",
+                         disable=not progress):
+            rows += [{"arch": arch, **r} for r in overlap_at(d, t, p, temperatures, depths, block_size)]
+    frame = pd.DataFrame(rows)
+    return (frame.groupby(["arch", "proposal", "temperature", "depth"], sort=False)
+            .overlap.agg(overlap="mean", positions="size").reset_index())
+
+
+@torch.no_grad()
+def tree_shapes(drafters: dict, problem_ids, *, budget: int = 64, block_size: int = 8, stride: int = 16,
+                progress: bool = True) -> pd.DataFrame:
+    """The shape of the DDTree-``budget`` tree each proposal builds at real contexts (HumanEval
+    canonical solutions, every ``stride`` positions): mean children of the root (the first
+    token's siblings, what covers a spread target at T > 0) and mean depth of the deepest
+    node, per (arch, proposal)."""
+    from tqdm.auto import tqdm
+    from ...core.decode import tree_rule
+    rows = []
+    for arch, d in drafters.items():
+        for t, p in tqdm(_positions(d, problem_ids, stride, 1, block_size), desc=f"tree shapes {arch}",
+                         disable=not progress):
+            for name, tree in (("DFlash marginal", None), ("DFlash 2 unary", "unary"), ("DFlash 2 conditional", "conditional")):
+                pair = d.pairs["dflash" if tree is None else "dflash2"]
+                _, features, root = start(pair.target, pair.drafter, torch.as_tensor(t[:p + 1]))
+                draft = pair.drafter.draft(pair.drafter.new_state(), features, root, block_size)
+                built = tree_rule(pair.drafter, tree).tree(draft, root, "ddtree", budget)
+                rows.append({"arch": arch, "proposal": name, "root_children": len(built.children[0]),
+                             "max_depth": int(built.depths.max())})
+    return pd.DataFrame(rows).groupby(["arch", "proposal"], sort=False).mean().reset_index()
+
+
+def t1_reading(overlap: pd.DataFrame, shapes: pd.DataFrame) -> str:
+    """The sentence notebook 08 prints under its T = 1 tables, from their numbers."""
+    def ov(arch, proposal, T, depth):
+        r = overlap[(overlap.arch == arch) & (overlap.proposal == proposal) & (overlap.temperature == T)
+                    & (overlap.depth == depth)].overlap
+        return float(r.iloc[0]) if len(r) else float("nan")
+    lines = []
+    for arch in shapes.arch.unique():
+        s = shapes[shapes.arch == arch].set_index("proposal")
+        T = max(overlap.temperature)
+        lines.append(
+            f"{arch}: at T = {T:g} one draw from the conditional q is accepted with probability "
+            f"{ov(arch, 'DFlash 2 conditional', T, 1):.2f} at depth 1 (unary marginal: {ov(arch, 'DFlash 2 unary', T, 1):.2f})"
+            f" and {ov(arch, 'DFlash 2 conditional', T, 2):.2f} at depth 2 given the true parent (unary: "
+            f"{ov(arch, 'DFlash 2 unary', T, 2):.2f}); the conditional tree gives the root "
+            f"{s.root_children.get('DFlash 2 conditional', float('nan')):.1f} children (at most the selector's K) and goes "
+            f"{s.max_depth.get('DFlash 2 conditional', float('nan')):.1f} deep, where the marginal tree gives it "
+            f"{s.root_children.get('DFlash marginal', float('nan')):.1f} and goes "
+            f"{s.max_depth.get('DFlash marginal', float('nan')):.1f} deep.")
+    T = max(overlap.temperature)
+    shape_only = all(ov(a, "DFlash 2 conditional", T, 1) >= 0.9 * ov(a, "DFlash 2 unary", T, 1)
+                     and float(shapes[(shapes.arch == a) & (shapes.proposal == "DFlash 2 conditional")].root_children.iloc[0])
+                     < 0.5 * float(shapes[(shapes.arch == a) & (shapes.proposal == "DFlash marginal")].root_children.iloc[0])
+                     for a in shapes.arch.unique())
+    verdict = ("So one draw is as good, and the loss at T = 1 is the tree's shape: the selector's q is sharp, the "
+               "best-first search spends the budget on depth (what pays at T = 0), and at T = 1 the first token is a "
+               "draw from a spread target that only many siblings of the root cover." if shape_only else
+               "These numbers do not single out the tree's shape: the conditional q itself is a worse first draw here.")
+    return "\n".join(lines) + "\n" + verdict

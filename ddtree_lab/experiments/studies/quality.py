@@ -15,12 +15,13 @@ import math
 import pandas as pd
 import torch
 
-from ..train import data
-from ..train.checkpoints import check_manifest, ckpt_path
-from ..common import RESULTS_DIR
-from .loops import is_looping
-from .results import ResultsStore
-from .sweep import expand_grid, run_sweep
+from ...train import data
+from ...train.checkpoints import check_manifest, ckpt_path
+from ...common import RESULTS_DIR
+from ..plumbing.loops import is_looping
+from ..plumbing.results import ResultsStore
+from ..plumbing.sweep import expand_grid, run_sweep
+from .official import run_with_official
 
 # issue 11: HumanEval canonical-solution loss (nats/token), share of greedy 128-token
 # continuations ending in a loop (``loops.is_looping``), linear tau at block 8
@@ -48,8 +49,8 @@ def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: 
                         new_tokens: int = 64) -> dict:
     """Top-1 agreement per block position with the target's greedy continuation of the
     HumanEval prompts (left-truncated to ``prompt_len`` tokens; shorter ones skipped)."""
-    from ..train.rollouts import make_rollouts
-    from ..train.drafters import draft_quality
+    from ...train.rollouts import make_rollouts
+    from ...train.drafters import draft_quality
     roll = make_rollouts(target, tok, data.humaneval_prompts(), new_tokens=new_tokens,
                          prompt_len=prompt_len, layer_ids=drafter.cfg.target_layer_ids)
     return {**draft_quality(drafter, roll, block_size), "prompts": int(roll["num_rollouts"])}
@@ -110,7 +111,8 @@ def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128) 
     archs = tuple(pairs)
     tt = target_table(pairs)
     store = ResultsStore("quality")
-    frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store, pairs)
+    frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store, pairs,
+                      runner=run_with_official)
     lt = lossless_and_tau(frame[frame.prompt < num_prompts])
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.precision", 3):
         print(tt.to_string(index=False))

@@ -20,6 +20,8 @@ from unittest import mock
 
 import torch
 
+from ..plumbing.sweep import run_config
+
 
 @torch.no_grad()
 def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_size: int,
@@ -43,7 +45,7 @@ def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_si
 def lab_generate_aligned(target, drafter, prompt_ids, max_new_tokens: int, block_size: int, **kw):
     """The lab's DFlash from the reference loop's first state: prompt + its first token t1
     (greedy: the prefill's argmax) -> (tokens with t1 first, the lab's ``Generation``)."""
-    from ..core.decode import generate
+    from ...core.decode import generate
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
     first = int(target(ids[None].to(target.device)).logits[0, -1].argmax())
     gen = generate(target, drafter, ids.tolist() + [first], method="dflash", block_size=block_size,
@@ -87,12 +89,12 @@ def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int =
     max_rejected + 1."""
     import pandas as pd
     from transformers import DynamicCache
-    from ..core.verify import prefill
+    from ...core.decode import start
     rows = []
     for arch, pair in pairs.items():
         for i, ids in enumerate(prompt_ids):
-            _, pre = prefill(pair.target, ids[:-1], feature_layers=tuple(pair.drafter.cfg.target_layer_ids))
-            drafts = pair.drafter.propose_reference(DynamicCache(config=pair.drafter.model.config), pre.features,
+            _, features, _ = start(pair.target, pair.drafter, torch.as_tensor(ids))
+            drafts = pair.drafter.propose_reference(DynamicCache(config=pair.drafter.model.config), features,
                                                     ids[-1], pair.drafter.cfg.block_size).argmax(-1).tolist()
             nxt = int(pair.target(torch.as_tensor(ids)[None].to(pair.target.device)).logits[0, -1].argmax())
             for k in range(1, max_rejected + 1):
@@ -108,8 +110,8 @@ def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_token
     """One results-store row of the reference loop (``sweep.run_config`` for method
     "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
     loop tags. Its first token comes from the prefill, so its rounds start after it."""
-    from ..core.decode import PHASES
-    from .loops import is_looping, round_loop_flags
+    from ...core.decode import PHASES
+    from ..plumbing.loops import is_looping, round_loop_flags
     t0 = time.perf_counter()
     out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed)
     total = time.perf_counter() - t0
@@ -127,7 +129,7 @@ def chain_divergence(frame):
     first_divergence), the first new token that differs from AR on the same prompt (None:
     identical)."""
     import pandas as pd
-    from .leakage import first_divergence
+    from ..plumbing.summary import first_divergence
     ar = {(a, p, n): m["tokens"] for a, p, n, m, meth in
           zip(frame.arch, frame.prompt, frame.max_new_tokens, frame._metrics, frame.method) if meth == "ar"}
     rows = [{"arch": a, "method": meth, "block_size": b, "prompt": p,
@@ -136,3 +138,13 @@ def chain_divergence(frame):
                                            frame.max_new_tokens, frame._metrics)
             if meth != "ar" and (a, p, n) in ar]
     return pd.DataFrame(rows, columns=["arch", "method", "block_size", "prompt", "first_divergence"])
+
+
+def run_with_official(cfg: dict, prompt_id: int, pair) -> dict:
+    """``sweep.run_config``, plus method "official": the field's reference loop
+    (``official_metrics``), for grids that hold it (``run_sweep(..., runner=run_with_official)``)."""
+    from ...train.data import prompt_tokens
+    if cfg["method"] != "official":
+        return run_config(cfg, prompt_id, pair)
+    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    return official_metrics(pair, ids, cfg["block_size"], cfg["max_new_tokens"], cfg["temperature"], prompt_id)

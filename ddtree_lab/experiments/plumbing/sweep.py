@@ -25,7 +25,7 @@ def normalise(cfg: dict) -> dict:
     if cfg["method"] == "official":
         cfg["gdn_mode"] = "-"  # the reference loop has no GDN mode: it crops transformers' cache
     if cfg["arch"] == "mla":
-        cfg["gdn_mode"] = "-"
+        cfg["gdn_mode"] = exact_mode("mla")
     if cfg["method"] == "ar" or cfg["temperature"] == 0:
         cfg["accept_rule"] = "-"  # one walk at T = 0, none for AR
     elif cfg["method"] == "official":
@@ -57,15 +57,16 @@ def expand_grid(**axes) -> list[dict]:
 
 
 def run_config(cfg: dict, prompt_id: int, pair) -> dict:
-    """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``); its metrics.
-    Method "official" is the field's reference loop, ``dflash_generate`` (``official``)."""
+    """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``) and the
+    lab's ``generate``; its metrics. Method "official" (the field's reference loop) runs through
+    ``studies.official.run_with_official``, the runner a grid holding it passes."""
     from .costs import cost_model
-    from .official import official_metrics
-    from ..core.decode import generate
-    from ..train.data import prompt_tokens
-    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    from ...core.decode import generate
+    from ...train.data import prompt_tokens
     if cfg["method"] == "official":
-        return official_metrics(pair, ids, cfg["block_size"], cfg["max_new_tokens"], cfg["temperature"], prompt_id)
+        raise ValueError("method 'official' is the field's reference loop: run its grid with "
+                         "runner=ddtree_lab.experiments.studies.official.run_with_official")
+    ids = prompt_tokens(pair.tokenizer, prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
@@ -84,8 +85,23 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
             "ends_in_loop": is_looping(g.tokens)}
 
 
+def mode_name(label: str) -> str:
+    """A stored ``gdn_mode`` label -> the ``GdnMode`` name to run: "-" (an attention-only
+    target, or a method without a GDN mode) runs as "wy"."""
+    return "wy" if label == "-" else label
+
+
+def exact_mode(arch: str) -> str:
+    """The stored ``gdn_mode`` label of an architecture's exact verification: "wy" on the GDN
+    hybrid, "-" on attention-only targets (no GDN layer, every mode is exact)."""
+    return "wy" if arch == "gdn" else "-"
+
+
+EXACT_LABELS = ("wy", "-")  # the labels of exact verification, every architecture
+
+
 def _mode(cfg: dict) -> str:
-    return "wy" if cfg["gdn_mode"] == "-" else cfg["gdn_mode"]
+    return mode_name(cfg["gdn_mode"])
 
 
 def _check_pairs(configs: list[dict], pairs: dict) -> None:
@@ -96,6 +112,20 @@ def _check_pairs(configs: list[dict], pairs: dict) -> None:
     wrong = [a for a, p in pairs.items() if p.arch != a]
     if wrong:
         raise ValueError(f"pairs[{wrong[0]!r}] is a {pairs[wrong[0]].arch!r} pair")
+
+
+def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: str = "", desc: str = "",
+             progress: bool = True) -> None:
+    """Run every (config, unit) of ``rows`` (a unit: a prompt id, or a group of prompts) not yet
+    in ``store``, in the given order, and append each finished row at once:
+    ``runner(cfg, unit, pair) -> metrics``. The one loop of every sweep (an interrupted run
+    keeps what it finished, a rerun skips it)."""
+    from .results import row_key
+    done = store.done_keys()
+    todo = [(c, u) for c, u in rows if row_key(c, u, store.code, pairs[c["arch"]].digests, run) not in done]
+    for cfg, unit in tqdm(todo, desc=desc, disable=not progress or not todo):
+        pair = pairs[cfg["arch"]]
+        store.add(cfg, unit, runner(cfg, unit, pair), pair.digests, run)
 
 
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,
@@ -109,14 +139,9 @@ def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, p
     (machine noise hits them alike) and an interrupted run leaves whole prompts done.
     ``runner(cfg, prompt_id, pair) -> metrics`` (tests pass a fake one).
     """
-    from .results import row_key
     _check_pairs(configs, pairs)
-    done = store.done_keys()
-    todo = [(c, p) for p in prompt_ids for c in configs
-            if row_key(c, p, store.code, pairs[c["arch"]].digests, run) not in done]
+    rows = [(c, p) for p in prompt_ids for c in configs]
     desc = f"sweep {store.path.stem} ({', '.join(getattr(p, 'tag', a) for a, p in pairs.items())})"
-    for cfg, p in tqdm(todo, desc=desc, disable=not progress or not todo):
-        pair = pairs[cfg["arch"]]
-        store.add(cfg, p, runner(cfg, p, pair), pair.digests, run)
+    run_rows(rows, store, pairs, runner, run, desc, progress)
     frame = store.frame(models={a: p.digests for a, p in pairs.items()})
     return frame[frame["run"] == run].reset_index(drop=True) if len(frame) else frame

@@ -21,19 +21,18 @@ over the cache's. Beside them the README's formula, so the two can be compared:
 from __future__ import annotations
 
 import statistics
-import time
 
 import pandas as pd
 import torch
 
-from ..core import adapter
-from ..core.full_size import relative_error, stock_path_logits, stock_tree_logits
-from ..core.cache import commit
-from ..core.tree import build_tree
-from ..core.verify import GDN_MODES, prefill, tree_logits, verify
-from .verify_cost import fork_state_bytes, random_tree, stock_flat_timer, wy_kernel_peak_bytes
-from .verify_cost import sync as _sync
-from .spread import format_ratio_columns, ratio_columns
+from ...core import adapter
+from .full_size import relative_error, stock_path_logits, stock_tree_logits
+from ...core.cache import commit
+from ...core.tree import build_tree
+from ...core.verify import GDN_MODES, prefill, tree_logits, verify
+from ..plumbing.measure import random_tree, timed
+from .verify_cost import fork_state_bytes, stock_flat_timer, wy_kernel_peak_bytes
+from ..plumbing.spread import format_ratio_columns, ratio_columns
 
 README_HEADS, README_DK, README_DV = 32, 128, 128  # the README's fork-state formula
 TREE_KINDS = ("deep", "bushy")
@@ -99,13 +98,8 @@ def commit_row(model, mode: str, rounds: int = 4, prefix_len: int = 60, budget: 
 
 def time_verify(model, cache, tree, mode: str) -> float:
     """ms of one ``verify`` on a snapshot of ``cache`` (device-synchronised)."""
-    device = next(model.parameters()).device
     work = cache.snapshot()
-    _sync(device)
-    start = time.perf_counter()
-    verify(model, work, tree, mode)
-    _sync(device)
-    return 1e3 * (time.perf_counter() - start)
+    return timed(lambda: verify(model, work, tree, mode))[0]
 
 
 def cuda_peak_bytes(model, cache, tree, mode: str) -> int:
@@ -253,7 +247,7 @@ def tp_readme_table(tp: dict[str, pd.DataFrame], budgets=(1, 16, 64)) -> str:
 
 def render_readme(root=None) -> str:
     """The README's full-size tables, read from the stored files of ``README_SOURCES``."""
-    from ..common import ROOT
+    from ...common import ROOT
     root = root or ROOT
     cost, exact, tp_qwen, tp_kimi = (pd.read_csv(root / f) for f in README_SOURCES)
     return "\n\n".join([exactness_readme_table(exact), cost_readme_table(cost),

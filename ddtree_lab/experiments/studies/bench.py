@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..core.decode import PHASES
-from ..core.sampling import ACCEPT_RULES
-from ..common import RESULTS_DIR
-from .results import ResultsStore
-from .spread import format_ratio_columns, ratio_columns
-from .summary import summarize
-from .sweep import AXES, expand_grid, run_sweep, with_axes
+from ...core.decode import PHASES
+from ...core.sampling import ACCEPT_RULES
+from ...common import RESULTS_DIR
+from ..plumbing.results import ResultsStore
+from ..plumbing.spread import format_ratio_columns, ratio_columns
+from ..plumbing.summary import summarize
+from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_sweep, with_axes
+from .official import run_with_official
 
 BUDGETS = (1, 4, 16, 32, 64, 128, 256)
 SAMPLED_TEMPERATURES = (0.3, 0.6, 1.0)   # beside T = 0; 1.0 is the DDTree paper's second setting
@@ -83,7 +84,7 @@ def goals(table: pd.DataFrame) -> list[str]:
     """The issue's goals (at T = 0, and tau at T = 0.3), PASS/MISS with the measured figure."""
     out = []
     for arch, t in table[table.temperature == 0].groupby("arch"):
-        exact = t[(t.method == "ddtree") & (t.gdn_mode.isin(["wy", "-"]))]
+        exact = t[(t.method == "ddtree") & (t.gdn_mode.isin(EXACT_LABELS))]
         fixed = exact[exact.budget != "auto"]
         best = fixed.loc[fixed.tokens_per_s.idxmax()]
         paired = f" (per prompt: {format_ratio_columns(best, 'speedup_paired')})" if "speedup_paired" in best else ""
@@ -109,7 +110,7 @@ def sampled_goals(table: pd.DataFrame, temperature: float = 0.3) -> list[str]:
     rows = table[(table.temperature == temperature) & (table.block_size == 8) & (table.accept_rule == "rejection")]
     for arch, t in rows.groupby("arch"):
         dfl = t[t.method == "dflash"]
-        b64 = t[(t.method == "ddtree") & t.gdn_mode.isin(["wy", "-"]) & (t.budget.astype(str) == "64")]
+        b64 = t[(t.method == "ddtree") & t.gdn_mode.isin(EXACT_LABELS) & (t.budget.astype(str) == "64")]
         if len(dfl):
             out.append(_goal(f"{arch}: T = {temperature:g} DFlash tau", dfl.tau.iloc[0], 3.0))
         if len(b64):
@@ -127,7 +128,8 @@ def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, **grid_kw
     store = ResultsStore("bench")
     if fresh and store.path.is_file():
         store.path.unlink()
-    frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs, run="bench")
+    frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs,
+                      runner=run_with_official, run="bench")
     table = bench_table(frame[frame.prompt < num_prompts])
     cols = ["arch", "temperature", "method", "gdn_mode", "budget", "block_size", "tau", "tokens_per_s",
             "speedup", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share", "tau_outside_loops",

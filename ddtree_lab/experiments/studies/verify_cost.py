@@ -28,22 +28,19 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-import weakref
-import zlib
 
 import pandas as pd
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
-from ..core import adapter, gdn_tree
-from ..core import cache as cache_module
-from ..core.tree import ancestor_mask, build_tree, chain_tree
-from ..core.verify import GDN_MODES, prefill, verify
-from ..core.cache import TreeCache, commit
-from .spread import format_ratio_columns, ratio_columns
+from ...core import adapter, gdn_layer, gdn_tree
+from ...core import cache as cache_module
+from ...core.tree import ancestor_mask, build_tree, chain_tree
+from ...core.verify import GDN_MODES, prefill, verify
+from ...core.cache import TreeCache, commit
+from ...core.decode import device_sync
+from ..plumbing.measure import LiveBytes, random_prefix, random_tree, timed
+from ..plumbing.spread import format_ratio_columns, ratio_columns
 
-DEPTH_ROWS, PEAKEDNESS = 16, 3.0
 GDN_BUDGETS = (1, 8, 16, 32, 64, 128, 256)
 MLA_BUDGETS = (0, 1, 8, 16, 32, 64, 128, 256)
 GDN_RATIOS = {"fork/naive": ("fork", "naive"), "wy/naive": ("wy", "naive"), "naive/stock": ("naive", "stock"),
@@ -64,19 +61,6 @@ GOALS = (("wy/naive", "<=", 1.1, "wy_min_ms", "naive_min_ms"),
 
 # ----------------------------------------------------------------------------- measuring
 
-def timed(fn) -> tuple[float, object]:
-    """(milliseconds, result) of ``fn()``."""
-    start = time.perf_counter()
-    out = fn()
-    return 1e3 * (time.perf_counter() - start), out
-
-
-def sync(device) -> None:
-    """Wait for the device (CUDA) so a timer sees the work done; nothing on the CPU."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def stock_flat_timer(model, prefix: list[int]):
     """tree -> ms of the stock forward of the flattened tree (its N+1 tokens read as a sequence,
     no tree mask) on a copy of a stock ``DynamicCache`` holding ``prefix``: what a tree-unaware
@@ -92,44 +76,12 @@ def stock_flat_timer(model, prefix: list[int]):
     @torch.no_grad()
     def run(tree) -> float:
         work = copy.deepcopy(cache)
-        sync(device)
+        device_sync()
         start = time.perf_counter()
         model(tree.tokens[None].to(device), past_key_values=work, use_cache=True)
-        sync(device)
+        device_sync()
         return 1e3 * (time.perf_counter() - start)
     return run
-
-
-class LiveBytes(TorchDispatchMode):
-    """Peak bytes of tensor storage allocated (and still alive) inside the mode."""
-
-    def __init__(self):
-        super().__init__()
-        self.refs: dict[int, list] = {}  # storage ptr -> [live tensors, nbytes]
-        self.live = self.peak = 0
-
-    def _release(self, ptr):
-        entry = self.refs[ptr]
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.live -= entry[1]
-            del self.refs[ptr]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes():
-                ptr = t.untyped_storage().data_ptr()
-                if ptr not in self.refs:
-                    if any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr
-                           for a in tree_leaves((args, kwargs))):
-                        continue  # a view or in-place result of an input made outside the mode
-                    self.refs[ptr] = [0, t.untyped_storage().nbytes()]
-                    self.live += self.refs[ptr][1]
-                    self.peak = max(self.peak, self.live)
-                self.refs[ptr][0] += 1
-                weakref.finalize(t, self._release, ptr)
-        return out
 
 
 def peak_extra_bytes(model, cache: TreeCache, tree, mode: str) -> int:
@@ -154,30 +106,10 @@ def wy_kernel_peak_bytes(model, tree) -> int:
 
 def fork_state_bytes(cache: TreeCache) -> int:
     """Bytes of the per-node states [N+1, H, dk, dv] a pending fork verify holds, all layers."""
-    return sum(r["states"].numel() * r["states"].element_size() for r in cache.pending["gdn"].values())
+    return sum(r.states.numel() * r.states.element_size() for r in cache.pending.gdn.values())
 
 
 # ----------------------------------------------------------------------------- setup
-
-def _generator(seed: int, salt: str) -> torch.Generator:
-    return torch.Generator().manual_seed(zlib.crc32(f"{seed}/{salt}".encode()))
-
-
-def random_tree(vocab_size: int, budget: int, seed: int = 0):
-    """A ``build_tree`` tree of ``budget`` nodes over peaked random logits [16, V] (budget 0:
-    the root only); the same (budget, seed) always gives the same tree."""
-    gen = _generator(seed, f"tree{budget}")
-    root = int(torch.randint(vocab_size, (1,), generator=gen))
-    if budget == 0:
-        return chain_tree(torch.empty(0, dtype=torch.long), root)
-    logits = torch.randn(DEPTH_ROWS, vocab_size, generator=gen) * PEAKEDNESS  # [16, V]
-    return build_tree(logits, root, budget)
-
-
-def random_prefix(model, prefix_len: int, seed: int = 0) -> torch.Tensor:
-    """[prefix_len] random token ids."""
-    return torch.randint(model.config.vocab_size, (prefix_len,), generator=_generator(seed, "prefix"))
-
 
 # ----------------------------------------------------------------------------- GDN target
 
@@ -271,14 +203,16 @@ def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
     return lines
 
 
-KERNELS = ((gdn_tree, "tree_conv"), (gdn_tree, "gated_delta_fork"), (gdn_tree, "gated_delta_wy"),
-           (gdn_tree, "gated_delta_chain"), (cache_module, "replay_gdn"))
+# (module, function, the column it adds to): the batched tree conv counts as the tree conv
+KERNELS = ((gdn_tree, "tree_conv", "tree_conv"), (gdn_layer, "tree_conv_batch", "tree_conv"),
+           (gdn_tree, "gated_delta_fork", "gated_delta_fork"), (gdn_tree, "gated_delta_wy", "gated_delta_wy"),
+           (gdn_tree, "gated_delta_chain", "gated_delta_chain"), (cache_module, "replay_gdn", "replay_gdn"))
 
 
 @contextlib.contextmanager
 def _timed_kernels(spent: dict):
-    """Wrap every function of ``KERNELS`` with a timer adding its ms to ``spent[name]``."""
-    saved = [(mod, name, getattr(mod, name)) for mod, name in KERNELS]
+    """Wrap every function of ``KERNELS`` with a timer adding its ms to ``spent[column]``."""
+    saved = [(mod, name, getattr(mod, name), column) for mod, name, column in KERNELS]
 
     def wrap(fn, name):
         def timed_kernel(*args, **kwargs):
@@ -287,11 +221,11 @@ def _timed_kernels(spent: dict):
             return out
         return timed_kernel
     try:
-        for mod, name, fn in saved:
-            setattr(mod, name, wrap(fn, name))
+        for mod, name, fn, column in saved:
+            setattr(mod, name, wrap(fn, column))
         yield
     finally:
-        for mod, name, fn in saved:
+        for mod, name, fn, _ in saved:
             setattr(mod, name, fn)
 
 
@@ -304,7 +238,7 @@ def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int =
     _check_gdn(model)
     cache, _ = prefill(model, random_prefix(model, prefix_len, seed))
     tree = random_tree(model.config.vocab_size, budget, seed)
-    path, spent = tree.path_to(int(tree.depths.argmax())), {name: 0.0 for _, name in KERNELS}
+    path, spent = tree.path_to(int(tree.depths.argmax())), {column: 0.0 for _, _, column in KERNELS}
 
     def measure(fn) -> dict:  # {"total": ms, kernel: ms inside fn}
         before = dict(spent)

@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..common import RESULTS_DIR, ROOT, stable_hash
+from ...common import RESULTS_DIR, ROOT, stable_hash
 
 CORE_DIR = ROOT / "ddtree_lab" / "core"
 # the modules whose code decides a stored result, given the models' weights (which the key
 # holds by digest, so the presets in models.py need not be hashed); a new module that
 # computes stored results is added here
-COMPUTE_MODULES = ("adapter.py", "cache.py", "decode.py", "drafter.py", "gdn_tree.py", "sampling.py", "tree.py", "verify.py")
+COMPUTE_MODULES = ("adapter.py", "allocate.py", "cache.py", "conditional.py", "decode.py", "drafter.py", "gdn_layer.py",
+                   "gdn_tree.py", "sampling.py", "tree.py", "verify.py")
 
 
 def code_version(modules: tuple = COMPUTE_MODULES) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import DeepseekV3Config, Qwen3_5TextConfig
 
-from .models import _model_class
+from ...core.models import _model_class
 
 # --- Qwen3.5-27B text_config (huggingface.co/Qwen/Qwen3.5-27B, config.json) -----------------
 QWEN35_27B = dict(

@@ -1,0 +1,182 @@
+"""One Gated DeltaNet layer on draft trees: the GDN mode, chosen once, and the layer forwards.
+
+A ``GdnMode`` (``gdn_mode("naive" | "fork" | "wy")``) carries everything that differs
+between the three ways of running a GDN layer on a tree (docs/background.md section 4):
+
+- ``parents``: the tree the layer sees (naive: the flattened tree read as a chain, so conv
+  window and recurrent state leak across siblings; fork / wy: the real tree);
+- ``core`` / ``core_batch``: the recurrence over it (fork: per-node states from the
+  parent's, ``gdn_tree.gated_delta_fork``; wy / naive: the single-pass tree WY form);
+- ``state``: the commit rule, the accepted node's recurrent state from the verify's record
+  (fork: its stored state; wy / naive: the closed form W1, ``gdn_tree.wy_state``);
+- ``needs_rescore``: naive mode with a branched accepted path leaked into the K/V and GDN
+  inputs, so the commit re-verifies the path as a chain first.
+
+``tree_layer`` / ``tree_layer_batch`` run one layer (``Qwen3_5GatedDeltaNet``'s weights,
+through ``adapter``) on one tree / on B padded trees; ``tree_layer_batch_reference`` is the
+plain twin (``tree_layer`` per sequence). Each returns the layer output and one
+``GdnRecord`` per sequence, what ``cache.commit`` needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from . import adapter
+from . import gdn_tree
+
+MODE_NAMES = ("naive", "fork", "wy")
+
+
+@dataclass(frozen=True, eq=False)
+class GdnRecord:
+    """What one GDN layer's tree forward leaves for the commit: pre-conv inputs x [N+1, C] and
+    raw gates a, b [N+1, H] (enough to replay any path, ``cache.replay_gdn``), plus either the
+    per-node states [N+1, H, dk, dv] (fork) or the WY pass's {U, G, k} and S0 (wy / naive)."""
+    x: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    states: torch.Tensor | None = None
+    wy: dict | None = None
+    S0: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class GdnMode:
+    """The single-pass tree WY form over the real tree ("wy", the default and exact mode)."""
+    name: str = "wy"
+
+    def parents(self, tree) -> torch.Tensor:
+        """The parents [N+1] the GDN layers use for ``tree``."""
+        return tree.parents
+
+    def needs_rescore(self, path: torch.Tensor) -> bool:
+        return False
+
+    def core(self, q, k, v, g, beta, parents, depths, S0, anc) -> tuple[torch.Tensor, dict]:
+        """q, k [N+1, H, dk], v [N+1, H, dv], g, beta [N+1, H], S0 [H, dk, dv], anc [N+1, N+1]
+        -> (o [N+1, H, dv], the record's mode fields)."""
+        o, aux = gdn_tree.gated_delta_wy(q, k, v, g, beta, parents, S0, anc=anc, return_aux=True)
+        return o, {"wy": aux, "S0": S0}
+
+    def core_batch(self, q, k, v, g, beta, S0, anc):
+        """``core`` over B padded trees (q [B, T, H, dk] ..., S0 [B, H, dk, dv], anc [B, T, T])
+        -> (o [B, T, H, dv], per-sequence mode fields), or None where the mode has no batched
+        form (the layer then runs ``core`` per sequence)."""
+        o, aux = gated_delta_wy_batch(q, k, v, g, beta, S0, anc)
+        return o, [{"wy": {name: t[i] for name, t in aux.items()}, "S0": S0[i]} for i in range(o.shape[0])]
+
+    def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
+        """The recurrent state [H, dk, dv] after the last node of the accepted ``path``."""
+        return gdn_tree.wy_state(rec.wy, rec.S0, path)
+
+
+@dataclass(frozen=True)
+class NaiveMode(GdnMode):
+    """The flattened tree read as a chain: what a tree-unaware implementation does."""
+    name: str = "naive"
+
+    def parents(self, tree) -> torch.Tensor:
+        return gdn_tree.chain_parents(tree.num_nodes)
+
+    def needs_rescore(self, path: torch.Tensor) -> bool:
+        return not torch.equal(path, torch.arange(path.numel()))
+
+
+@dataclass(frozen=True)
+class ForkMode(GdnMode):
+    """Per-node conv windows from ancestors and per-node states from the parent's."""
+    name: str = "fork"
+
+    def core(self, q, k, v, g, beta, parents, depths, S0, anc):
+        o, states = gdn_tree.gated_delta_fork(q, k, v, g, beta, parents, depths, S0)
+        return o, {"states": states}
+
+    def core_batch(self, q, k, v, g, beta, S0, anc):
+        return None
+
+    def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
+        return rec.states[path[-1]]
+
+
+MODES = {"naive": NaiveMode(), "fork": ForkMode(), "wy": GdnMode()}
+
+
+def gdn_mode(mode) -> GdnMode:
+    """The ``GdnMode`` named ``mode`` (one of ``MODE_NAMES``), or ``mode`` itself if it is one."""
+    if isinstance(mode, GdnMode):
+        return mode
+    if mode not in MODES:
+        raise ValueError(f"gdn_mode must be one of {MODE_NAMES}, got {mode!r}")
+    return MODES[mode]
+
+
+# ----------------------------------------------------------------------------- layer forwards
+
+def tree_layer(m, h, conv_state, S0, buf, mode: GdnMode) -> tuple[torch.Tensor, GdnRecord]:
+    """One GDN layer on one tree. h [N+1, D], conv_state [C, K], S0 [H, dk, dv], buf: the tree's
+    ``verify.TreeBuffers`` -> (out [N+1, D], its ``GdnRecord``)."""
+    x, z, a, b = adapter.gdn_project(m, h)
+    y = gdn_tree.tree_conv(x, conv_state, adapter.gdn_conv_weight(m), buf.gdn_parents)
+    q, k, v = adapter.gdn_qkv(m, y)
+    g, beta = adapter.gdn_gates(m, a, b)
+    o, fields = mode.core(q, k, v, g, beta, buf.gdn_parents, buf.tree.depths, S0.to(v.dtype), buf.gdn_anc)
+    return adapter.gdn_output(m, o, z, h.dtype), GdnRecord(x, a, b, **fields)
+
+
+def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.Tensor, list[GdnRecord]]:
+    """One GDN layer on B padded trees. h [B, T, D], conv_state [B, C, K], S0 [B, H, dk, dv],
+    bufs: ``verify.BatchBuffers`` -> (out [B, T, D] (padding rows: never read), a record per
+    sequence, as ``tree_layer`` makes it). Projections, gates and the output norm over all
+    B x T rows at once; a mode without a batched core runs the reference loop."""
+    B, T, D = h.shape
+    x, z, a, b = adapter.gdn_project(m, h.reshape(B * T, D))  # [B*T, C], [B*T, H, dv], [B*T, H] x2
+    y = tree_conv_batch(x.view(B, T, -1), conv_state, adapter.gdn_conv_weight(m), bufs.windows)
+    q, k, v = adapter.gdn_qkv(m, y.reshape(B * T, -1))
+    g, beta = adapter.gdn_gates(m, a, b)
+    batched = mode.core_batch(*(t.view(B, T, *t.shape[1:]) for t in (q, k, v, g, beta)),
+                              S0.to(v.dtype), bufs.gdn_anc.to(h.device))
+    if batched is None:
+        return tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode)
+    o, fields = batched
+    out = adapter.gdn_output(m, o.reshape(B * T, *o.shape[2:]), z, h.dtype).view(B, T, D)
+    x, a, b = (t.view(B, T, -1) for t in (x, a, b))
+    return out, [GdnRecord(x[i, :n], a[i, :n], b[i, :n], **fields[i]) for i, n in enumerate(bufs.sizes)]
+
+
+def tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode: GdnMode):
+    """Plain twin of ``tree_layer_batch``: ``tree_layer`` per sequence."""
+    out, records = torch.zeros_like(h), []
+    for i, n in enumerate(bufs.sizes):
+        out[i, :n], rec = tree_layer(m, h[i, :n], conv_state[i], S0[i], bufs.per_tree[i], mode)
+        records.append(rec)
+    return out, records
+
+
+def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                    windows: torch.Tensor) -> torch.Tensor:
+    """``gdn_tree.tree_conv`` of B sequences at once: x [B, T, C], conv_state [B, C, K],
+    weight [C, K], windows [B, T, K] (``verify.conv_windows``) -> silu(conv) [B, T, C]."""
+    rows = torch.cat([conv_state.transpose(1, 2), x], dim=1)  # [B, K+T, C]
+    batch_idx = torch.arange(x.shape[0], device=x.device)[:, None, None]
+    picked = rows[batch_idx, windows.to(x.device)]  # [B, T, K, C]
+    return F.silu((picked * weight.T).sum(2))  # a multiply-sum: einsum's bmm is ~5x slower at this shape
+
+
+def _wy_one(q, k, v, g, beta, S0, anc):
+    return gdn_tree.gated_delta_wy(q, k, v, g, beta, None, S0, anc=anc, return_aux=True)
+
+
+def gated_delta_wy_batch(q, k, v, g, beta, S0, anc):
+    """``gdn_tree.gated_delta_wy`` over B padded trees in one vmapped pass (batch 1: the plain
+    call, the same arithmetic without vmap's overhead).
+
+    q, k [B, T, H, dk], v [B, T, H, dv], g, beta [B, T, H], S0 [B, H, dk, dv], anc [B, T, T]
+    -> (o [B, T, H, dv], aux {"U": [B, H, T, dv], "G": [B, T, H] float64, "k": [B, H, T, dk]}).
+    """
+    if q.shape[0] == 1:
+        o, aux = _wy_one(q[0], k[0], v[0], g[0], beta[0], S0[0], anc[0])
+        return o[None], {name: t[None] for name, t in aux.items()}
+    return torch.vmap(_wy_one)(q, k, v, g, beta, S0, anc)

@@ -1,0 +1,1 @@
+"""Plumbing: the results store, sweeps, summaries, spreads, loop flags, cost models, measurement."""
