@@ -24,28 +24,18 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
 
 import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
-from ddtree_lab.core.decode import device_sync
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, tree_forward, verify_batch
 from ddtree_lab.experiments.plumbing.spread import ratio_columns
-from ddtree_lab.experiments.plumbing.measure import random_prefix, random_tree
+from ddtree_lab.experiments.plumbing.measure import random_prefix, random_tree, timed
 
 OUT = RESULTS_DIR / "bench_compile.csv"
 BUDGETS = (1, 4, 16, 64, 256)
-
-
-def timed_s(fn) -> tuple[float, object]:
-    device_sync()
-    start = time.perf_counter()
-    out = fn()
-    device_sync()
-    return time.perf_counter() - start, out
 
 
 def budget_row(model, cache, budget: int, repeats: int, mode: str, device) -> dict:
@@ -59,15 +49,15 @@ def budget_row(model, cache, budget: int, repeats: int, mode: str, device) -> di
     def run(forward):
         return verify_batch(model, [cache.snapshot()], [tree], "wy", forward=forward)[0].logits
 
-    compile_s, fast = timed_s(lambda: run(compiled))
+    compile_ms, fast = timed(lambda: run(compiled))
     eager_out = run(tree_forward)
     err = float((fast - eager_out).abs().max() / eager_out.abs().max())
     eager, comp = [], []
     for _ in range(repeats + 1):  # the first pair is a warm-up
-        eager.append(timed_s(lambda: run(tree_forward))[0] * 1e3)
-        comp.append(timed_s(lambda: run(compiled))[0] * 1e3)
+        eager.append(timed(lambda: run(tree_forward))[0])
+        comp.append(timed(lambda: run(compiled))[0])
     eager, comp = eager[1:], comp[1:]
-    return {"budget": budget, "mode": mode or "default", "device": str(device), "compile_s": compile_s,
+    return {"budget": budget, "mode": mode or "default", "device": str(device), "compile_s": compile_ms / 1e3,
             "eager_ms": float(pd.Series(eager).median()), "compiled_ms": float(pd.Series(comp).median()),
             **ratio_columns("compiled/eager", comp, eager), "max_rel_err": err,
             "graph_breaks": int(sum(counters["graph_break"].values()))}

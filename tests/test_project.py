@@ -86,8 +86,19 @@ def test_imported_test_modules_sees_every_spelling():
     assert imported_test_modules(src) == {"test_a", "tests.test_b", "test_c", "test_d", "conftest"}
 
 
+TEST_FILES = sorted([*(ROOT / "tests").glob("*.py"), *(ROOT / "ddtree_lab").glob("*/tests/*.py"), ROOT / "conftest.py"])
+
+
+def test_tests_live_beside_their_module():
+    """A layer's tests sit in ``ddtree_lab/<layer>/tests/``; ``tests/`` keeps the project's own."""
+    beside = {p.parent.parent.name for p in TEST_FILES if p.parent.name == "tests" and p.parent.parent.parent.name == "ddtree_lab"}
+    assert beside == {"core", "train", "experiments", "app"}
+    assert sorted(p.name for p in (ROOT / "tests").glob("test_*.py")) == [
+        "test_figures_truth.py", "test_helpers.py", "test_layers.py", "test_main_job.py", "test_project.py"]
+
+
 def test_no_test_file_imports_another():
-    found = {p.name: sorted(imported_test_modules(p.read_text())) for p in sorted((ROOT / "tests").glob("*.py"))}
+    found = {str(p.relative_to(ROOT)): sorted(imported_test_modules(p.read_text())) for p in TEST_FILES}
     bad = {name: mods for name, mods in found.items() if mods}
     assert not bad, f"test files importing test modules or conftest (shared code belongs in tests/helpers.py): {bad}"
 

@@ -3,7 +3,7 @@
 Each function takes measured values (numbers, Series, DataFrames a notebook already holds)
 and returns a ``Claim`` (claim, expected, got, ok); the notebook hands it to ``lab.check``
 (fails loudly) or ``lab.compare`` (a published claim: printed, never asserted). Kept here, and
-not in the notebooks, so ``tests/test_claims.py`` can feed every check a wrong result and see
+not in the notebooks, so ``app/tests/test_claims.py`` can feed every check a wrong result and see
 it fail. Values in ``got`` are formatted with enough digits to decide the comparison
 (``fmt_vs``): a 0.896 is never shown as 0.90 beside ">= 0.90".
 """

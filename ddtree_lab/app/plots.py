@@ -589,6 +589,20 @@ def plot_error_strip(errors: pd.DataFrame, settings: list[str], ylabel: str, tit
     return fig
 
 
+def plot_sibling_gap(gaps: pd.DataFrame) -> Figure:
+    """Predicted (grey) and observed accept probability of rank-0 and rank >= 1 nodes per
+    arch (``calibration.surrogate_gap`` rows with an ``arch`` column)."""
+    fig, (ax,) = _new_axes(None, 1, (6, 3.4))
+    for i, (arch, g) in enumerate(gaps.groupby("arch")):
+        x = [j + 0.4 * i for j in range(len(g))]
+        ax.bar(x, g.predicted, width=0.18, color="0.75", label="predicted" if i == 0 else None)
+        ax.bar([v + 0.18 for v in x], g.observed, width=0.18, label=f"observed ({arch})")
+    ax.set(xticks=[0.2, 1.2], xticklabels=["rank 0 (main path)", "rank 1+ (branches)"], ylabel="accept probability",
+           title="the sibling-conditioning gap")
+    ax.legend()
+    return fig
+
+
 def plot_reliability(pred, observed, counts, ax=None, title: str = "reliability") -> Figure:
     """Reliability diagram: mean predicted accept probability per bin vs observed frequency.
 

@@ -2,7 +2,7 @@
 
 A markdown cell cannot follow its data; these sentences can. Each function returns a
 plain-text paragraph built from the same values the notebook prints and checks, so the
-reading and the output above it always agree (``tests/test_reading.py``).
+reading and the output above it always agree (``app/tests/test_reading.py``).
 """
 from __future__ import annotations
 

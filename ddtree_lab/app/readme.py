@@ -3,7 +3,7 @@
 Each block names the stored files it reads and the command that writes them. ``ddtree-lab
 readme`` renders every block into ``data/results/readme_tables.json`` and splices the
 markdown into README.md between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
-tests/test_readme.py checks that README, JSON and stored files agree, and that no table
+app/tests/test_readme.py checks that README, JSON and stored files agree, and that no table
 outside these blocks holds a number.
 """
 from __future__ import annotations

@@ -21,8 +21,7 @@ from typing import Callable
 
 import torch
 
-from . import adapter
-from . import gdn_tree
+from . import adapter, gdn_tree
 from .tree import DraftTree
 
 
@@ -117,12 +116,19 @@ def _keep_rows(cache: TreeCache, idx: torch.Tensor) -> None:
         cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
 
 
-@torch.no_grad()
-def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
-    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
+def _accept_rows(model, cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
+    """The opening of every commit: check, re-score a leaked branched path, keep the accepted
+    attention rows; -> the accepted nodes' indices (after a re-score: 0 .. len - 1)."""
     check_cache(model, cache)
     idx = _rescore_if_leaked(model, cache, tree, _check_path(cache, tree, path))
     _keep_rows(cache, idx)
+    return idx
+
+
+@torch.no_grad()
+def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
+    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
+    idx = _accept_rows(model, cache, tree, path)
     for i, rec in cache.pending.gdn.items():
         cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec.x[idx.to(rec.x.device)])
         cache.rec[i] = cache.pending.mode.state(rec, idx.tolist()).to(cache.rec[i].dtype).clone()
@@ -133,9 +139,7 @@ def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
 @torch.no_grad()
 def commit_reference(model, cache: TreeCache, tree: DraftTree, path) -> None:
     """``commit``'s plain twin: each GDN layer's state replayed token by token along the path."""
-    check_cache(model, cache)
-    idx = _rescore_if_leaked(model, cache, tree, _check_path(cache, tree, path))
-    _keep_rows(cache, idx)
+    idx = _accept_rows(model, cache, tree, path)
     mods = adapter.gdn_modules(model)
     for i, rec in cache.pending.gdn.items():
         at = idx.to(rec.x.device)

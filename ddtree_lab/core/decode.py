@@ -276,9 +276,10 @@ def check_generate_batch_args(target, drafter, prompts, method, budget, block_si
                                                news[b], temperature, gdn_mode, cost_model, accept_rule, tree))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
-    if method != "ar" and budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batch_round_seconds"):
-        raise ValueError("budget='auto' over a batch needs a batched cost_model with batch_round_seconds "
-                         f"(ddtree_lab.experiments.plumbing.costs.batch_cost_model), got {type(cost_model).__name__}")
+    if method != "ar" and budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batches"):
+        raise ValueError("budget='auto' over a batch needs a cost_model measured over batches (with ``batches``: "
+                         "ddtree_lab.experiments.plumbing.costs.batch_cost_model), got "
+                         f"{type(cost_model).__name__}")
     return checked, budgets, news
 
 

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from . import adapter
-from . import gdn_tree
+from . import adapter, gdn_tree
 
 MODE_NAMES = ("naive", "fork", "wy")
 

@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import adapter
-from . import gdn_tree
+from . import adapter, gdn_tree
 from .cache import Pending, TreeCache, check_cache, empty_cache
 from .drafter import left_padded
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch

@@ -199,6 +199,16 @@ def drafter_table(archs=("gdn", "mla")) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def record_proposals(drafters: Drafters, *, prompts: int, budget: int, block: int, tokens: int) -> pd.DataFrame:
+    """``calibration.record_rounds`` of one target with each of its drafters' own trees (the
+    DFlash drafter's marginal tree, the DFlash 2 drafter's conditional tree), labelled by
+    ``proposal`` and ``arch``: what ``sibling_table`` reads."""
+    from .calibration import record_rounds
+    kw = dict(budget=budget, block_size=block, max_new_tokens=tokens, arch=drafters.arch)
+    return pd.concat([record_rounds(drafters.pairs["dflash"], range(prompts), proposal="DFlash marginal", **kw),
+                      record_rounds(drafters.pairs["dflash2"], range(prompts), proposal="DFlash 2 conditional", **kw)])
+
+
 def sibling_table(nodes: pd.DataFrame) -> pd.DataFrame:
     """Per (arch, proposal), outside loops, pooled over depths: the observed chance to go on
     right after a rank >= 1 sibling and on the main path, their ratio, the surrogate's

@@ -3,6 +3,7 @@ builds, saves under a small size, and marks what it claims to mark."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -337,3 +338,12 @@ def test_teacher_forced_figure_puts_real_text_beside_free_running(summary):
     labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
     assert labels == ["mla: real text, teacher-forced (9 positions)", "mla: free-running, T = 0"]
     assert len(plots.figure_png(fig)) < MAX_PNG_BYTES
+
+
+def test_sibling_gap_draws_predicted_and_observed_bars_per_arch():
+    from ddtree_lab.app.plots import plot_sibling_gap
+    gaps = pd.DataFrame([{"arch": a, "group": g, "predicted": p, "observed": o}
+                         for a in ("gdn", "mla") for g, p, o in (("rank0", 0.9, 0.8), ("rank1+", 0.3, 0.1))])
+    fig = plot_sibling_gap(gaps)
+    bars = [r.get_height() for r in fig.axes[0].patches]
+    assert len(bars) == 8 and sorted(bars)[-1] == 0.9 and 0.1 in bars

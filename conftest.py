@@ -1,6 +1,7 @@
-"""Shared test setup: tiny models on one CPU thread (small ops run fastest, and the suite
+"""Shared test setup for every test of the repository (beside its module, ``ddtree_lab/<layer>/tests/``,
+or of the project, ``tests/``): tiny models on one CPU thread (small ops run fastest, and the suite
 never oversubscribes a machine that is also training). The shared helpers and factories live
-in ``helpers.py``; tests import them from there (never from conftest or another test file).
+in ``tests/helpers.py`` (on the path: pyproject's pytest ``pythonpath``); tests import them from there (never from conftest or another test file).
 
 ``threads``: a test that claims bit-identity takes this fixture and runs once with 1 and once
 with 2 torch threads (another thread count splits reductions differently; a claim of

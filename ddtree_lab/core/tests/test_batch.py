@@ -1,6 +1,8 @@
-"""Batched speculative decoding (issue 13 item 1): as lossless as batch 1, per sequence.
+"""The one decoding path (batch as a dimension): as lossless as batch 1, per sequence.
 
-- ``verify_batch`` == batch-1 ``verify`` of every sequence (logits, then the committed caches
+- ``generate`` (the batch of one) == the plain batch-1 loop ``helpers.generate_reference``
+  round for round, unary and conditional trees, T = 0 and T > 0;
+- ``verify_batch`` of B sequences == ``verify`` (its batch of one) of every sequence (logits, then the committed caches
   over two rounds), trees of different sizes on prefixes of different lengths (one empty);
 - T = 0: every sequence of ``generate_batch`` (dflash, ddtree; GDN fork / wy, MLA; the batched
   AR baseline) equals its own batch-1 AR output: exactly in float64 under the harness; in
@@ -22,8 +24,8 @@ from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
 from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
-                     exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path, sharp_drafter,
-                     toy_pair)
+                     exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path,
+                     sharp_drafter, toy_dflash2, toy_pair)
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -218,7 +220,8 @@ def test_finished_sequences_leave_the_batch(monkeypatch):
 
 REFERENCE_CASES = [("gdn-toy", "ddtree", "wy", 0.0), ("gdn-toy", "ddtree", "naive", 0.0),
                    ("gdn-toy", "dflash", "fork", 0.8), ("gdn-toy", "ddtree", "wy", 0.8),
-                   ("mla-toy", "ddtree", "wy", 0.8)]
+                   ("mla-toy", "ddtree", "wy", 0.8), ("gdn-toy-dflash2", "ddtree", "wy", 0.8),
+                   ("gdn-toy-dflash2", "dflash", "wy", 0.0)]  # conditional trees, the selector's path walk
 
 
 @pytest.mark.parametrize("preset,method,mode,temperature", REFERENCE_CASES, ids=lambda x: str(x))
@@ -226,7 +229,7 @@ def test_generate_equals_its_batch_one_reference_twin(preset, method, mode, temp
     """``generate`` (the batch of one of the batched loop) == the plain batch-1 loop
     (``helpers.generate_reference``) round for round: tokens, acceptance lengths, tree sizes
     and entropies, at T = 0 and with the same seed at T > 0 (the same draws in the same order)."""
-    target, drafter = PAIRS[preset, torch.float32]
+    target, drafter = toy_dflash2("gdn-toy") if preset == "gdn-toy-dflash2" else PAIRS[preset, torch.float32]
     kw = dict(method=method, budget=12, block_size=4, max_new_tokens=14, temperature=temperature, seed=5,
               gdn_mode=mode)
     one = decode.generate(target, drafter, [3, 1, 4, 1, 5], **kw)

@@ -122,6 +122,13 @@ def test_auto_needs_a_batched_cost_model():
     with pytest.raises(ValueError, match="budget"):
         decode.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget=["auto", 4], max_new_tokens=4,
                              cost_model=COST)
+    from ddtree_lab.experiments.plumbing.costs import CostModel
+    batch_one = CostModel(budgets=(1, 16), verify_s=(1.0, 2.0), draft_s=0.1)  # measured at batch 1 only
+    with pytest.raises(ValueError, match="measured over batches"):
+        decode.generate_batch(target, drafter, [[1, 2], [3]], method="ddtree", budget="auto", max_new_tokens=4,
+                              cost_model=batch_one)
+    assert len(decode.generate_batch(target, drafter, [[1, 2]], method="ddtree", budget="auto", max_new_tokens=4,
+                                     cost_model=batch_one)[0].tokens) == 4  # a batch of one: it is enough
 
 
 # ----------------------------------------------------------------------------- the sweep
