@@ -112,3 +112,33 @@ def test_no_import_cycle():
 def test_find_cycle_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _import_targets(module: str) -> list[tuple[str, str]]:
+    """(module, name) of every ``from ... import name`` in ``module`` that reaches into ddtree_lab,
+    at module level or inside functions."""
+    path = MODULES[module]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: len(module.split(".")) - node.level + (1 if path.name == "__init__.py" else 0)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("ddtree_lab"):
+                out += [(target, a.name) for a in node.names]
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.endswith("__main__")))
+def test_every_import_inside_the_package_resolves(module):
+    """Imports inside functions run late (a CLI command, a notebook step): each one must name a
+    module or an attribute that exists, so a moved module cannot leave one behind."""
+    import importlib
+    missing = []
+    for target, name in _import_targets(module):
+        mod = importlib.import_module(target)
+        if not hasattr(mod, name) and f"{target}.{name}" not in MODULES:
+            missing.append(f"from {target} import {name}")
+    assert not missing, f"{module}: {missing}"

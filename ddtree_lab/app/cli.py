@@ -112,7 +112,7 @@ def _cmd_sweep(args):
 def _cmd_concurrency(args):
     """Budget x concurrency sweep (resumable store "concurrency"; a progress bar), then its table."""
     from dataclasses import replace
-    from ..experiments import concurrency as conc
+    from ..experiments.studies import concurrency as conc
     grid = conc.GRIDS["smoke" if args.smoke else "full"]
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in
                  (("archs", args.archs), ("concurrency", args.concurrency), ("budgets", args.budgets),
