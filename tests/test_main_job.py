@@ -16,6 +16,7 @@ def _status() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("checkout")  # never beside the browser test, which checks the same files (test.sh: --dist loadgroup)
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="needs a git checkout")
 def test_rerunning_the_main_job_on_the_committed_store_changes_no_tracked_file():
     before = _status()

@@ -42,6 +42,9 @@ ON_CI = os.environ.get("CI", "").lower() == "true"  # CI must run this test: a m
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.slow,
+    # it checks that no committed file changed; the main job test rewrites the figures it
+    # checks, so the two run on one xdist worker, one after the other (test.sh: --dist loadgroup)
+    pytest.mark.xdist_group("checkout"),
     pytest.mark.skipif(not ON_CI and not (CHROMIUM.exists() and CHROMEDRIVER.exists()), reason=NO_BROWSER),
 ]
 
