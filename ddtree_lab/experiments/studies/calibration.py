@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 
 from ..plumbing.loops import is_looping
 

@@ -34,7 +34,7 @@ import torch
 
 from ...core import adapter, gdn_layer, gdn_tree
 from ...core import cache as cache_module
-from ...core.tree import ancestor_mask, build_tree, chain_tree
+from ...core.tree import ancestor_mask
 from ...core.verify import GDN_MODES, prefill, verify
 from ...core.cache import TreeCache, commit
 from ...core.decode import device_sync
