@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.experiments.studies.full_size import build_full_size, full_size_config, save_checkpoint  # noqa: E402
+from ddtree_lab.core.gdn_layer import gdn_mode  # noqa: E402
 from ddtree_lab.core.models import build_target, load_target  # noqa: E402
 from ddtree_lab.experiments.studies import full_size_cost as fsc# noqa: E402
 
@@ -87,7 +88,7 @@ def run_exact(args) -> None:
                 rows.append(row | {"seconds": round(time.time() - start, 1)})
                 print(rows[-1], flush=True)
             for mode in fsc.modes_of(model):
-                if mode != "naive":
+                if gdn_mode(mode).exact:
                     commits.append({"preset": name, **fsc.commit_row(model, mode)})
                     print(commits[-1], flush=True)
             del model

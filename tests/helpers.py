@@ -9,7 +9,7 @@ import zlib
 
 import torch
 
-from ddtree_lab.core import adapter
+from ddtree_lab.core import harness
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree, tree_depths
@@ -172,7 +172,7 @@ def root_path(tree: DraftTree, pick: str, gen: torch.Generator) -> list[int]:
 
 def precision(dtype: torch.dtype):
     """float64 runs under the harness (dtype-preserving stock modules); float32 runs stock."""
-    return adapter.float64_harness() if dtype == torch.float64 else contextlib.nullcontext()
+    return harness.float64_harness() if dtype == torch.float64 else contextlib.nullcontext()
 
 
 def assert_same_cache(name: str, ref, out, tol: float) -> None:
@@ -314,6 +314,7 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
     from ddtree_lab.core.cache import commit
     from ddtree_lab.core.verify import verify
     rule, layers = decode.tree_rule(drafter, tree), tuple(drafter.cfg.target_layer_ids)
+    sampling = decode.Sampling(temperature, accept_rule, seed)
     rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
     cache, features, root = decode.start(target, drafter, prompt)
@@ -321,9 +322,9 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
     while len(gen.tokens) < max_new_tokens:
         draft = drafter.draft(state, features, root, block_size)
         proposal = rule.proposal(draft)
-        t = decode.sampled(rule.tree(draft, root, method, budget), proposal, temperature, accept_rule, rng)
+        t = decode.sampled(rule.tree(draft, root, method, budget), proposal, sampling, rng)
         out = verify(target, cache, t, gdn_mode, feature_layers=layers)
-        path, bonus, _ = decode.accept_round(t, out.logits, proposal, temperature, accept_rule, rng)
+        path, bonus, _ = decode.accept_round(t, out.logits, proposal, sampling, rng)
         commit(target, cache, t, path)
         features, root = out.features[path], bonus
         gen.tokens += t.tokens[path[1:]].tolist() + [bonus]

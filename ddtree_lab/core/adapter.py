@@ -5,15 +5,14 @@
   ``route_gdn_trees`` gives them, once per model, a route to the lab's tree layer;
 - the stock ``DynamicCache`` after a prefill: attention K/V (MLA stores its compressed latents
   there), GDN conv and recurrent states;
-- ``float64_harness()``: swaps the casts to float32 inside RMSNorms, eager softmax, the MoE
-  router and the GDN kernel for dtype-preserving versions (tests and the proof notebook only).
+- ``kernel_dtype``: the dtype the stock GDN kernels compute in (the float64 proof's harness,
+  ``harness.float64_harness``, lives in its own module and swaps it).
 
 ``check_internals()`` fails loudly if the pinned version changed any of these.
 """
 from __future__ import annotations
 
-import contextlib
-from typing import Iterator
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -49,12 +48,19 @@ class TreeGatedDeltaNet(qwen35.Qwen3_5GatedDeltaNet):
 
 def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
     """Give every GDN layer of ``model`` the tree route (``TreeGatedDeltaNet``), once: the
-    weights, the stock behaviour and the state dict are unchanged; -> ``gdn_modules(model)``."""
-    mods = gdn_modules(model)
-    for m in mods.values():
-        if type(m) is qwen35.Qwen3_5GatedDeltaNet:
-            m.__class__ = TreeGatedDeltaNet
+    weights, the stock behaviour and the state dict are unchanged; -> ``gdn_modules(model)``.
+    The walk over the layers runs once per model: later calls return what it found."""
+    mods = _ROUTED.get(model)
+    if mods is None:
+        mods = gdn_modules(model)
+        for m in mods.values():
+            if type(m) is qwen35.Qwen3_5GatedDeltaNet:
+                m.__class__ = TreeGatedDeltaNet
+        _ROUTED[model] = mods
     return mods
+
+
+_ROUTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its routed GDN layers
 
 
 def attention_layer_ids(model) -> list[int]:
@@ -77,8 +83,7 @@ def gdn_qkv(m, y: torch.Tensor):
     """Post-conv y [T, C] -> q, k [T, H, dk] (l2-normalised, q scaled, expanded to H value
     heads) and v [T, H, dv], as transformers' kernels see them."""
     T = y.shape[0]
-    if not harness_active():  # the stock kernels run in float32 whatever the model dtype
-        y = y.float()
+    y = y.to(kernel_dtype(y.dtype))  # as the stock kernels see it
     q, k, v = torch.split(y, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
     q, k = gdn_tree.normalize_qk(q.reshape(T, m.num_k_heads, m.head_k_dim),
                                  k.reshape(T, m.num_k_heads, m.head_k_dim), m.num_v_heads)
@@ -92,9 +97,8 @@ def gdn_gates(m, a: torch.Tensor, b: torch.Tensor):
     cast, since the stock full forward it is compared with keeps it too.
     """
     g = -m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)
-    if harness_active():
-        return g.to(a.dtype), b.sigmoid()
-    return g.float(), b.sigmoid().float()
+    dtype = kernel_dtype(a.dtype)
+    return g.to(dtype), b.sigmoid().to(dtype)
 
 
 def gdn_output(m, o: torch.Tensor, z: torch.Tensor, dtype) -> torch.Tensor:
@@ -116,87 +120,12 @@ def read_hf_cache(model, hf_cache) -> dict:
     return out
 
 
-# --- float64 harness -----------------------------------------------------------------------
-def _rmsnorm_zero_centered(self, x):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight.to(x.dtype))
-
-
-def _rmsnorm_gated(self, h, gate):
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    return self.weight.to(h.dtype) * h * F.silu(gate.to(h.dtype))
-
-
-def _rmsnorm_plain(self, h):
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    return self.weight.to(h.dtype) * h
-
-
-def _eager_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    rep = module.num_key_value_groups
-    key, value = (t.repeat_interleave(rep, dim=1) if rep > 1 else t for t in (key, value))
-    w = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        w = w + attention_mask
-    w = torch.softmax(w, dim=-1)
-    return torch.matmul(w, value).transpose(1, 2).contiguous(), w
-
-
-def _router(self, h):
-    """DeepseekV3TopkRouter.forward without the float32 cast (same group-limited top-k)."""
-    h = h.reshape(-1, self.hidden_dim)
-    logits = F.linear(h, self.weight.to(h.dtype))
-    scores = logits.sigmoid()
-    choice = scores + self.e_score_correction_bias.to(h.dtype)
-    per_group = self.num_experts // self.num_group
-    group_scores = choice.view(-1, self.num_group, per_group).topk(min(2, per_group), dim=-1)[0].sum(-1)
-    group_idx = torch.topk(group_scores, k=self.topk_group, dim=-1, sorted=False)[1]
-    keep = torch.zeros_like(group_scores).scatter_(1, group_idx, 1).bool()
-    choice = choice.masked_fill(~keep.repeat_interleave(per_group, dim=1), float("-inf"))
-    idx = torch.topk(choice, k=self.top_k, dim=-1, sorted=False)[1]
-    w = scores.gather(1, idx)
-    if self.norm_topk_prob:
-        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
-    return logits, w * self.routed_scaling_factor, idx
-
-
-def _chunk_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
-                use_qk_l2norm_in_kernel=False, **kwargs):
-    """Dtype-preserving stand-in for transformers' GDN kernels (batch 1), via gdn_tree."""
-    q, k = gdn_tree.normalize_qk(query[0], key[0], value.shape[2])
-    S0 = initial_state[0] if initial_state is not None else q.new_zeros(q.shape[1], q.shape[2], value.shape[-1])
-    o, S = gdn_tree.gated_delta_chain(q, k, value[0], g[0].to(q.dtype), beta[0].to(q.dtype), S0.to(q.dtype))
-    return o[None], (S[None] if output_final_state else None)
-
-
-def harness_active() -> bool:
-    """True inside ``float64_harness()``: read from the patched functions themselves, so there
-    is no flag of our own to keep in sync."""
-    return dsv3.DeepseekV3RMSNorm.forward is _rmsnorm_plain
-
-
-@contextlib.contextmanager
-def float64_harness() -> Iterator[None]:
-    """Swap the float32 casts of the stock modules for dtype-preserving versions.
-
-    For tests and the proof notebook only: with it, a float64 model computes in float64 end
-    to end, so tree vs full forward can be compared to ~1e-14.
-    """
-    patches = [(qwen35.Qwen3_5RMSNorm, "forward", _rmsnorm_zero_centered),
-               (qwen35.Qwen3_5RMSNormGated, "forward", _rmsnorm_gated),
-               (dsv3.DeepseekV3RMSNorm, "forward", _rmsnorm_plain),
-               (qwen35, "eager_attention_forward", _eager_attention),
-               (dsv3, "eager_attention_forward", _eager_attention),
-               (dsv3.DeepseekV3TopkRouter, "forward", _router),
-               (qwen35, "torch_chunk_gated_delta_rule", _chunk_rule),
-               (qwen35, "torch_recurrent_gated_delta_rule", _chunk_rule)]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    try:
-        for obj, name, fn in patches:
-            setattr(obj, name, fn)
-        yield
-    finally:
-        for obj, name, fn in saved:
-            setattr(obj, name, fn)
+# --- the stock kernels' compute dtype -----------------------------------------------------
+def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype transformers' GDN kernels compute in for a model of ``dtype``: float32 always
+    (the stock layer casts). ``harness.float64_harness`` swaps this for the identity, with the
+    kernels themselves."""
+    return torch.float32
 
 
 def check_internals() -> None:

@@ -80,7 +80,7 @@ def empty_cache(model) -> TreeCache:
     """A cache with no rows: zero conv windows and recurrent states for every GDN layer."""
     cache = TreeCache(model_key(model))
     p = next(model.parameters())
-    state_dtype = p.dtype if adapter.harness_active() else torch.float32
+    state_dtype = adapter.kernel_dtype(p.dtype)  # the stock kernels keep their states in it
     for i, m in adapter.gdn_modules(model).items():
         cache.conv[i] = p.new_zeros(m.conv_dim, m.conv_kernel_size)
         cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=state_dtype, device=p.device)
@@ -111,24 +111,39 @@ def _rescore_if_leaked(model, cache: TreeCache, tree: DraftTree, idx: torch.Tens
 
 
 def _keep_rows(cache: TreeCache, idx: torch.Tensor) -> None:
+    """Keep the committed rows and the accepted tree rows ``idx``: a slice when the accepted
+    rows are the first ones (a chain, or the main path of a tree: no copy), else a gather."""
+    k_acc = idx.numel()
+    if bool((idx == torch.arange(k_acc)).all()):
+        end = cache.length + k_acc
+        for i, (k, v) in cache.kv.items():
+            cache.kv[i] = (k[:, :, :end], v[:, :, :end])
+        return
     rows = torch.cat([torch.arange(cache.length), cache.length + idx])
     for i, (k, v) in cache.kv.items():
         cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
 
 
-def _accept_rows(model, cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
-    """The opening of every commit: check, re-score a leaked branched path, keep the accepted
-    attention rows; -> the accepted nodes' indices (after a re-score: 0 .. len - 1)."""
-    check_cache(model, cache)
-    idx = _rescore_if_leaked(model, cache, tree, _check_path(cache, tree, path))
+def _accept_rows(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False) -> torch.Tensor:
+    """The opening of every commit: check (unless ``checked``: the caller's accept walk made
+    ``path``), re-score a leaked branched path, keep the accepted attention rows; -> the
+    accepted nodes' indices (after a re-score: 0 .. len - 1)."""
+    if checked:
+        idx = torch.as_tensor(path, dtype=torch.long)
+    else:
+        check_cache(model, cache)
+        idx = _check_path(cache, tree, path)
+    idx = _rescore_if_leaked(model, cache, tree, idx)
     _keep_rows(cache, idx)
     return idx
 
 
 @torch.no_grad()
-def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
-    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``)."""
-    idx = _accept_rows(model, cache, tree, path)
+def commit(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False) -> None:
+    """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``).
+    checked: True when ``path`` comes from this round's own accept walk on this cache's
+    pending tree (the decoding loop), so nothing is re-validated."""
+    idx = _accept_rows(model, cache, tree, path, checked)
     for i, rec in cache.pending.gdn.items():
         cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec.x[idx.to(rec.x.device)])
         cache.rec[i] = cache.pending.mode.state(rec, idx.tolist()).to(cache.rec[i].dtype).clone()

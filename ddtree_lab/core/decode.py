@@ -22,7 +22,6 @@ its own generator (seed + b), so its output does not depend on the rest of the b
 """
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,12 +33,9 @@ from .allocate import auto_trees
 from .cache import TreeCache, commit
 from .conditional import build_conditional_tree, conditional_chain
 from .drafter import DrafterState
-from .sampling import ACCEPT_RULES, Conditional, Marginal, accept_rejection
-from .verify import GDN_MODES, prefill, token_ids, verify_batch
-
-METHODS = ("ar", "dflash", "ddtree")
-TREES = ("unary", "conditional")
-MAX_BUDGET = 1024
+from .sampling import Conditional, Marginal, accept_rejection
+from .spec import TREES, GenerationSpec, Sampling
+from .verify import prefill, token_ids, verify_batch_unchecked
 PHASES = ("draft", "tree", "verify", "accept", "commit")
 
 
@@ -114,9 +110,11 @@ class TreeRule:
         return Conditional(draft.conditional) if self.name == "conditional" else Marginal(draft.logits)
 
 
-def tree_rule(drafter, tree: str | None) -> TreeRule:
-    """The ``TreeRule`` named ``tree``; None: "conditional" for a DFlash 2 drafter (it has a
-    candidate selector), else "unary"."""
+def tree_rule(drafter, tree) -> TreeRule:
+    """The ``TreeRule`` named ``tree`` (or ``tree`` itself, a ``TreeRule``); None: "conditional"
+    for a DFlash 2 drafter (it has a candidate selector), else "unary"."""
+    if isinstance(tree, TreeRule):
+        tree = tree.name
     if tree is None:
         tree = "conditional" if getattr(drafter, "selector", None) is not None else "unary"
     if tree not in TREES:
@@ -127,35 +125,23 @@ def tree_rule(drafter, tree: str | None) -> TreeRule:
     return TreeRule(tree)
 
 
-def check_generate_args(target, drafter, prompt_ids, method, budget, block_size, max_new_tokens,
-                        temperature, gdn_mode, cost_model=None, accept_rule="rejection",
-                        tree=None) -> torch.Tensor:
-    """Validate everything before any work; returns the prompt as LongTensor[T]."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method != "ar" and drafter is not None:
-        tree_rule(drafter, tree)
-    if accept_rule not in ACCEPT_RULES:
-        raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, got {accept_rule!r}")
-    if gdn_mode not in GDN_MODES:
-        raise ValueError(f"gdn_mode must be one of {GDN_MODES}, got {gdn_mode!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+def check_generate_args(target, drafter, prompt_ids, spec: GenerationSpec, budget, max_new_tokens,
+                        cost_model=None) -> torch.Tensor:
+    """What a valid ``spec`` still needs checked against the models, for one prompt (its
+    ``budget`` and ``max_new_tokens``), before any work; -> the prompt as LongTensor[T]."""
+    if spec.method != "ar" and drafter is not None:
+        tree_rule(drafter, spec.tree)
     prompt = token_ids(prompt_ids, target.config.vocab_size, "prompt_ids")
     if prompt.numel() == 0:
         raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-    if method != "ar":
-        _check_spec_args(target, drafter, budget, block_size, cost_model)
-    _check_length(target, drafter, prompt.numel(), max_new_tokens, 0 if method == "ar" else block_size)
+    if spec.method != "ar":
+        _check_spec_args(target, drafter, budget, spec.block_size, cost_model)
+    _check_length(target, drafter, prompt.numel(), max_new_tokens, 0 if spec.method == "ar" else spec.block_size)
     return prompt
 
 
 def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
     """The drafter, budget and block size of a speculative method."""
-    if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int)
-                             or not 1 <= budget <= MAX_BUDGET):
-        raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}] or 'auto', got {budget!r}")
     if budget == "auto" and cost_model is None:
         raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.plumbing.costs.cost_model)")
     if drafter is None:
@@ -163,8 +149,7 @@ def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
     if drafter.cfg.vocab_size != target.config.vocab_size:
         raise ValueError(f"drafter vocab ({drafter.cfg.vocab_size}) must equal the target's "
                          f"({target.config.vocab_size})")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) \
-            or not 2 <= block_size <= drafter.cfg.block_size:
+    if not 2 <= block_size <= drafter.cfg.block_size:
         raise ValueError(f"block_size must be an int in [2, {drafter.cfg.block_size}] "
                          f"(the drafter was trained at {drafter.cfg.block_size}), got {block_size!r}")
 
@@ -185,12 +170,11 @@ def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: 
 
 
 @torch.no_grad()
-def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32,
-             block_size: int = 8, max_new_tokens: int = 128, temperature: float = 0.0,
-             gdn_mode: str = "wy", seed: int = 0, cost_model=None, on_round=None,
-             accept_rule: str = "rejection", tree: str | None = None) -> Generation:
-    """Generate ``max_new_tokens`` tokens after ``prompt_ids`` with one of METHODS: the batch
-    of one of ``generate_batch``.
+def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *, cost_model=None,
+             on_round=None, **spec_args) -> Generation:
+    """Generate after ``prompt_ids`` as ``spec`` says (a ``GenerationSpec``, or its fields as
+    keyword arguments: method, budget, block_size, max_new_tokens, temperature, accept_rule,
+    seed, tree, gdn_mode): the batch of one of ``generate_batch``.
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
     per predicted second with ``cost_model``, see ``allocate.auto_trees``).
@@ -201,44 +185,49 @@ def generate(target, drafter, prompt_ids, *, method: str, budget: int | str = 32
     tree: ``TREES`` ("unary" / "conditional"); None: the drafter's own (a DFlash 2 drafter
     builds conditional trees, ``TreeRule``).
     """
-    prompt = check_generate_args(target, drafter, prompt_ids, method, budget, block_size,
-                                 max_new_tokens, temperature, gdn_mode, cost_model, accept_rule, tree)
-    return _decode(target, drafter, [prompt], method, [budget], block_size, [max_new_tokens], temperature,
-                   gdn_mode, seed, cost_model, on_round, accept_rule, tree)[0]
+    spec = GenerationSpec.build(spec, **spec_args)
+    if isinstance(spec.budget, tuple) or isinstance(spec.max_new_tokens, tuple):
+        raise ValueError("generate takes one budget and one max_new_tokens (per-prompt lists: generate_batch)")
+    prompt = check_generate_args(target, drafter, prompt_ids, spec, spec.budget, spec.max_new_tokens, cost_model)
+    return _decode(target, drafter, [prompt], spec, cost_model=cost_model, on_round=on_round)[0]
 
 
 @torch.no_grad()
-def generate_batch(target, drafter, prompts, *, method: str, budget: int | list | str = 32, block_size: int = 8,
-                   max_new_tokens: int | list = 128, temperature: float = 0.0, gdn_mode: str = "wy",
-                   seed: int = 0, cost_model=None, on_round=None, accept_rule: str = "rejection",
-                   tree: str | None = None) -> list[Generation]:
+def generate_batch(target, drafter, prompts, spec: GenerationSpec | None = None, *, cost_model=None,
+                   on_round=None, **spec_args) -> list[Generation]:
     """``generate`` for a batch of prompts (any lengths): one Generation per prompt.
 
     budget, max_new_tokens: one int, or a list with one per prompt; budget "auto" (DDTree):
     every round the budgets are chosen jointly with ``cost_model`` (``batch_round_seconds``,
     ``max_budget``: see ``allocate.auto_trees``). on_round, accept_rule, tree: as ``generate``
     (every ``Round`` names its ``sequence``). Sequence b samples with its own generator seeded
-    ``seed + b`` (T > 0). timings: every Generation carries the whole batch's seconds per
-    phase (the phases are shared).
+    ``seed + b`` (T > 0). timings: the batch's seconds per phase, shared by the batch (a
+    Generation's ``tokens_per_s`` is its own tokens over the batch's seconds:
+    ``batch_tokens_per_s`` gives the batch's).
     """
-    prompts, budgets, news = check_generate_batch_args(target, drafter, prompts, method, budget, block_size,
-                                                       max_new_tokens, temperature, gdn_mode, cost_model,
-                                                       accept_rule, tree)
-    return _decode(target, drafter, prompts, method, budgets, block_size, news, temperature, gdn_mode, seed,
-                   cost_model, on_round, accept_rule, tree)
+    spec = GenerationSpec.build(spec, **spec_args)
+    prompts = check_generate_batch_args(target, drafter, prompts, spec, cost_model)
+    return _decode(target, drafter, prompts, spec, cost_model=cost_model, on_round=on_round)
 
 
-def _decode(target, drafter, prompts, method, budgets, block_size, news, temperature, gdn_mode, seed,
-            cost_model, on_round, accept_rule, tree) -> list[Generation]:
-    """The checked arguments -> one Generation per prompt; every one carries the batch's timings."""
-    rngs = [torch.Generator().manual_seed(seed + b) if temperature > 0 else None for b in range(len(prompts))]
+def batch_tokens_per_s(gens: list[Generation]) -> float:
+    """The batch's throughput: every sequence's new tokens over the batch's wall seconds."""
+    return sum(len(g.tokens) for g in gens) / max(gens[0].timings["total"], 1e-12)
+
+
+def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_round) -> list[Generation]:
+    """The checked prompts and spec -> one Generation per prompt; every one carries the batch's timings."""
+    budgets, news = spec.per_prompt(len(prompts))
+    s = spec.sampling
+    rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
     t0 = time.perf_counter()
-    if method == "ar":
-        gens = _generate_ar(target, prompts, news, temperature, rngs, clock)
+    if spec.method == "ar":
+        gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock)
     else:
-        seqs = _generate_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
-                              gdn_mode, rngs, clock, cost_model, on_round, accept_rule, tree_rule(drafter, tree))
+        seqs = [_Sequence(b, None, None, None, 0, budget, new, rng)
+                for b, (budget, new, rng) in enumerate(zip(budgets, news, rngs))]
+        _generate_spec(target, drafter, prompts, seqs, spec, clock, _Hooks(cost_model, on_round))
         gens = [s.gen for s in seqs]
     clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
@@ -246,41 +235,34 @@ def _decode(target, drafter, prompts, method, budgets, block_size, news, tempera
     return gens
 
 
-def _per_sequence(name: str, value, count: int) -> list:
-    """One value for every sequence, or a list/tuple of ``count`` values (one per prompt)."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != count:
-            raise ValueError(f"{name} must be one value or a list of {count} (one per prompt), got {len(value)} values")
-        return list(value)
-    return [value] * count
+@dataclass(frozen=True)
+class _Hooks:
+    """What a generation is handed beside its spec: the cost model of budget "auto" and the
+    per-round callback."""
+    cost_model: object = None
+    on_round: object = None
 
 
-def check_generate_batch_args(target, drafter, prompts, method, budget, block_size, max_new_tokens,
-                              temperature, gdn_mode, cost_model=None,
-                              accept_rule="rejection", tree=None) -> tuple[list, list, list]:
-    """Validate everything before any work: -> (prompts as LongTensor[T_b], budgets, max_new_tokens)."""
+def check_generate_batch_args(target, drafter, prompts, spec: GenerationSpec, cost_model=None) -> list:
+    """Validate the prompts against ``spec`` and the models before any work: -> prompts as LongTensor[T_b]."""
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError(f"prompts must be a non-empty list of token id sequences, got {type(prompts).__name__}"
                          + (" of length 0" if isinstance(prompts, (list, tuple)) else ""))
-    budgets = _per_sequence("budget", budget, len(prompts))
-    news = _per_sequence("max_new_tokens", max_new_tokens, len(prompts))
-    if method != "ar" and budget != "auto" and any(isinstance(x, str) for x in budgets):
-        raise ValueError(f"budget must be an int, one int per prompt, or 'auto' (for the whole batch), got {budget!r}")
+    budgets, news = spec.per_prompt(len(prompts))
     checked = []
     for b, prompt in enumerate(prompts):
         if isinstance(prompt, (int, float)) or (isinstance(prompt, torch.Tensor) and prompt.dim() == 0):
             raise ValueError(f"prompts[{b}] must be a sequence of token ids (prompts is a list of prompts), "
                              f"got the scalar {prompt!r}")
         try:
-            checked.append(check_generate_args(target, drafter, prompt, method, budgets[b], block_size,
-                                               news[b], temperature, gdn_mode, cost_model, accept_rule, tree))
+            checked.append(check_generate_args(target, drafter, prompt, spec, budgets[b], news[b], cost_model))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
-    if method != "ar" and budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batches"):
+    if spec.method != "ar" and spec.budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batches"):
         raise ValueError("budget='auto' over a batch needs a cost_model measured over batches (with ``batches``: "
                          "ddtree_lab.experiments.plumbing.costs.batch_cost_model), got "
                          f"{type(cost_model).__name__}")
-    return checked, budgets, news
+    return checked
 
 
 def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation) -> list[Generation]:
@@ -332,20 +314,20 @@ def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> 
     return tree_mod.build_tree(drafter_logits, root, budget)
 
 
-def sampled(tree: tree_mod.DraftTree, proposal, temperature: float, accept_rule: str, rng):
+def sampled(tree: tree_mod.DraftTree, proposal, sampling: Sampling, rng):
     """The tree the round verifies: under the rejection rule at T > 0 its tokens are drawn
     from the drafter's q (``proposal.sample_tree``), else the deterministic tree itself."""
-    if temperature > 0 and accept_rule == "rejection":
-        return proposal.sample_tree(tree, temperature, rng)
+    if sampling.rejection:
+        return proposal.sample_tree(tree, sampling.temperature, rng)
     return tree
 
 
-def accept_round(tree, target_logits, proposal, temperature: float, accept_rule: str, rng):
+def accept_round(tree, target_logits, proposal, sampling: Sampling, rng):
     """(path, bonus, choice): the round's accept walk. choice [N+1] is the target's own token
     at every node (argmax, or a sample under the target-only rule); None under rejection."""
-    if temperature > 0 and accept_rule == "rejection":
-        return (*accept_rejection(tree, target_logits, proposal, temperature, rng), None)
-    choice = choose_tokens(target_logits, temperature, rng)
+    if sampling.rejection:
+        return (*accept_rejection(tree, target_logits, proposal, sampling.temperature, rng), None)
+    choice = choose_tokens(target_logits, sampling.temperature, rng)
     return (*tree_mod.accept(tree, choice), choice)
 
 
@@ -397,44 +379,44 @@ def first_draft(target, drafter, prompt, block_size: int) -> tuple:
     return cache, drafter.propose(state, features, root, block_size), root, state
 
 
-def _open(target, drafter, b: int, prompt, budget, max_new, rng) -> _Sequence:
-    """Prefill one prompt (``start``) and open its drafter state."""
-    cache, features, root = start(target, drafter, prompt)
-    return _Sequence(b, cache, drafter.new_state(), features, root, budget, max_new, rng)
+def _open(target, drafter, seq: _Sequence, prompt) -> None:
+    """Prefill one prompt (``start``) into ``seq`` and open its drafter state."""
+    seq.cache, seq.features, seq.root = start(target, drafter, prompt)
+    seq.dstate = drafter.new_state()
 
 
-def _generate_spec(target, drafter, prompts, method, budgets, block_size, news, temperature,
-                   gdn_mode, rngs, clock: Generation, cost_model, on_round, accept_rule: str,
-                   rule: TreeRule) -> list[_Sequence]:
-    layers = tuple(drafter.cfg.target_layer_ids)
+def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: GenerationSpec, clock: Generation,
+                   hooks: _Hooks) -> None:
+    """The speculative loop over ``seqs`` (one per prompt, filled in place): rounds until every
+    sequence has its ``max_new_tokens``. Everything was validated before: nothing per round."""
+    layers, rule, s = tuple(drafter.cfg.target_layer_ids), tree_rule(drafter, spec.tree), spec.sampling
     with timed_phase(clock, "prefill"):
-        seqs = [_open(target, drafter, b, *args) for b, args in enumerate(zip(prompts, budgets, news, rngs))]
+        for seq, prompt in zip(seqs, prompts):
+            _open(target, drafter, seq, prompt)
     running = list(seqs)
     while running:
         with timed_phase(clock, "draft"):
-            drafts = drafter.draft_batch([s.dstate for s in running], [s.features for s in running],
-                                         [s.root for s in running], block_size)  # Draft each, logits [bs-1, V]
+            drafts = drafter.draft_batch([q.dstate for q in running], [q.features for q in running],
+                                         [q.root for q in running], spec.block_size)  # Draft each, logits [bs-1, V]
             proposals = [rule.proposal(d) for d in drafts]
         with timed_phase(clock, "tree"):
-            trees = [sampled(t, q, temperature, accept_rule, s.rng)
-                     for t, q, s in zip(draft_trees(drafts, running, method, cost_model, rule), proposals, running)]
+            trees = [sampled(t, q, s, seq.rng) for t, q, seq in
+                     zip(draft_trees(drafts, running, spec.method, hooks.cost_model, rule), proposals, running)]
         with timed_phase(clock, "verify"):
-            outs = verify_batch(target, [s.cache for s in running], trees, gdn_mode, layers)
+            outs = verify_batch_unchecked(target, [q.cache for q in running], trees, spec.gdn_mode, layers)
         with timed_phase(clock, "accept"):
             # every sequence walks its own tree with its own generator: lossless per sequence
             # whatever the other sequences of the batch accept
-            walks = [accept_round(t, o.logits, q, temperature, accept_rule, s.rng)
-                     for t, o, q, s in zip(trees, outs, proposals, running)]
+            walks = [accept_round(t, o.logits, q, s, seq.rng) for t, o, q, seq in zip(trees, outs, proposals, running)]
         with timed_phase(clock, "commit"):
-            for s, t, o, (path, bonus, _) in zip(running, trees, outs, walks):
-                commit(target, s.cache, t, path)
-                s.features, s.root = o.features[path], bonus
-        for s, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
-            _record(s.gen, t, path, bonus, o.logits[path], temperature)
-            if on_round is not None:
-                on_round(Round(d.logits, t, o.logits, choice, path, bonus, q, s.index))
-        running = [s for s in running if len(s.gen.tokens) < s.max_new_tokens]
-    return seqs
+            for seq, t, o, (path, bonus, _) in zip(running, trees, outs, walks):
+                commit(target, seq.cache, t, path, checked=True)
+                seq.features, seq.root = o.features[path], bonus
+        for seq, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
+            _record(seq.gen, t, path, bonus, o.logits[path], s.temperature)
+            if hooks.on_round is not None:
+                hooks.on_round(Round(d.logits, t, o.logits, choice, path, bonus, q, seq.index))
+        running = [q for q in running if len(q.gen.tokens) < q.max_new_tokens]
 
 
 def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, temperature: float) -> None:

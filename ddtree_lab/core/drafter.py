@@ -30,7 +30,7 @@ committed since the previous round as ``new_features``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -164,6 +164,8 @@ class ContextCache:
         self.states, self.new_rows, self.block_size, self.width = states, new_rows, block_size, width
 
     def update(self, keys, values, layer_idx, cache_kwargs=None):
+        if len(self.states) == 1:
+            return self._update_one(keys, values, layer_idx)
         n_max = keys.shape[2] - self.block_size
         out = []
         for tensor, name in ((keys, "keys"), (values, "values")):
@@ -176,8 +178,22 @@ class ContextCache:
         return out[0], out[1]
 
 
+    def _update_one(self, keys, values, layer_idx):
+        """A batch of one: [context ; new rows ; block] in one copy per tensor; the state keeps
+        its first rows (a view)."""
+        state, out = self.states[0], []
+        keep = state.length + self.new_rows[0]
+        for tensor, stored in ((keys, state.keys), (values, state.values)):
+            full = torch.cat([stored[layer_idx], tensor], 2)  # [1, H, keep + bs, D]
+            stored[layer_idx] = full[:, :, :keep]
+            out.append(full)
+        return out[0], out[1]
+
+
 def left_padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    """[1, H, L_b, D] each -> [B, H, width, D], zeros on the left."""
+    """[1, H, L_b, D] each -> [B, H, width, D], zeros on the left (one row of full width: itself)."""
+    if len(rows) == 1 and rows[0].shape[2] == width:
+        return rows[0]
     return torch.cat([F.pad(r, (0, 0, width - r.shape[2], 0)) for r in rows], 0)
 
 
@@ -305,9 +321,7 @@ class DFlashDrafter(nn.Module):
         ctx_pos = torch.stack([F.pad(torch.arange(s.length, s.length + n), (n_max - n, 0))
                                for s, n in zip(states, new_rows)])  # [B, n_max] (padding at 0)
         pos = torch.cat([ctx_pos, lengths[:, None] + torch.arange(block_size)], 1).to(dev)  # [B, n_max + bs]
-        visible = (torch.arange(width) >= width - lengths[:, None]).to(dev)  # [B, W]
-        mask = torch.cat([visible[:, None, None].expand(-1, 1, block_size, width),
-                          visible.new_ones(len(states), 1, block_size, block_size)], -1)  # [B, 1, bs, W + bs]
+        mask = self._block_mask(lengths, width, block_size)
         cache = ContextCache(states, new_rows, block_size, width)
         ids = self._block_ids(torch.tensor(last_tokens, device=dev), block_size)  # [B, bs]
         hidden = self.model(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
@@ -315,6 +329,22 @@ class DFlashDrafter(nn.Module):
         for state, n in zip(states, new_rows):
             state.length += n
         return hidden[:, 1:]
+
+    def _block_mask(self, lengths: torch.Tensor, width: int, block_size: int) -> torch.Tensor | None:
+        """bool [B, 1, bs, W + bs]: block rows see their own context (right-aligned in W) and the
+        whole block. None (no mask: every row sees every column, as ``dflash_generate`` runs)
+        when nothing is padded and the published layers attend without a causal or sliding mask."""
+        if len(lengths) == 1 and self._attends_all:
+            return None
+        visible = (torch.arange(width) >= width - lengths[:, None]).to(self.device)  # [B, W]
+        return torch.cat([visible[:, None, None].expand(-1, 1, block_size, width),
+                          visible.new_ones(len(lengths), 1, block_size, block_size)], -1)
+
+    @property
+    def _attends_all(self) -> bool:
+        """True when the published attention layers add no mask of their own to a None mask."""
+        return all(not getattr(layer.self_attn, "is_causal", True) and getattr(layer.self_attn, "sliding_window", 1)
+                   is None for layer in self.model.layers)
 
     @torch.no_grad()
     def propose_reference(self, cache, new_features: torch.Tensor, last_token: int,

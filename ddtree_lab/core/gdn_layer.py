@@ -20,6 +20,7 @@ plain twin (``tree_layer`` per sequence). Each returns the layer output and one
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +45,14 @@ class GdnRecord:
 
 @dataclass(frozen=True)
 class GdnMode:
-    """The single-pass tree WY form over the real tree ("wy", the default and exact mode)."""
+    """The single-pass tree WY form over the real tree ("wy", the default and exact mode).
+
+    exact: the mode's tree outputs equal per-path forwards (naive's do not past a branch);
+    batched: it has a form over B padded trees (``core_batch``); fork has none, and its layer
+    runs ``tree_layer`` per sequence (measured as such)."""
     name: str = "wy"
+    exact: ClassVar[bool] = True
+    batched: ClassVar[bool] = True
 
     def parents(self, tree) -> torch.Tensor:
         """The parents [N+1] the GDN layers use for ``tree``."""
@@ -62,8 +69,7 @@ class GdnMode:
 
     def core_batch(self, q, k, v, g, beta, S0, anc):
         """``core`` over B padded trees (q [B, T, H, dk] ..., S0 [B, H, dk, dv], anc [B, T, T])
-        -> (o [B, T, H, dv], per-sequence mode fields), or None where the mode has no batched
-        form (the layer then runs ``core`` per sequence)."""
+        -> (o [B, T, H, dv], per-sequence mode fields); only for a ``batched`` mode."""
         o, aux = gated_delta_wy_batch(q, k, v, g, beta, S0, anc)
         return o, [{"wy": {name: t[i] for name, t in aux.items()}, "S0": S0[i]} for i in range(o.shape[0])]
 
@@ -76,6 +82,7 @@ class GdnMode:
 class NaiveMode(GdnMode):
     """The flattened tree read as a chain: what a tree-unaware implementation does."""
     name: str = "naive"
+    exact: ClassVar[bool] = False
 
     def parents(self, tree) -> torch.Tensor:
         return gdn_tree.chain_parents(tree.num_nodes)
@@ -86,15 +93,14 @@ class NaiveMode(GdnMode):
 
 @dataclass(frozen=True)
 class ForkMode(GdnMode):
-    """Per-node conv windows from ancestors and per-node states from the parent's."""
+    """Per-node conv windows from ancestors and per-node states from the parent's; no batched
+    form (``batched`` False: ``tree_layer`` per sequence)."""
     name: str = "fork"
+    batched: ClassVar[bool] = False
 
     def core(self, q, k, v, g, beta, parents, depths, S0, anc):
         o, states = gdn_tree.gated_delta_fork(q, k, v, g, beta, parents, depths, S0)
         return o, {"states": states}
-
-    def core_batch(self, q, k, v, g, beta, S0, anc):
-        return None
 
     def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
         return rec.states[path[-1]]
@@ -129,17 +135,17 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.T
     """One GDN layer on B padded trees. h [B, T, D], conv_state [B, C, K], S0 [B, H, dk, dv],
     bufs: ``verify.BatchBuffers`` -> (out [B, T, D] (padding rows: never read), a record per
     sequence, as ``tree_layer`` makes it). Projections, gates and the output norm over all
-    B x T rows at once; a mode without a batched core runs the reference loop."""
+    B x T rows at once. A mode without a batched form (fork: ``GdnMode.batched``) runs
+    ``tree_layer`` per sequence (the reference loop) before any batched work."""
+    if not mode.batched:
+        return tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode)
     B, T, D = h.shape
     x, z, a, b = adapter.gdn_project(m, h.reshape(B * T, D))  # [B*T, C], [B*T, H, dv], [B*T, H] x2
     y = tree_conv_batch(x.view(B, T, -1), conv_state, adapter.gdn_conv_weight(m), bufs.windows)
     q, k, v = adapter.gdn_qkv(m, y.reshape(B * T, -1))
     g, beta = adapter.gdn_gates(m, a, b)
-    batched = mode.core_batch(*(t.view(B, T, *t.shape[1:]) for t in (q, k, v, g, beta)),
-                              S0.to(v.dtype), bufs.gdn_anc.to(h.device))
-    if batched is None:
-        return tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode)
-    o, fields = batched
+    o, fields = mode.core_batch(*(t.view(B, T, *t.shape[1:]) for t in (q, k, v, g, beta)),
+                                S0.to(v.dtype), bufs.gdn_anc.to(h.device))
     out = adapter.gdn_output(m, o.reshape(B * T, *o.shape[2:]), z, h.dtype).view(B, T, D)
     x, a, b = (t.view(B, T, -1) for t in (x, a, b))
     return out, [GdnRecord(x[i, :n], a[i, :n], b[i, :n], **fields[i]) for i, n in enumerate(bufs.sizes)]

@@ -256,7 +256,11 @@ def chain_tree(draft_tokens: torch.Tensor, root_token: int,
 # ----------------------------------------------------------------------------- buffers
 
 def ancestor_mask(tree: DraftTree) -> torch.Tensor:
-    """BoolTensor[N+1, N+1]: [i, j] true iff j == i or j is an ancestor of i."""
+    """BoolTensor[N+1, N+1]: [i, j] true iff j == i or j is an ancestor of i (a chain: the
+    lower triangle, built at once)."""
+    size = tree.parents.numel()
+    if int(tree.depths[-1]) == size - 1:  # parents precede children: the last node at depth N is a chain's
+        return torch.ones(size, size, dtype=torch.bool).tril_()
     return ancestor_mask_from_parents(tree.parents)
 
 

@@ -63,8 +63,9 @@ class BatchBuffers:
 
     sizes: N_b + 1 per tree; past: Pmax; tokens, positions LongTensor[B, T], T = max(sizes)
     (padding: token 0, position 0); allowed BoolTensor[B, T, Pmax + T] (attention);
-    gdn_anc BoolTensor[B, T, T] (the GDN layers' ancestor masks, padding rows: diagonal);
-    windows LongTensor[B, T, K] (conv windows, rows into [conv_state.T ; x_b]) or None;
+    gdn_anc BoolTensor[B, T, T] (the GDN layers' ancestor masks, padding rows: diagonal) and
+    windows LongTensor[B, T, K] (conv windows, rows into [conv_state.T ; x_b]): None on an
+    attention-only target;
     per_tree: each sequence's ``TreeBuffers``.
     """
     sizes: list[int]
@@ -72,7 +73,7 @@ class BatchBuffers:
     tokens: torch.Tensor
     positions: torch.Tensor
     allowed: torch.Tensor
-    gdn_anc: torch.Tensor
+    gdn_anc: torch.Tensor | None
     windows: torch.Tensor | None
     per_tree: list[TreeBuffers]
 
@@ -84,14 +85,17 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
     per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
     sizes = [len(t) for t in trees]
     tokens, positions = _padded([t.tokens for t in trees]), _padded([buf.positions for buf in per_tree])
-    gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes))
-    windows = None if conv_kernel is None else conv_windows(per_tree, conv_kernel)
+    gdn = conv_kernel is not None
+    gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes)) if gdn else None
+    windows = conv_windows(per_tree, conv_kernel) if gdn else None
     return BatchBuffers(sizes, max(lengths), tokens, positions, batch_allowed(per_tree, lengths),
                         gdn_anc, windows, per_tree)
 
 
 def _padded(rows: list[torch.Tensor]) -> torch.Tensor:
     """1-D LongTensors of lengths n_b -> [B, max n_b], zeros after each row."""
+    if len(rows) == 1:
+        return rows[0][None]
     out = torch.zeros(len(rows), max(r.numel() for r in rows), dtype=torch.long)
     for b, r in enumerate(rows):
         out[b, :r.numel()] = r
@@ -100,6 +104,8 @@ def _padded(rows: list[torch.Tensor]) -> torch.Tensor:
 
 def _padded_masks(masks: list[torch.Tensor], T: int) -> torch.Tensor:
     """[n_b, n_b] bool masks -> [B, T, T]; padding rows see themselves only."""
+    if len(masks) == 1:
+        return masks[0][None]
     out = torch.eye(T, dtype=torch.bool).repeat(len(masks), 1, 1)
     for b, m in enumerate(masks):
         out[b, :m.shape[0], :m.shape[0]] = m
@@ -235,7 +241,11 @@ class TreeBatch:
         return keys, values
 
     def _stacked(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
-        """[B, h, Pmax, d]: each sequence's committed rows, right-aligned (left padding zeros)."""
+        """[B, h, Pmax, d]: each sequence's committed rows, right-aligned (left padding zeros);
+        a batch of one is its committed rows themselves (a view: no copy)."""
+        if len(self.caches) == 1:
+            c = self.caches[0]
+            return c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:, :, :0]
         return left_padded([c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:1, :, :0]
                             for c in self.caches], self.bufs.past)
 
@@ -272,12 +282,22 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
     features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
 
-    Leaves every committed cache untouched (tree rows held as pending until ``commit``).
+    Checks its arguments, then ``verify_batch_unchecked`` (what the decoding loop calls every
+    round, its arguments checked once per generation). Writes no committed row: every cache
+    keeps its tree rows as pending (``cache.Pending``) until ``commit``.
     gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its ``_reference`` twin; forward:
     ``tree_forward`` or a compiled copy of it.
     """
     mode = as_mode(gdn_mode)
     _check_batch(model, caches, trees, mode)
+    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward)
+
+
+@torch.no_grad()
+def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree], mode: GdnMode,
+                           feature_layers: tuple = (), gdn_layer=None, forward=tree_forward) -> list[Forward]:
+    """``verify_batch`` on arguments already checked (``mode``: a ``GdnMode``; the token ids and
+    positions of every tree valid for its cache and the model)."""
     gdn = adapter.route_gdn_trees(model)
     K = next(iter(gdn.values())).conv_kernel_size if gdn else None
     view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K), mode,

@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, sampling
+from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, harness, sampling
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
@@ -176,9 +176,9 @@ def test_greedy_batch_equals_ar(preset, mode, method, budget, block, dtype):
 @contextlib.contextmanager
 def batched_harness_gdn_kernel():
     """Inside the float64 harness: run its batch-1 GDN kernel stand-in once per batch row.
-    (Stands in for the adapter hook the report recommends: ``adapter._chunk_rule`` over a batch.)"""
+    (Stands in for the adapter hook the report recommends: ``harness._chunk_rule`` over a batch.)"""
     def rule(query, key, value, g, beta, initial_state=None, output_final_state=False, **kwargs):
-        rows = [adapter._chunk_rule(query[b:b + 1], key[b:b + 1], value[b:b + 1], g[b:b + 1], beta[b:b + 1],
+        rows = [harness._chunk_rule(query[b:b + 1], key[b:b + 1], value[b:b + 1], g[b:b + 1], beta[b:b + 1],
                                     None if initial_state is None else initial_state[b:b + 1],
                                     output_final_state, **kwargs) for b in range(query.shape[0])]
         states = [s for _, s in rows]
@@ -205,12 +205,12 @@ def test_batched_ar_baseline_equals_ar(preset, dtype):
 
 def test_finished_sequences_leave_the_batch(monkeypatch):
     target, drafter = PAIRS["gdn-toy", torch.float32]
-    sizes, real = [], decode.verify_batch
+    sizes, real = [], decode.verify_batch_unchecked
 
     def spy(model, caches, trees, *args):
         sizes.append(len(trees))
         return real(model, caches, trees, *args)
-    monkeypatch.setattr(decode, "verify_batch", spy)
+    monkeypatch.setattr(decode, "verify_batch_unchecked", spy)
     gens = decode.generate_batch(target, drafter, prompts_for(3, 64)[:3], method="ddtree", budget=8,
                                 block_size=4, max_new_tokens=[2, 9, 5])
     print(f"batch size per round {sizes}")

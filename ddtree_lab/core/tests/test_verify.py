@@ -4,7 +4,7 @@ section 4).
 Row i of ``tree_logits(model, prefix, tree, mode)`` must equal the stock forward's last logits
 over prefix + tokens[path(i)], for MLA (DeepSeek-V3) and for the exact GDN modes ``fork`` and
 ``wy`` (Qwen3.5): in float32 stock classes up to rounding, and in float64 under
-``adapter.float64_harness()`` to 1e-12. ``naive`` is exact on chains only. Rounds of verify +
+``harness.float64_harness()`` to 1e-12. ``naive`` is exact on chains only. Rounds of verify +
 commit must leave the cache as a fresh prefill of the committed sequence would. Bad input
 raises ValueError and leaves the cache untouched.
 """
@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter
+from ddtree_lab.core import adapter, harness
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, chain_tree
 from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
@@ -124,7 +124,7 @@ def test_naive_exact_on_chains(budget):
 def test_naive_wrong_on_branched_trees(kind, budget):
     prefix, tree, ref = oracle_case("gdn", kind, budget, torch.float64, "toy")
     model = target("gdn", torch.float64)
-    with adapter.float64_harness():
+    with harness.float64_harness():
         err = {mode: (tree_logits(model, prefix, tree, mode) - ref).abs().max().item() for mode in GDN_MODES}
     print(f"gdn-{kind}{budget}-f64: naive max|d|={err['naive']:.3e}, fork {err['fork']:.3e}, wy {err['wy']:.3e}")
     assert err["naive"] > 1e3 * max(err["fork"], err["wy"]) and err["naive"] > 1e-6
@@ -142,7 +142,7 @@ def test_rounds_match_fresh_prefill(arch, mode):
     model = target(arch, torch.float64)
     V = model.config.vocab_size
     gen = generator("rounds", arch, mode)
-    with adapter.float64_harness():
+    with harness.float64_harness():
         committed = random_prefix(V, gen)
         cache, _ = prefill(model, committed)
         for r, pick in enumerate(PICKS):
@@ -321,7 +321,7 @@ def test_check_internals_catches_lost_attribute(monkeypatch):
 def test_commit_equals_its_replay_twin(mode, pick):
     """commit (stored / closed-form GDN states) == commit_reference (token-by-token replay)."""
     model, prefix, tree, path = commit_case(f"twin-{mode}", "bushy", pick, torch.float64)
-    with adapter.float64_harness():
+    with harness.float64_harness():
         fast, _ = prefill(model, prefix)
         plain = fast.snapshot()
         verify(model, fast, tree, mode)

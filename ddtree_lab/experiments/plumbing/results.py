@@ -26,6 +26,7 @@ CORE_DIR = ROOT / "ddtree_lab" / "core"
 # holds by digest, so the presets in models.py need not be hashed); a new module that
 # computes stored results is added here
 COMPUTE_MODULES = ("adapter.py", "allocate.py", "cache.py", "conditional.py", "decode.py", "drafter.py", "gdn_layer.py",
+                   "harness.py", "spec.py",
                    "gdn_tree.py", "sampling.py", "tree.py", "verify.py")
 
 
@@ -93,7 +94,8 @@ class ResultsStore:
         """Append one finished row; ``models``: the pair's digests (``Pair.digests``); ``run``:
         the named interleaved run it belongs to (every row also records this process's pass)."""
         row = {"key": row_key(config, prompt_id, self.code, models, run), "config": config, "prompt": prompt_id,
-               "metrics": metrics, "models": models, "run": run, **self._meta, "code": self.code}
+               "metrics": metrics, "models": models, "run": run, **self._meta, "code": self.code,
+               "load_avg_1min": os.getloadavg()[0]}  # what else ran beside a timing row
         line = json.dumps(row, default=float) + "\n"
         with open(self.path, "a") as f:
             if f.tell() and not self._ends_with_newline():

@@ -9,6 +9,7 @@ import itertools
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...core.spec import GenerationSpec, Sampling
 from .loops import is_looping, round_loop_flags
 from .results import ResultsStore
 
@@ -71,18 +72,23 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
                                           gdn_mode=_mode(cfg))
-    tree = cfg.get("tree", "-")  # a DFlash 2 study's axis (``dflash2.D_AXES``); "-": the drafter's own
-    g = generate(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
-                 tree=None if tree == "-" else tree,
-                 block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
-                 temperature=cfg["temperature"], gdn_mode=_mode(cfg), seed=prompt_id,
-                 accept_rule="rejection" if cfg["accept_rule"] == "-" else cfg["accept_rule"], **kwargs)
+    g = generate(pair.target, pair.drafter, ids, spec_of(cfg, seed=prompt_id), **kwargs)
     return {"tokens": g.tokens, "acceptance_lengths": g.acceptance_lengths, "tree_sizes": g.tree_sizes,
             "timings": g.timings, "tau": g.tau, "tokens_per_s": g.tokens_per_s,
             "rounds": len(g.acceptance_lengths), "prompt_len": len(ids),
             "entropy": sum(g.entropies) / max(1, len(g.entropies)),
             "round_in_loop": round_loop_flags(ids, g.tokens, g.acceptance_lengths),
             "ends_in_loop": is_looping(g.tokens)}
+
+
+def spec_of(cfg: dict, seed: int) -> GenerationSpec:
+    """The ``GenerationSpec`` a stored config decodes with (the one translation from a store's
+    labels to the loop's objects: sweeps and the concurrency grid alike)."""
+    tree = cfg.get("tree", "-")  # a DFlash 2 study's axis (``dflash2.D_AXES``); "-": the drafter's own
+    rule = "rejection" if cfg.get("accept_rule", "-") == "-" else cfg["accept_rule"]
+    return GenerationSpec(method=cfg["method"], budget=cfg["budget"] or 1, block_size=cfg["block_size"] or 2,
+                          max_new_tokens=cfg["max_new_tokens"], sampling=Sampling(cfg["temperature"], rule, seed),
+                          tree=None if tree == "-" else tree, gdn_mode=_mode(cfg))
 
 
 def mode_name(label: str) -> str:

@@ -28,7 +28,7 @@ from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cos
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import pooled
-from ..plumbing.sweep import AXES, mode_name, normalise, run_rows
+from ..plumbing.sweep import AXES, mode_name, normalise, run_rows, spec_of
 
 C_AXES = AXES + ("concurrency",)
 
@@ -113,11 +113,7 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
             pair.target, pair.drafter, [prompts(pair, p) for p in range(grid.num_prompts)],
             block_size=cfg["block_size"], gdn_mode=mode, directory=cost_dir, batches=grid.cost_batches,
             budgets=grid.cost_budgets)
-    gens = generate_batch(pair.target, pair.drafter, ids, method=cfg["method"], budget=cfg["budget"] or 1,
-                          block_size=cfg["block_size"] or 2, max_new_tokens=cfg["max_new_tokens"],
-                          temperature=cfg["temperature"], gdn_mode=mode, seed=group * cfg["concurrency"],
-                          accept_rule="rejection" if cfg.get("accept_rule", "-") == "-" else cfg["accept_rule"],
-                          **kwargs)
+    gens = generate_batch(pair.target, pair.drafter, ids, spec_of(cfg, seed=group * cfg["concurrency"]), **kwargs)
     return _metrics(pids, ids, gens)
 
 

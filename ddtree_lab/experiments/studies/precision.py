@@ -3,7 +3,7 @@
 mask is exact up to floating-point rounding; in bf16 near-ties make tree and chain differ.)
 
 - ``per_node_errors``: tree logits vs the per-path full forward, in a chosen dtype, with or
-  without ``adapter.float64_harness()``;
+  without ``harness.float64_harness()``;
 - ``routing_identical``: does every MoE router pick the same experts in the tree forward as
   in the per-path forward (hooks on ``DeepseekV3TopkRouter``)?
 - ``near_tie_flips``: the argmax flips and their top-2 margins;
@@ -19,7 +19,8 @@ import pandas as pd
 import torch
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
-from ...core import adapter
+from ...core.gdn_layer import gdn_mode
+from ...core.harness import float64_harness
 from ...core.tree import DraftTree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ...core.cache import commit
@@ -47,7 +48,7 @@ def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, har
                     gdn_mode: str = "wy", oracle: torch.Tensor | None = None) -> pd.DataFrame:
     """Tree verify vs per-path full forward, both computed in ``dtype``.
 
-    harness: run both under ``adapter.float64_harness()`` (dtype-preserving norms, softmax,
+    harness: run both under ``harness.float64_harness()`` (dtype-preserving norms, softmax,
     router, GDN kernel); without it the stock modules upcast to float32 internally.
     oracle: the ``tree_logits_reference`` [N+1, V] of the same (model, dtype, harness), if already
     computed (they do not depend on ``gdn_mode``).
@@ -55,7 +56,7 @@ def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, har
     argmax_tree, argmax_path, margin (top-2 gap of the path logits), flip (argmax differs).
     """
     m = in_dtype(model, dtype)
-    with adapter.float64_harness() if harness else contextlib.nullcontext():
+    with float64_harness() if harness else contextlib.nullcontext():
         tree_l = tree_logits(m, prefix_ids, tree, gdn_mode).double()  # [N+1, V]
         path_l = (tree_logits_reference(m, prefix_ids, tree) if oracle is None else oracle).double()  # [N+1, V]
     return pd.DataFrame({
@@ -108,7 +109,7 @@ def routing_identical(model, prefix_ids, tree: DraftTree, dtype=None, harness: b
     """
     m = model if dtype is None else in_dtype(model, dtype)
     rows = []
-    with adapter.float64_harness() if harness else contextlib.nullcontext(), record_routing(m) as rec:
+    with float64_harness() if harness else contextlib.nullcontext(), record_routing(m) as rec:
         tree_logits(m, prefix_ids, tree)
         tree_routes = dict(rec)  # {layer: (scores, idx)}, rows = tree nodes
         for i in range(len(tree)):
@@ -213,14 +214,14 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
         ids = prompt_tokens(pair.tokenizer, p)
         cases.append((ids[:-1], build_tree(first_draft_logits(pair.target, pair.drafter, ids, 8), ids[-1], budget)))
     rows = []
-    for setting, dtype, harness in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
+    for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
         m = in_dtype(pair.target, dtype)
-        with adapter.float64_harness() if harness else contextlib.nullcontext():
+        with float64_harness() if proof else contextlib.nullcontext():
             oracles = [tree_logits_reference(m, prefix, tree) for prefix, tree in cases]
         for mode in (modes if pair.arch == "gdn" else ("-",)):
-            errs = [per_node_errors(m, prefix, tree, dtype, harness, _mode(mode), oracle)
+            errs = [per_node_errors(m, prefix, tree, dtype, proof, _mode(mode), oracle)
                     for (prefix, tree), oracle in zip(cases, oracles)]
-            commit = _commit_err(m, cases, mode) if harness and mode != "naive" else None
+            commit = _commit_err(m, cases, mode) if proof and gdn_mode(_mode(mode)).exact else None
             rows.append({"arch": pair.arch, "mode": mode, "setting": setting, "budget": budget,
                          "prompts": len(cases), "max_err": max(float(e.err.max()) for e in errs),
                          "flips": sum(int(e.flip.sum()) for e in errs), "commit_err": commit})
@@ -233,6 +234,6 @@ def _mode(mode: str) -> str:
 
 def _commit_err(model, cases, mode: str) -> float:
     """Max cache error after verify + commit of each tree's deepest path (float64 harness)."""
-    with adapter.float64_harness():
+    with float64_harness():
         return max(max(commit_state_error(model, prefix, tree, tree.path_to(int(tree.depths.argmax())),
                                           _mode(mode)).values()) for prefix, tree in cases)

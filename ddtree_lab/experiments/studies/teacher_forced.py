@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from ...core import tree as tree_mod
 from ...core.decode import start, tree_rule
+from ...core.gdn_layer import gdn_mode as as_gdn_mode
 from ...core.verify import GDN_MODES, verify
 from ..plumbing.sweep import exact_mode
 
@@ -82,7 +83,7 @@ def teacher_forced(target, drafter, texts: Sequence[Sequence[int]], starts: Sequ
 
     -> DataFrame rows (label, text, position, method ["dflash" | "ddtree"], budget, acceptance).
     """
-    if gdn_mode not in GDN_MODES or gdn_mode == "naive":
+    if gdn_mode not in GDN_MODES or not as_gdn_mode(gdn_mode).exact:
         raise ValueError(f"gdn_mode must be an exact mode ('fork' or 'wy'), got {gdn_mode!r}")
     if len(texts) != len(starts):
         raise ValueError(f"starts must have one entry per text ({len(texts)}), got {len(starts)}")

@@ -127,7 +127,8 @@ def _time_gdn_modes(model, cache, tree, repeats: int, stock) -> dict:
             else:
                 work = cache.snapshot()
                 t_verify, _ = timed(lambda: verify(model, work, tree, mode))
-                t_commit, _ = timed(lambda: commit(model, work, tree, path)) if mode != "naive" else (None, None)
+                t_commit, _ = timed(lambda: commit(model, work, tree, path)) if gdn_layer.gdn_mode(mode).exact \
+                    else (None, None)
             if r:
                 times[(mode, "verify")].append(t_verify)
                 times[(mode, "commit")].append(t_commit)
@@ -250,7 +251,7 @@ def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int =
             for mode in GDN_MODES:
                 work = cache.snapshot()
                 runs[(mode, "verify")].append(measure(lambda: verify(model, work, tree, mode)))
-                if mode != "naive":
+                if gdn_layer.gdn_mode(mode).exact:
                     runs[(mode, "commit")].append(measure(lambda: commit(model, work, tree, path)))
     return pd.DataFrame([_breakdown_row(mode, part, parts) for (mode, part), parts in runs.items()])
 

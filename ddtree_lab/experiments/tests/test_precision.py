@@ -84,12 +84,12 @@ def test_chain_vs_tree_bf16(case):
 
 @pytest.mark.parametrize("mode", ["fork", "wy"])
 def test_commit_state_error_is_rounding_only(mode):
-    from ddtree_lab.core import adapter
+    from ddtree_lab.core import harness
     from ddtree_lab.experiments.studies.precision import commit_state_error
     model = build_target("gdn-toy", dtype=torch.float64)
     tree = build_tree(torch.randn(4, 64) * 2, 3, 12)
     path = tree.path_to(int(tree.depths.argmax()))
-    with adapter.float64_harness():
+    with harness.float64_harness():
         err = commit_state_error(model, [1, 2, 3, 4, 5], tree, path, mode)
     print(err)
     assert max(err.values()) < 1e-12

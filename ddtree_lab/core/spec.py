@@ -1,0 +1,150 @@
+"""One generation spec: what a ``decode.generate`` call decodes, validated once when it is built.
+
+``GenerationSpec`` (frozen) holds the method, the budget, the block size, the length, the
+sampling (``Sampling``: temperature with its acceptance rule and the seed), the tree rule's
+name and the GDN mode as its object. It checks everything it can without the models; what
+needs the models (the drafter's block size, the vocabulary, the positions) is checked once
+per generation in ``decode.check_generate_args``. Nothing in the loop validates again.
+
+    spec = GenerationSpec(method="ddtree", budget=16)                  # or generate(..., budget=16)
+    spec = GenerationSpec(method="ddtree", budget=64, sampling=Sampling(0.7, seed=3))
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from .gdn_layer import GdnMode, gdn_mode as as_gdn_mode
+from .sampling import ACCEPT_RULES
+
+METHODS = ("ar", "dflash", "ddtree")
+TREES = ("unary", "conditional")
+MAX_BUDGET = 1024
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """temperature (0: greedy), accept_rule (``sampling.ACCEPT_RULES``, the walk at T > 0:
+    "rejection", DFlash's rule with the drafter's q, or "target", target-only matching) and
+    seed (an int >= 0; sequence b of a batch samples with seed + b)."""
+    temperature: float = 0.0
+    accept_rule: str = "rejection"
+    seed: int = 0
+
+    def __post_init__(self):
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
+        if self.accept_rule not in ACCEPT_RULES:
+            raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, got {self.accept_rule!r}")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def rejection(self) -> bool:
+        """True when the round draws its tree from the drafter's q and walks it by rejection."""
+        return not self.greedy and self.accept_rule == "rejection"
+
+
+def _check_per_prompt(name: str, value, check) -> None:
+    for v in (value if isinstance(value, tuple) else (value,)):
+        check(v)
+
+
+def _check_budget(b) -> None:
+    if b != "auto" and (not _is_int(b) or not 1 <= b <= MAX_BUDGET):
+        raise ValueError(f"budget must be an int in [1, {MAX_BUDGET}] or 'auto', got {b!r}")
+
+
+def _check_new(n) -> None:
+    if not _is_int(n) or n < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {n!r}")
+
+
+@dataclass(frozen=True)
+class GenerationSpec:
+    """What one generation decodes.
+
+    method: ``METHODS``; budget: draft nodes per DDTree round (an int in [1, MAX_BUDGET]) or
+    "auto" (``allocate.auto_trees``; needs a cost model), or a tuple with one int per prompt of
+    a batch; block_size: drafter block (>= 2; its upper bound is the drafter's, checked with the
+    models); max_new_tokens: an int, or a tuple with one per prompt; sampling: ``Sampling``;
+    tree: "unary" / "conditional" / None (the drafter's own); gdn_mode: a ``GdnMode`` (a name
+    is resolved once, here).
+    """
+    method: str = "ddtree"
+    budget: int | str | tuple = 32
+    block_size: int = 8
+    max_new_tokens: int | tuple = 128
+    sampling: Sampling = field(default_factory=Sampling)
+    tree: str | None = None
+    gdn_mode: GdnMode | str = "wy"
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        for name in ("budget", "max_new_tokens"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if self.method != "ar":
+            _check_per_prompt("budget", self.budget, _check_budget)
+            if isinstance(self.budget, tuple) and "auto" in self.budget:
+                raise ValueError(f"budget must be an int, one int per prompt, or 'auto' (for the whole batch), "
+                                 f"got {self.budget!r}")
+            if not _is_int(self.block_size) or self.block_size < 2:
+                raise ValueError(f"block_size must be an int >= 2, got {self.block_size!r}")
+        _check_per_prompt("max_new_tokens", self.max_new_tokens, _check_new)
+        if not isinstance(self.sampling, Sampling):
+            raise ValueError(f"sampling must be a Sampling, got {type(self.sampling).__name__}")
+        if self.tree is not None and self.tree not in TREES:
+            raise ValueError(f"tree must be one of {TREES} or None (the drafter's own), got {self.tree!r}")
+        object.__setattr__(self, "gdn_mode", as_gdn_mode(self.gdn_mode))
+
+    @classmethod
+    def build(cls, spec: "GenerationSpec | None" = None, **kwargs) -> "GenerationSpec":
+        """``spec`` itself, or one built from keyword arguments: the spec's fields, plus
+        temperature / accept_rule / seed for its ``Sampling``."""
+        if spec is not None:
+            if kwargs:
+                raise ValueError(f"pass a spec or keyword arguments, not both (got spec and {sorted(kwargs)})")
+            if not isinstance(spec, cls):
+                raise ValueError(f"spec must be a GenerationSpec, got {type(spec).__name__}")
+            return spec
+        sampling = {k: kwargs.pop(k) for k in ("temperature", "accept_rule", "seed") if k in kwargs}
+        if "sampling" in kwargs and sampling:
+            raise ValueError("pass sampling or temperature / accept_rule / seed, not both")
+        unknown = set(kwargs) - {f for f in cls.__dataclass_fields__}
+        if unknown:
+            raise TypeError(f"unknown generation argument(s) {sorted(unknown)}; allowed: "
+                            f"{sorted(cls.__dataclass_fields__) + ['accept_rule', 'seed', 'temperature']}")
+        return cls(**kwargs, **({"sampling": Sampling(**sampling)} if sampling else {}))
+
+    def per_prompt(self, count: int) -> tuple[list, list]:
+        """(budgets, max_new_tokens), one of each per prompt of a batch of ``count``."""
+        return _per_prompt("budget", self.budget, count), _per_prompt("max_new_tokens", self.max_new_tokens, count)
+
+    def with_(self, **changes) -> "GenerationSpec":
+        """A copy with ``changes`` (validated again)."""
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        """Plain names and numbers, for a stored row."""
+        d = asdict(self)
+        d["gdn_mode"] = self.gdn_mode.name
+        return d
+
+
+def _per_prompt(name: str, value, count: int) -> list:
+    if isinstance(value, tuple):
+        if len(value) != count:
+            raise ValueError(f"{name} must be one value or a list of {count} (one per prompt), got {len(value)} values")
+        return list(value)
+    return [value] * count
