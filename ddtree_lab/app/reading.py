@@ -86,6 +86,7 @@ def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
     """Notebook 00: does this generation fall into a repetition loop, and tau outside it.
     A loop is trivially predictable, so tau over looping rounds flatters the drafter."""
     from ..experiments.plumbing.loops import loop_period, loop_split, round_loop_flags
+    prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
     flags = round_loop_flags(prompt_ids, tokens, acceptance_lengths)
     split = loop_split(acceptance_lengths, flags)
     if not any(flags):
