@@ -168,7 +168,7 @@ def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
 
 def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
     """Notebook 07: why the published shrinking best budget does not reproduce here."""
-    lo, hi = t0.index.min(), t0.index.max()
+    hi = t0.index.max()
     path = ", ".join(f"{int(b)} (c={c})" for c, b in t0.best_budget.items())
     return (f"{arch}'s best budget goes {path}: the published shrinkage assumes a verify whose cost grows with "
             f"the batch's total nodes, and here a budget-{int(t0.best_budget[hi])} tree still paid for itself "

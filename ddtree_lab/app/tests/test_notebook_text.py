@@ -13,13 +13,13 @@ import pytest
 
 from ddtree_lab.app.notebooks import EXECUTED_DIR, notebook_paths
 
-NUMBER = re.compile(r"(?<![\w.\-])(?:(?:~|about |exactly |within )\s*)?-?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w.]*\w)",
+NUMBER = re.compile(r"(?<![\w.\-])(?:(?:~|about |exactly )\s*)?-?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w.]*\w)",
                     re.IGNORECASE)
 ATTRIBUTION = re.compile(r"arXiv \d{4}\.\d{4,5}|\bpublished\b|\bPR \d+|\breports?\b", re.IGNORECASE)
 # numbers that name a thing, not a measurement: a section, a notebook, an issue, a paper's step
 NAMING = re.compile(r"(?:section|sections|notebook|notebooks|issue|Prop\.|PR|step|steps|cell|K2\.|V|Qwen|rank|T =|T=|"
                     r"depth|budget|block|period|batch|concurrency|top-|width|#)\s*$", re.IGNORECASE)
-APPROXIMATE = ("~", "about ", "exactly ", "within ")   # a quantity stated as measured: must be rendered
+APPROXIMATE = ("~", "about ", "exactly ")   # a quantity stated as measured: must be rendered
 
 
 def _sentences(text: str) -> list[str]:
@@ -59,7 +59,7 @@ def unattributed_numbers(nb) -> list[tuple[int, str, str]]:
                 written = m.group(0).strip()
                 if NAMING.search(sentence[:m.start()]):
                     continue
-                bare = re.sub(r"^(~|about|exactly|within)\s*", "", written, flags=re.IGNORECASE)
+                bare = re.sub(r"^(~|about|exactly)\s*", "", written, flags=re.IGNORECASE)
                 if written.lower().startswith(APPROXIMATE):
                     ok = written.lower() in outputs.lower()
                 else:
