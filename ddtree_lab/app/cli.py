@@ -3,29 +3,41 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import torch
 
+from ..common import DATA_DIR
+from ..core.models import load_target
+from ..train import data
+from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
+from ..train.drafters import train_drafter, train_drafter2
+from ..train.pair import load_pair
+from ..train.targets import train_target
+from ..experiments.plumbing.results import ResultsStore
+from ..experiments.plumbing.summary import summarize
+from ..experiments.plumbing.sweep import expand_grid, run_sweep
+from ..experiments.studies import concurrency as conc
+from ..experiments.studies.bench import run_bench
+from ..experiments.studies.dflash2 import run_dflash2
+from ..experiments.studies.official import run_with_official
+from ..experiments.studies.quality import run_quality
+from .readme import README, TABLES_JSON, write_readme
+
 
 def _cmd_train_tokenizer(args):
-    from ..train import data
     tok = data.train_tokenizer(data.corpus_texts()["train"], vocab_size=args.vocab_size)
     print(f"tokenizer: {tok.get_vocab_size()} tokens -> {data.TOKENIZER_PATH}")
 
 
 def _cmd_train_target(args):
-    from ..train.targets import train_target
-    from ..train.checkpoints import ckpt_path
     man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
                        out=ckpt_path(args.arch, "target", _ckpt_root(args)), device=args.device)
     print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
 
 
 def _cmd_train_drafter(args):
-    from ..train.drafters import train_drafter
     root = _ckpt_root(args)
-    from ..train.checkpoints import ckpt_path
-    from ..core.models import load_target
     man = train_drafter(args.arch, args.preset,
                         target=load_target(ckpt_path(args.arch, "target", root), device=args.device),
                         out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
@@ -33,30 +45,21 @@ def _cmd_train_drafter(args):
 
 
 def _cmd_train_drafter2(args):
-    from ..train.drafters import train_drafter2
     man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time", "unary",
                                                               "selector"))}))
 
 
 def _cmd_dflash2(args):
-    from ..experiments.studies.dflash2 import run_dflash2
     run_dflash2(tuple(args.archs), args.study_prompts, args.lossless_prompts, args.tf_problems)
 
 
 def _ckpt_root(args):
-    from ..train.checkpoints import CKPT_DIR
-    from ..common import DATA_DIR
     return DATA_DIR / "checkpoints-quick" if args.preset == "quick" else CKPT_DIR
 
 
 def _cmd_train_all(args):
     """Tokenizer, both targets, both drafters; finished stages (same preset) are skipped."""
-    from ..train import data
-    from ..train.checkpoints import ckpt_path
-    from ..train.drafters import train_drafter
-    from ..core.models import load_target
-    from ..train.targets import train_target
     args.preset = "quick" if args.quick else "default"
     root = _ckpt_root(args)
     if args.retrain_tokenizer or not data.TOKENIZER_PATH.is_file():
@@ -72,7 +75,6 @@ def _cmd_train_all(args):
 
 def _finished(path, preset) -> bool:
     """A shipped checkpoint of this preset whose files all match their hashes."""
-    from ..train.checkpoints import check_manifest
     try:
         return check_manifest(path).get("preset") == preset
     except (FileNotFoundError, ValueError):
@@ -81,25 +83,18 @@ def _finished(path, preset) -> bool:
 
 def _pairs(archs) -> dict:
     """{arch: Pair} of the shipped checkpoints."""
-    from ..train.pair import load_pair
     return {arch: load_pair(arch) for arch in archs}
 
 
 def _cmd_quality(args):
-    from ..experiments.studies.quality import run_quality
     run_quality(_pairs(args.archs), num_prompts=args.prompts)
 
 
 def _cmd_bench(args):
-    from ..experiments.studies.bench import run_bench
     run_bench(_pairs(("gdn", "mla")), num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.plumbing.summary import summarize
-    from ..experiments.plumbing.sweep import expand_grid, run_sweep
-    from ..experiments.studies.official import run_with_official
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
@@ -111,8 +106,6 @@ def _cmd_sweep(args):
 
 def _cmd_concurrency(args):
     """Budget x concurrency sweep (resumable store "concurrency"; a progress bar), then its table."""
-    from dataclasses import replace
-    from ..experiments.studies import concurrency as conc
     grid = conc.GRIDS["smoke" if args.smoke else "full"]
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in
                  (("archs", args.archs), ("concurrency", args.concurrency), ("budgets", args.budgets),
@@ -127,13 +120,12 @@ def _cmd_concurrency(args):
 
 
 def _cmd_readme(args):
-    from .readme import README, TABLES_JSON, write_readme
     tables = write_readme(args.blocks)
     print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name} and {README.name}")
 
 
 def _cmd_notebooks(args):
-    from .notebooks import run_all
+    from .notebooks import run_all  # late: nbformat takes ~3 s to import; no other command needs it
     run_all(smoke=args.smoke)
 
 

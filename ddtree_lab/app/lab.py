@@ -3,12 +3,15 @@ from ``ddtree_lab.load_pair``, passed explicitly)."""
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import numpy as np
+import pandas as pd
 import torch
+from transformers.utils import logging as hf_logging
 
 from ..common import RESULTS_DIR
-from ..experiments.plumbing.results import ResultsStore
+from ..experiments.plumbing.results import ResultsStore, cached_table_path
 from .claims import Claim
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
@@ -26,7 +29,6 @@ def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
     seed_everything(seed)
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
-    from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()  # the kernel fallback notices: the README explains the kernels once
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
 
@@ -76,7 +78,6 @@ def table(frame, columns=None, rows: int = 15, store: str | None = None, digits:
 
 def describe(config) -> None:
     """Print a frozen config dataclass one field a line ('budgets: 1, 2, 4'), not its repr."""
-    from dataclasses import fields
     print(type(config).__name__)
     for f in fields(config):
         value = getattr(config, f.name)
@@ -102,8 +103,6 @@ def store(name: str, smoke: bool) -> ResultsStore:
 def cached_table(name: str, config: dict, smoke: bool, compute):
     """A DataFrame computed once per (config, code version) and stored as CSV under the
     results folder; a rerun reads it back (the notebook then only redraws)."""
-    import pandas as pd
-    from ..experiments.plumbing.results import cached_table_path
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
     path = cached_table_path(name, config, folder)
     if path.is_file():

@@ -18,9 +18,12 @@ import math
 from pathlib import Path
 
 import matplotlib as mpl
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from IPython import get_ipython
+from IPython.display import display
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
@@ -75,17 +78,11 @@ def show_figure(fig: Figure, name: str, smoke: bool) -> None:
     (folder / f"{name}.png").write_bytes(png)
     _display_png(png, name)
     if fig.canvas.manager is not None:  # made by pyplot: registered, and shown again at cell end
-        import matplotlib.pyplot as plt
         plt.close(fig)
 
 
 def _display_png(png: bytes, name: str) -> None:
     """Publish ``png`` as an inline image when running in an IPython kernel (else nothing)."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        return
     if get_ipython() is None:
         return
     display({"image/png": base64.b64encode(png).decode("ascii"), "text/plain": f"[figure {name}.png]"}, raw=True)

