@@ -48,10 +48,35 @@ def as_goal(claim: "Claim | Goal") -> Goal:
     return claim if isinstance(claim, Goal) else Goal(claim.claim, claim.expected, claim.got, bool(claim.ok))
 
 
+def _unpack(claim, expected, got, ok) -> tuple:
+    """A ``claims.Claim`` or the four values."""
+    if isinstance(claim, Claim):
+        return claim.claim, claim.expected, claim.got, claim.ok
+    return claim, expected, got, ok
+
+
+def check(claim, expected=None, got=None, ok=None) -> None:
+    """Print ``expected / got / match`` for a notebook claim and fail loudly if false.
+    claim: a ``claims.Claim``, or its text with the other three values."""
+    claim, expected, got, ok = _unpack(claim, expected, got, ok)
+    print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")
+    if not ok:
+        raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
+
+
+def compare(claim, expected=None, got=None, reproduced=None) -> bool:
+    """Print a PUBLISHED claim next to what this lab measured, without failing: the lab's
+    answer may be that it does not reproduce here (the notebook then says so)."""
+    claim, expected, got, reproduced = _unpack(claim, expected, got, reproduced)
+    print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {bool(reproduced)}")
+    return bool(reproduced)
+
+
+
 class Record:
     """What one notebook checked, compared with publications and aimed at, in order.
 
-    ``check`` = ``lab.check`` (raises on a failed check), ``compare`` = ``lab.compare`` plus,
+    ``check`` = ``claims.check`` (raises on a failed check), ``compare`` = ``claims.compare`` plus,
     when the published claim does not reproduce, one rendered sentence on why; ``goal``
     prints goal / got / met and never raises. ``goal_list`` is the notebook's goals in one
     block; ``reading.conclusion`` reads the whole record."""
@@ -62,15 +87,13 @@ class Record:
         self.goals: list[Goal] = []
 
     def check(self, claim: "Claim") -> None:
-        from . import lab
-        lab.check(claim)
+        check(claim)
         self.checks.append(claim)
 
     def compare(self, claim: "Claim", why: str | None = None) -> bool:
         """A published claim: printed, never asserted; ``why`` (a ``reading`` sentence) is
         printed when it does not reproduce."""
-        from . import lab
-        reproduced = lab.compare(claim)
+        reproduced = compare(claim)
         if not reproduced and why:
             print(f"  why not:    {why}")
         self.published.append((claim, None if reproduced else why))

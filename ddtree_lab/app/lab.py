@@ -12,7 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from ..common import RESULTS_DIR
 from ..experiments.plumbing.results import ResultsStore, cached_table_path
-from .claims import Claim
+from .claims import Claim, check, compare  # noqa: F401  (lab.check / lab.compare: the notebooks' names)
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
 
@@ -31,30 +31,6 @@ def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
         torch.set_num_threads(cpu_threads)
     hf_logging.set_verbosity_error()  # the kernel fallback notices: the README explains the kernels once
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
-
-
-def _unpack(claim, expected, got, ok) -> tuple:
-    """A ``claims.Claim`` or the four values."""
-    if isinstance(claim, Claim):
-        return claim.claim, claim.expected, claim.got, claim.ok
-    return claim, expected, got, ok
-
-
-def check(claim, expected=None, got=None, ok=None) -> None:
-    """Print ``expected / got / match`` for a notebook claim and fail loudly if false.
-    claim: a ``claims.Claim``, or its text with the other three values."""
-    claim, expected, got, ok = _unpack(claim, expected, got, ok)
-    print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")
-    if not ok:
-        raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
-
-
-def compare(claim, expected=None, got=None, reproduced=None) -> bool:
-    """Print a PUBLISHED claim next to what this lab measured, without failing: the lab's
-    answer may be that it does not reproduce here (the notebook then says so)."""
-    claim, expected, got, reproduced = _unpack(claim, expected, got, reproduced)
-    print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {bool(reproduced)}")
-    return bool(reproduced)
 
 
 def check_unless(skip: str | None, claim: Claim) -> None:

@@ -7,6 +7,7 @@ reading and the output above it always agree (``app/tests/test_reading.py``).
 from __future__ import annotations
 
 import pandas as pd
+from ..experiments.plumbing.loops import loop_period, loop_split, round_loop_flags
 
 
 def _pct(x: float) -> str:
@@ -85,7 +86,6 @@ def conclusion(record, findings=()) -> str:
 def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
     """Notebook 00: does this generation fall into a repetition loop, and tau outside it.
     A loop is trivially predictable, so tau over looping rounds flatters the drafter."""
-    from ..experiments.plumbing.loops import loop_period, loop_split, round_loop_flags
     prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
     flags = round_loop_flags(prompt_ids, tokens, acceptance_lengths)
     split = loop_split(acceptance_lengths, flags)
