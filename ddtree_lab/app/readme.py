@@ -23,7 +23,7 @@ from ..experiments.plumbing.spread import format_ratio_columns
 from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
 from ..experiments.studies import dflash2 as d2
-from ..experiments.studies import full_size_cost
+from ..experiments.studies import full_size_cost, round_cost
 from ..experiments.studies.concurrency import (GRIDS, concurrency_store, concurrency_table, grid_frame,
                                                summarize_concurrency)
 from ..experiments.studies.official import chain_divergence
@@ -198,6 +198,44 @@ def render_leak() -> str:
             "state of the rejected tokens in place; tau: all rounds / outside loops):\n\n")
     return head + _table(["target", "block", "reference loop departs from AR", "median first divergence (new token)",
                           "lab DFlash == AR", "reference tau", "lab DFlash tau"], rows)
+
+
+def render_round_cost() -> str:
+    """What a round costs: the quiet round-cost run (phases, tokens/s over the reference loop
+    and over AR) and the lab's verify against its floor."""
+    frame = ResultsStore("round_cost").frame()
+    frame = frame[frame.run == round_cost.ROUND_RUN]
+    t = round_cost.round_table(frame)
+    loads = pd.Series([r.get("load_avg_1min") for r in ResultsStore("round_cost").rows()
+                       if r.get("run") == round_cost.ROUND_RUN], dtype=float)
+    names = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
+    rows = []
+    for arch in ("mla", "gdn"):
+        for r in t[t.arch == arch].itertuples():
+            label = names[r.method] + (f" {r.budget}" if r.method == "ddtree" else "")
+            rows.append([arch, label, f"{r.tau:.2f}", f"{r.total_ms:.1f}",
+                         "-" if r.method == "official" else f"{r.draft_ms:.1f}",
+                         "-" if r.method == "official" else f"{r.verify_ms:.1f}",
+                         format_ratio_columns(r._asdict(), "vs_official"), format_ratio_columns(r._asdict(), "vs_ar")])
+    n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
+    head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
+            f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
+            f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round: the median over prompts, the lab's "
+            "own phase timers, the reference loop exposes none; 'vs' columns: tokens/s over the reference loop's "
+            "and over AR's on the same prompt, median [95% interval]; on the GDN target the reference loop "
+            "departs from AR, see **The leak in the chain**):\n\n")
+    table = _table(["target", "loop", "tau", "ms / round", "draft ms", "verify ms", "vs reference loop", "vs AR"], rows)
+    floor = round_cost.floor_summary(pd.read_csv(RESULTS_DIR / "verify_floor.csv"))
+    frows = [[r.arch, r.budget, r.states, f"{r.lab_ms:.1f}", f"{r.floor_ms:.1f}",
+              format_ratio_columns({"x": r.ratio, "x_lo": r.ratio_lo, "x_hi": r.ratio_hi}, "x")]
+             for r in floor.itertuples()]
+    fhead = ("\n\n**Verify against its floor** (the same script: at real decoding states, every 4th round of greedy "
+             "DDTree runs, the lab's verify as the loop calls it against transformers' stock forward of the same "
+             "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, 10 interleaved "
+             "pairs per state; on GDN the floor's linear layers read the tree as a chain; ratio: median over states "
+             "[95% interval]):\n\n")
+    return head + table + fhead + _table(["target", "budget", "states", "lab verify ms", "floor ms",
+                                          "verify / floor"], frows)
 
 
 # ----------------------------------------------------------------------------- verify cost, build_tree, exactness
