@@ -639,10 +639,10 @@ def plot_target_curves(summary: pd.DataFrame, block_size: int, metrics=("tau", "
         for i, arch in enumerate(archs):
             g = rows[rows.arch == arch].sort_values("budget")
             ax.plot(g.budget * spread(i, len(archs)), g[metric], ms=6, label=arch, **target_style(arch))
-        if mark_budget is not None:
+        if mark_budget is not None and rows.budget.min() <= mark_budget <= rows.budget.max():
             ax.axvline(mark_budget, ls=":", c="gray", label=f"budget {mark_budget}")
         budget_axis(ax, rows.budget)
-        ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"{metric}, block {block_size}")
+        ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"block {block_size}")
     legend_below(fig, OFFSET_NOTE, ncols=3)
     return fig
 
