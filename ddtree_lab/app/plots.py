@@ -326,8 +326,8 @@ def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]]) -> None:
     bottom, top = ax.get_ylim()
     ax.set_ylim(bottom, top + (0.1 + 0.1 * len(peaks)) * (top - bottom))
     for k, (mode, (b, v)) in enumerate(peaks.items()):
-        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -11 * k),
-                    textcoords="offset points", ha="left", va="top", fontsize=8, color=MODE_COLORS[mode])
+        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -12 * k),
+                    textcoords="offset points", ha="left", va="top", fontsize=9, color=MODE_COLORS[mode])
 
 
 def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int]) -> None:
