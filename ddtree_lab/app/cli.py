@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import torch
 
-from ..common import DATA_DIR
+from ..common import DATA_DIR, RESULTS_DIR
 from ..core.models import load_target
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
 from ..train.drafters import train_drafter, train_drafter2
-from ..train.pair import load_pair
+from ..train.pair import load_pair, pair_from_dirs
 from ..train.targets import train_target
 from ..experiments.plumbing.results import ResultsStore
 from ..experiments.plumbing.summary import summarize
@@ -86,12 +86,57 @@ def _pairs(archs) -> dict:
     return {arch: load_pair(arch) for arch in archs}
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _pair_args(s) -> None:
+    """The options of every command that decodes a pair of one's own."""
+    s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
+    s.add_argument("--drafter", default=None, help="a published-format DFlash drafter directory for --target")
+    s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
+    s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
+    s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
+
+
+def _prompt_count_or_file(value: str):
+    """--prompts: a count of HumanEval prompts (an int >= 1) or a JSON-lines file of prompts."""
+    if value.isdigit():
+        if int(value) < 1:
+            raise argparse.ArgumentTypeError(f"--prompts must be an int >= 1 or a .jsonl file, got {value}")
+        return int(value)
+    return value
+
+
+def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
+    """({arch: Pair}, prompt ids, results directory) of a decoding command: the shipped pairs
+    on HumanEval write into data/results; a pair from directories or a prompts file writes into
+    data/results/pairs/<pair tag>[-<prompts digest>]/, so the README never reads its rows."""
+    if (args.target is None) != (args.drafter is None):
+        raise SystemExit("--target and --drafter go together: a target directory and the drafter trained for it")
+    if args.target is not None:
+        pair = pair_from_dirs(args.target, args.drafter, dtype=DTYPES[args.dtype], device=args.device)
+        pairs = {pair.arch: pair}
+    else:
+        pairs = {a: load_pair(a, dtype=DTYPES[args.dtype], device=args.device) for a in archs}
+    directory = RESULTS_DIR
+    if isinstance(args.prompts, str):
+        pairs = {a: p.with_prompts(args.prompts, args.field) for a, p in pairs.items()}
+    if args.target is not None or isinstance(args.prompts, str) or args.dtype != "float32":
+        tags = "_".join(p.tag for p in pairs.values())
+        directory = RESULTS_DIR / "pairs" / (tags + ("-" + next(iter(pairs.values())).prompt_source.split(":")[0]
+                                                     if isinstance(args.prompts, str) else "") + f"-{args.dtype}")
+    count = next(iter(pairs.values())).num_prompts if isinstance(args.prompts, str) else args.prompts
+    return pairs, list(range(count)), directory
+
+
 def _cmd_quality(args):
     run_quality(_pairs(args.archs), num_prompts=args.prompts)
 
 
 def _cmd_bench(args):
-    run_bench(_pairs(("gdn", "mla")), num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
+    pairs, prompts, directory = _chosen_pairs(args, ("gdn", "mla"))
+    run_bench(pairs, num_prompts=len(prompts), fresh=args.fresh, directory=directory,
+              max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
@@ -99,8 +144,9 @@ def _cmd_sweep(args):
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store), _pairs(args.archs),
-                      runner=run_with_official)
+    pairs, prompts, directory = _chosen_pairs(args, args.archs)
+    grid = [c for c in grid if c["arch"] in pairs]
+    frame = run_sweep(grid, prompts, ResultsStore(args.store, directory), pairs, runner=run_with_official)
     print(summarize(frame).round(3).to_string(index=False))
 
 
@@ -173,7 +219,9 @@ def main(argv=None):
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.set_defaults(func=_cmd_quality)
     s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
-    s.add_argument("--prompts", type=int, default=10)
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
+                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
+    _pair_args(s)
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
     s.set_defaults(func=_cmd_bench)
@@ -185,8 +233,10 @@ def main(argv=None):
     s.add_argument("--block-sizes", nargs="+", type=int, default=[8])
     s.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
     s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--prompts", type=int, default=10, help="HumanEval prompts 0..N-1")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
+                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
     s.add_argument("--store", default="sweeps", help="results store name under data/results/")
+    _pair_args(s)
     s.set_defaults(func=_cmd_sweep)
     s = sub.add_parser("concurrency", help="budget x concurrency sweep of batched AR / DFlash / DDTree (resumable)")
     s.add_argument("--smoke", action="store_true", help="the seconds-long grid, into data/results/smoke/")

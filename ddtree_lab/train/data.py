@@ -130,6 +130,33 @@ def humaneval_prompts() -> list[str]:
     return [p["prompt"] for p in humaneval_problems()]
 
 
+def load_prompt_file(path, field: str) -> list[str]:
+    """The prompts of a JSON-lines file: the string ``field`` of every line (blank lines
+    skipped). A missing file, a line that is not a JSON object, a line without ``field`` or
+    with a non-string value, or no prompt at all is a ``ValueError`` naming the file, the line
+    and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"prompts must be a JSON-lines file, got {path} (no such file)")
+    texts = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{n}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict) or field not in row:
+            keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{path}:{n}: field {field!r} missing (the line has {keys}); pass --field NAME")
+        if not isinstance(row[field], str) or not row[field]:
+            raise ValueError(f"{path}:{n}: field {field!r} must be a non-empty string, got {row[field]!r}")
+        texts.append(row[field])
+    if not texts:
+        raise ValueError(f"{path}: no prompt in the file")
+    return texts
+
+
 def prompt_tokens(tok, index: int) -> list[int]:
     """Token ids of HumanEval prompt ``index`` (0..163)."""
     return tok.encode(humaneval_prompts()[index]).ids

@@ -11,7 +11,6 @@ from tqdm.auto import tqdm
 
 from ...core.decode import generate
 from ...core.spec import GenerationSpec, Sampling
-from ...train.data import prompt_tokens
 from .costs import cost_model
 from .loops import is_looping, round_loop_flags
 from .results import ResultsStore, row_key
@@ -67,7 +66,7 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     if cfg["method"] == "official":
         raise ValueError("method 'official' is the field's reference loop: run its grid with "
                          "runner=ddtree_lab.experiments.studies.official.run_with_official")
-    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    ids = pair.prompt_ids(prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],

@@ -18,7 +18,6 @@ import pandas as pd
 
 from ...core.decode import generate
 from ...core.sampling import Marginal
-from ...train.data import prompt_tokens
 from ..plumbing.loops import is_looping
 
 COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",
@@ -195,7 +194,7 @@ def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tok
     ``labels`` go into every row, with ``prompt``."""
     rec = RoundRecorder()
     for p in prompt_ids:
-        ids = prompt_tokens(pair.tokenizer, p)
+        ids = pair.prompt_ids(p)
         rec.start(ids, **labels, prompt=p)
         generate(pair.target, pair.drafter, ids, method="ddtree", budget=budget, block_size=block_size,
                  max_new_tokens=max_new_tokens, on_round=rec, tree=tree)

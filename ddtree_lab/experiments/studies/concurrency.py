@@ -25,7 +25,6 @@ import pandas as pd
 
 from ...common import RESULTS_DIR
 from ...core.decode import generate_batch
-from ...train.data import prompt_tokens
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.results import ResultsStore
@@ -95,7 +94,7 @@ def group_prompts(group: int, concurrency: int, num_prompts: int) -> list[int]:
 
 def humaneval_prompt(pair, prompt_id: int) -> list[int]:
     """HumanEval prompt ``prompt_id`` in the pair's tokenizer."""
-    return prompt_tokens(pair.tokenizer, prompt_id)
+    return pair.prompt_ids(prompt_id)
 
 
 # ----------------------------------------------------------------------------- running

@@ -22,7 +22,6 @@ import torch
 from transformers import DynamicCache
 
 from ...core.decode import PHASES, generate, start
-from ...train.data import prompt_tokens
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.summary import first_divergence
 from ..plumbing.sweep import run_config
@@ -147,5 +146,5 @@ def run_with_official(cfg: dict, prompt_id: int, pair) -> dict:
     (``official_metrics``), for grids that hold it (``run_sweep(..., runner=run_with_official)``)."""
     if cfg["method"] != "official":
         return run_config(cfg, prompt_id, pair)
-    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    ids = pair.prompt_ids(prompt_id)
     return official_metrics(pair, ids, cfg["block_size"], cfg["max_new_tokens"], cfg["temperature"], prompt_id)

@@ -25,7 +25,6 @@ from ...core.harness import float64_harness
 from ...core.tree import DraftTree, build_tree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ...core.cache import commit
-from ...train.data import prompt_tokens
 from ..plumbing.sweep import mode_name
 from .leakage import first_draft_logits
 
@@ -210,7 +209,7 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
     (``commit_state_error`` along the deepest path). One row per (mode, setting)."""
     cases = []
     for p in prompts:
-        ids = prompt_tokens(pair.tokenizer, p)
+        ids = pair.prompt_ids(p)
         cases.append((ids[:-1], build_tree(first_draft_logits(pair.target, pair.drafter, ids, 8), ids[-1], budget)))
     rows = []
     for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):

@@ -34,7 +34,6 @@ from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.tree import ancestor_mask
 from ...core.verify import additive_mask, prefill, verify_batch_unchecked
-from ...train.data import prompt_tokens
 from ..plumbing.measure import timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import paired_ratio
@@ -135,7 +134,7 @@ def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int =
     kind = "hybrid" if pair.arch == "gdn" else "attention"
     rows = []
     for p in prompts:
-        ids = prompt_tokens(pair.tokenizer, p)
+        ids = pair.prompt_ids(p)
         for budget in budgets:
             for r, (seq, tree) in enumerate(round_states(pair, ids, budget, max_new_tokens=max_new_tokens,
                                                          every=every)):
