@@ -175,6 +175,17 @@ def _cmd_notebooks(args):
     run_all(smoke=args.smoke)
 
 
+def _training_parser(sub, name: str, func, what: str, device: bool) -> None:
+    """One training command: --arch, --preset, --max-minutes (and --device where it trains on one)."""
+    s = sub.add_parser(name, help=what)
+    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
+    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    if device:
+        s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
+    s.set_defaults(func=func)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="ddtree-lab", description=__doc__)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -182,24 +193,12 @@ def main(argv=None):
     s = sub.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer into data/")
     s.add_argument("--vocab-size", type=int, default=4096)
     s.set_defaults(func=_cmd_train_tokenizer)
-    s = sub.add_parser("train-target", help="train a target on the stdlib corpus (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
-    s.set_defaults(func=_cmd_train_target)
-    s = sub.add_parser("train-drafter", help="train a DFlash drafter on target rollouts (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
-    s.set_defaults(func=_cmd_train_drafter)
-    s = sub.add_parser("train-drafter2", help="train a DFlash 2 drafter (selector + convolutions) from the "
-                                               "shipped DFlash drafter, on the same data (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.set_defaults(func=_cmd_train_drafter2)
+    for name, func, what, device in (
+            ("train-target", _cmd_train_target, "train a target on the stdlib corpus (resumable)", True),
+            ("train-drafter", _cmd_train_drafter, "train a DFlash drafter on target rollouts (resumable)", True),
+            ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from the "
+                                                    "shipped DFlash drafter, on the same data (resumable)", False)):
+        _training_parser(sub, name, func, what, device)
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
