@@ -538,6 +538,8 @@ BLOCKS = {
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
     "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
     "official": Block(("data/results/bench.csv",), "ddtree-lab bench", render_official),
+    "round_cost": Block(("data/results/round_cost.jsonl", "data/results/verify_floor.csv"),
+                        "python scripts/bench_round.py", render_round_cost),
     "leak": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_leak),
     "teacher_forced": Block(("data/results/teacher_forced.jsonl",), "bash scripts/lab.sh (notebook 05)",
                             render_teacher_forced),
