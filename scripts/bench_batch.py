@@ -37,7 +37,7 @@ from ddtree_lab.core import verify as vmod
 from ddtree_lab.core.models import build_target, count_parameters
 from ddtree_lab.core.verify import prefill, verify
 from ddtree_lab.experiments.plumbing.spread import ratio_columns
-from ddtree_lab.experiments.plumbing.measure import LiveBytes, random_prefix, random_tree
+from ddtree_lab.experiments.plumbing.measure import LiveBytes, random_prefix, random_tree, timed
 from ddtree_lab.experiments.plumbing.measure import interleaved as measure_interleaved
 
 OUT = RESULTS_DIR / "bench_batch.csv"
@@ -45,9 +45,7 @@ clock = time.thread_time  # CPU seconds of this thread: robust to other jobs sha
 
 
 def timed_ms(fn) -> float:
-    start = clock()
-    fn()
-    return 1e3 * (clock() - start)
+    return timed(fn, clock)[0]
 
 
 def interleaved_times(fns: dict, repeats: int) -> dict:

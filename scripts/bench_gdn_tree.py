@@ -12,14 +12,13 @@ Modes, one GDN layer, one sequence, float32, single thread, median of REPEATS ru
 Usage: PYTHONPATH=. python scripts/bench_gdn_tree.py [--large]
 """
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
 from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta_rule
 
 from ddtree_lab.core.tree import ancestor_mask_from_parents as ancestor_mask, tree_depths
+from ddtree_lab.experiments.plumbing.measure import median_seconds
 from ddtree_lab.core.gdn_tree import (chain_parents, gated_delta_fork, gated_delta_wy, normalize_qk)
 
 REPEATS = 7
@@ -35,13 +34,7 @@ def tree_parents(kind, budget, gen):
 
 
 def median_ms(fn):
-    fn()  # warm-up
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
+    return 1e3 * median_seconds(fn, REPEATS, warmup=1)
 
 
 def bench_one(kind, budget, H, dk, dv, gen):

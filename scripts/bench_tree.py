@@ -9,13 +9,12 @@ Results -> data/results/bench_tree.csv (the README's build_tree table).
 """
 from __future__ import annotations
 
-import statistics
-import time
 
 import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.measure import median_seconds
 from ddtree_lab.core.tree import (_best_first, _log_normaliser, _top_ranks, accept,
                              ancestor_mask, build_tree)
 
@@ -28,14 +27,7 @@ OUT = RESULTS_DIR / "bench_tree.csv"
 
 def median_ms(fn, *args) -> float:
     """Median wall time of fn(*args) in milliseconds over RUNS calls, after WARMUP calls."""
-    for _ in range(WARMUP):
-        fn(*args)
-    times = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * median_seconds(lambda: fn(*args), RUNS, WARMUP)
 
 
 def torch_part(logits: torch.Tensor, budget: int) -> list[list[float]]:

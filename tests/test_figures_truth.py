@@ -8,7 +8,9 @@ from ddtree_lab.app import plots
 
 
 def _legend(ax) -> list[str]:
-    return [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+    """The labels of the axes' own legend and of its figure's legends (``plots.legend_below``)."""
+    legends = ([ax.get_legend()] if ax.get_legend() else []) + list(ax.figure.legends)
+    return [t.get_text() for leg in legends for t in leg.get_texts()]
 
 
 def test_value_axis_labels_each_value_once_in_plain_numbers():

@@ -94,7 +94,7 @@ def test_tests_live_beside_their_module():
     beside = {p.parent.parent.name for p in TEST_FILES if p.parent.name == "tests" and p.parent.parent.parent.name == "ddtree_lab"}
     assert beside == {"core", "train", "experiments", "app"}
     assert sorted(p.name for p in (ROOT / "tests").glob("test_*.py")) == [
-        "test_figures_truth.py", "test_helpers.py", "test_layers.py", "test_main_job.py", "test_project.py"]
+        "test_figures_truth.py", "test_helpers.py", "test_imports.py", "test_layers.py", "test_main_job.py", "test_project.py"]
 
 
 def test_no_test_file_imports_another():

@@ -3,29 +3,41 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import torch
 
+from ..common import DATA_DIR, RESULTS_DIR
+from ..core.models import load_target
+from ..train import data
+from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
+from ..train.drafters import train_drafter, train_drafter2
+from ..train.pair import load_pair, pair_from_dirs
+from ..train.targets import train_target
+from ..experiments.plumbing.results import ResultsStore
+from ..experiments.plumbing.summary import summarize
+from ..experiments.plumbing.sweep import expand_grid, run_sweep
+from ..experiments.studies import concurrency as conc
+from ..experiments.studies.bench import run_bench
+from ..experiments.studies.dflash2 import run_dflash2
+from ..experiments.studies.official import run_with_official
+from ..experiments.studies.quality import run_quality
+from .readme import README, TABLES_JSON, write_readme
+
 
 def _cmd_train_tokenizer(args):
-    from ..train import data
     tok = data.train_tokenizer(data.corpus_texts()["train"], vocab_size=args.vocab_size)
     print(f"tokenizer: {tok.get_vocab_size()} tokens -> {data.TOKENIZER_PATH}")
 
 
 def _cmd_train_target(args):
-    from ..train.targets import train_target
-    from ..train.checkpoints import ckpt_path
     man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
                        out=ckpt_path(args.arch, "target", _ckpt_root(args)), device=args.device)
     print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
 
 
 def _cmd_train_drafter(args):
-    from ..train.drafters import train_drafter
     root = _ckpt_root(args)
-    from ..train.checkpoints import ckpt_path
-    from ..core.models import load_target
     man = train_drafter(args.arch, args.preset,
                         target=load_target(ckpt_path(args.arch, "target", root), device=args.device),
                         out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
@@ -33,30 +45,21 @@ def _cmd_train_drafter(args):
 
 
 def _cmd_train_drafter2(args):
-    from ..train.drafters import train_drafter2
     man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time", "unary",
                                                               "selector"))}))
 
 
 def _cmd_dflash2(args):
-    from ..experiments.studies.dflash2 import run_dflash2
     run_dflash2(tuple(args.archs), args.study_prompts, args.lossless_prompts, args.tf_problems)
 
 
 def _ckpt_root(args):
-    from ..train.checkpoints import CKPT_DIR
-    from ..common import DATA_DIR
     return DATA_DIR / "checkpoints-quick" if args.preset == "quick" else CKPT_DIR
 
 
 def _cmd_train_all(args):
     """Tokenizer, both targets, both drafters; finished stages (same preset) are skipped."""
-    from ..train import data
-    from ..train.checkpoints import ckpt_path
-    from ..train.drafters import train_drafter
-    from ..core.models import load_target
-    from ..train.targets import train_target
     args.preset = "quick" if args.quick else "default"
     root = _ckpt_root(args)
     if args.retrain_tokenizer or not data.TOKENIZER_PATH.is_file():
@@ -72,7 +75,6 @@ def _cmd_train_all(args):
 
 def _finished(path, preset) -> bool:
     """A shipped checkpoint of this preset whose files all match their hashes."""
-    from ..train.checkpoints import check_manifest
     try:
         return check_manifest(path).get("preset") == preset
     except (FileNotFoundError, ValueError):
@@ -81,38 +83,75 @@ def _finished(path, preset) -> bool:
 
 def _pairs(archs) -> dict:
     """{arch: Pair} of the shipped checkpoints."""
-    from ..train.pair import load_pair
     return {arch: load_pair(arch) for arch in archs}
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _pair_args(s) -> None:
+    """The options of every command that decodes a pair of one's own."""
+    s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
+    s.add_argument("--drafter", default=None, help="a published-format DFlash drafter directory for --target")
+    s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
+    s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
+    s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
+
+
+def _prompt_count_or_file(value: str):
+    """--prompts: a count of HumanEval prompts (an int >= 1) or a JSON-lines file of prompts."""
+    if value.isdigit():
+        if int(value) < 1:
+            raise argparse.ArgumentTypeError(f"--prompts must be an int >= 1 or a .jsonl file, got {value}")
+        return int(value)
+    return value
+
+
+def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
+    """({arch: Pair}, prompt ids, results directory) of a decoding command: the shipped pairs
+    on HumanEval write into data/results; a pair from directories or a prompts file writes into
+    data/results/pairs/<pair tag>[-<prompts digest>]/, so the README never reads its rows."""
+    if (args.target is None) != (args.drafter is None):
+        raise SystemExit("--target and --drafter go together: a target directory and the drafter trained for it")
+    if args.target is not None:
+        pair = pair_from_dirs(args.target, args.drafter, dtype=DTYPES[args.dtype], device=args.device)
+        pairs = {pair.arch: pair}
+    else:
+        pairs = {a: load_pair(a, dtype=DTYPES[args.dtype], device=args.device) for a in archs}
+    directory = RESULTS_DIR
+    if isinstance(args.prompts, str):
+        pairs = {a: p.with_prompts(args.prompts, args.field) for a, p in pairs.items()}
+    if args.target is not None or isinstance(args.prompts, str) or args.dtype != "float32":
+        tags = "_".join(p.tag for p in pairs.values())
+        directory = RESULTS_DIR / "pairs" / (tags + ("-" + next(iter(pairs.values())).prompt_source.split(":")[0]
+                                                     if isinstance(args.prompts, str) else "") + f"-{args.dtype}")
+    count = next(iter(pairs.values())).num_prompts if isinstance(args.prompts, str) else args.prompts
+    return pairs, list(range(count)), directory
+
+
 def _cmd_quality(args):
-    from ..experiments.studies.quality import run_quality
     run_quality(_pairs(args.archs), num_prompts=args.prompts)
 
 
 def _cmd_bench(args):
-    from ..experiments.studies.bench import run_bench
-    run_bench(_pairs(("gdn", "mla")), num_prompts=args.prompts, fresh=args.fresh, max_new_tokens=args.max_new_tokens)
+    pairs, prompts, directory = _chosen_pairs(args, ("gdn", "mla"))
+    run_bench(pairs, num_prompts=len(prompts), fresh=args.fresh, directory=directory,
+              max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.plumbing.summary import summarize
-    from ..experiments.plumbing.sweep import expand_grid, run_sweep
-    from ..experiments.studies.official import run_with_official
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
     grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    frame = run_sweep(grid, list(range(args.prompts)), ResultsStore(args.store), _pairs(args.archs),
-                      runner=run_with_official)
+    pairs, prompts, directory = _chosen_pairs(args, args.archs)
+    grid = [c for c in grid if c["arch"] in pairs]
+    frame = run_sweep(grid, prompts, ResultsStore(args.store, directory), pairs, runner=run_with_official)
     print(summarize(frame).round(3).to_string(index=False))
 
 
 def _cmd_concurrency(args):
     """Budget x concurrency sweep (resumable store "concurrency"; a progress bar), then its table."""
-    from dataclasses import replace
-    from ..experiments.studies import concurrency as conc
     grid = conc.GRIDS["smoke" if args.smoke else "full"]
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in
                  (("archs", args.archs), ("concurrency", args.concurrency), ("budgets", args.budgets),
@@ -127,14 +166,24 @@ def _cmd_concurrency(args):
 
 
 def _cmd_readme(args):
-    from .readme import README, TABLES_JSON, write_readme
     tables = write_readme(args.blocks)
     print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name} and {README.name}")
 
 
 def _cmd_notebooks(args):
-    from .notebooks import run_all
+    from .notebooks import run_all  # late: nbformat takes ~3 s to import; no other command needs it
     run_all(smoke=args.smoke)
+
+
+def _training_parser(sub, name: str, func, what: str, device: bool) -> None:
+    """One training command: --arch, --preset, --max-minutes (and --device where it trains on one)."""
+    s = sub.add_parser(name, help=what)
+    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
+    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    if device:
+        s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
+    s.set_defaults(func=func)
 
 
 def main(argv=None):
@@ -144,24 +193,12 @@ def main(argv=None):
     s = sub.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer into data/")
     s.add_argument("--vocab-size", type=int, default=4096)
     s.set_defaults(func=_cmd_train_tokenizer)
-    s = sub.add_parser("train-target", help="train a target on the stdlib corpus (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
-    s.set_defaults(func=_cmd_train_target)
-    s = sub.add_parser("train-drafter", help="train a DFlash drafter on target rollouts (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
-    s.set_defaults(func=_cmd_train_drafter)
-    s = sub.add_parser("train-drafter2", help="train a DFlash 2 drafter (selector + convolutions) from the "
-                                               "shipped DFlash drafter, on the same data (resumable)")
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
-    s.set_defaults(func=_cmd_train_drafter2)
+    for name, func, what, device in (
+            ("train-target", _cmd_train_target, "train a target on the stdlib corpus (resumable)", True),
+            ("train-drafter", _cmd_train_drafter, "train a DFlash drafter on target rollouts (resumable)", True),
+            ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from the "
+                                                    "shipped DFlash drafter, on the same data (resumable)", False)):
+        _training_parser(sub, name, func, what, device)
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
@@ -181,7 +218,9 @@ def main(argv=None):
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.set_defaults(func=_cmd_quality)
     s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
-    s.add_argument("--prompts", type=int, default=10)
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
+                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
+    _pair_args(s)
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
     s.set_defaults(func=_cmd_bench)
@@ -193,8 +232,10 @@ def main(argv=None):
     s.add_argument("--block-sizes", nargs="+", type=int, default=[8])
     s.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
     s.add_argument("--max-new-tokens", type=int, default=128)
-    s.add_argument("--prompts", type=int, default=10, help="HumanEval prompts 0..N-1")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
+                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
     s.add_argument("--store", default="sweeps", help="results store name under data/results/")
+    _pair_args(s)
     s.set_defaults(func=_cmd_sweep)
     s = sub.add_parser("concurrency", help="budget x concurrency sweep of batched AR / DFlash / DDTree (resumable)")
     s.add_argument("--smoke", action="store_true", help="the seconds-long grid, into data/results/smoke/")

@@ -3,13 +3,16 @@ from ``ddtree_lab.load_pair``, passed explicitly)."""
 from __future__ import annotations
 
 import random
+from dataclasses import fields
 
 import numpy as np
+import pandas as pd
 import torch
+from transformers.utils import logging as hf_logging
 
 from ..common import RESULTS_DIR
-from ..experiments.plumbing.results import ResultsStore
-from .claims import Claim
+from ..experiments.plumbing.results import ResultsStore, cached_table_path
+from .claims import Claim, check, compare  # noqa: F401  (lab.check / lab.compare: the notebooks' names)
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
 
@@ -26,33 +29,8 @@ def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
     seed_everything(seed)
     if cpu_threads:
         torch.set_num_threads(cpu_threads)
-    from transformers.utils import logging as hf_logging
     hf_logging.set_verbosity_error()  # the kernel fallback notices: the README explains the kernels once
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
-
-
-def _unpack(claim, expected, got, ok) -> tuple:
-    """A ``claims.Claim`` or the four values."""
-    if isinstance(claim, Claim):
-        return claim.claim, claim.expected, claim.got, claim.ok
-    return claim, expected, got, ok
-
-
-def check(claim, expected=None, got=None, ok=None) -> None:
-    """Print ``expected / got / match`` for a notebook claim and fail loudly if false.
-    claim: a ``claims.Claim``, or its text with the other three values."""
-    claim, expected, got, ok = _unpack(claim, expected, got, ok)
-    print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")
-    if not ok:
-        raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
-
-
-def compare(claim, expected=None, got=None, reproduced=None) -> bool:
-    """Print a PUBLISHED claim next to what this lab measured, without failing: the lab's
-    answer may be that it does not reproduce here (the notebook then says so)."""
-    claim, expected, got, reproduced = _unpack(claim, expected, got, reproduced)
-    print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {bool(reproduced)}")
-    return bool(reproduced)
 
 
 def check_unless(skip: str | None, claim: Claim) -> None:
@@ -76,7 +54,6 @@ def table(frame, columns=None, rows: int = 15, store: str | None = None, digits:
 
 def describe(config) -> None:
     """Print a frozen config dataclass one field a line ('budgets: 1, 2, 4'), not its repr."""
-    from dataclasses import fields
     print(type(config).__name__)
     for f in fields(config):
         value = getattr(config, f.name)
@@ -102,8 +79,6 @@ def store(name: str, smoke: bool) -> ResultsStore:
 def cached_table(name: str, config: dict, smoke: bool, compute):
     """A DataFrame computed once per (config, code version) and stored as CSV under the
     results folder; a rerun reads it back (the notebook then only redraws)."""
-    import pandas as pd
-    from ..experiments.plumbing.results import cached_table_path
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
     path = cached_table_path(name, config, folder)
     if path.is_file():

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import nbformat
+from nbclient import NotebookClient
+from traitlets.config import Config
 
 from ..common import RESULTS_DIR, ROOT
 
@@ -41,8 +43,6 @@ def parameterize(nb, **params):
 def run_notebook(path: Path, timeout: int = 3600, **params):
     """Execute one notebook (with injected params) in its own folder; returns the executed nb.
     SMOKE figures go to the smoke folder: the notebooks pass SMOKE to ``show_figure``."""
-    from nbclient import NotebookClient
-    from traitlets.config import Config
     path = Path(path)
     nb = parameterize(nbformat.read(path, as_version=4), **params)
     with tempfile.TemporaryDirectory(prefix="ddtree-kernel-") as sockets:  # IPC: no TCP transport warning

@@ -13,14 +13,18 @@ The figures draw ``experiments.summary.summarize`` output (one row per config).
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import math
 from pathlib import Path
 
 import matplotlib as mpl
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from IPython import get_ipython
+from IPython.display import display
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
@@ -29,15 +33,94 @@ from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
 DPI = 110
+NOTEBOOK_PX = 1200                       # a JupyterLab column: wider PNGs are shown scaled down
+MAX_WIDTH_IN = 10.5                      # every figure fits the column (1155 px at DPI): shown at 100 %
+MAX_COLS = 3                             # panels per row
 STYLE = {
     **sns.axes_style("whitegrid"),
-    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9,
-    "ytick.labelsize": 9, "legend.fontsize": 8, "figure.titlesize": 11,
+    "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": 9.5,
+    "ytick.labelsize": 9.5, "legend.fontsize": 9, "figure.titlesize": 11, "legend.handlelength": 3.5,
     "figure.dpi": DPI, "savefig.dpi": DPI, "axes.prop_cycle": mpl.cycler(color=sns.color_palette("colorblind")),
 }
-MODE_COLORS = dict(zip(("naive", "fork", "wy", "-"), sns.color_palette("colorblind")[:3] + [sns.color_palette("colorblind")[0]]))
+PALETTE = sns.color_palette("colorblind")
+# One colour and marker per method, the same in every notebook and explorer.
+METHOD_STYLES = {
+    "ar": {"color": "0.35", "marker": "x", "label": "AR"},
+    "dflash": {"color": PALETTE[1], "marker": "s", "label": "DFlash"},
+    "dflash2": {"color": "#808000", "marker": "d", "label": "DFlash 2 (selector path)"},
+    "official": {"color": PALETTE[5], "marker": "v", "label": "reference loop"},
+    "ddtree": {"color": PALETTE[0], "marker": "o", "label": "DDTree"},   # MLA (no GDN mode); = the marginal tree
+    "naive": {"color": PALETTE[3], "marker": "^", "label": "DDTree naive"},
+    "fork": {"color": PALETTE[4], "marker": "D", "label": "DDTree fork"},
+    "wy": {"color": PALETTE[9], "marker": "h", "label": "DDTree wy"},
+    "stock": {"color": PALETTE[7], "marker": "X", "label": "stock"},
+    "auto": {"color": PALETTE[2], "marker": "*", "label": "DDTree auto"},
+    "marginal": {"color": PALETTE[0], "marker": "o", "label": "DFlash marginals"},   # the DDTree tree
+    "unary": {"color": PALETTE[6], "marker": "p", "label": "DFlash 2, unary only"},
+    "conditional": {"color": "0.1", "marker": "P", "label": "DFlash 2, conditional"},
+}
+METHOD_STYLES["-"] = METHOD_STYLES["ddtree"]    # a gdn_mode of '-': plain DDTree
+# One colour and marker per target (figures that colour by target, never by method).
+TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#b8336a", "marker": "D"}}
+# The two acceptance lenses: visibly different in the legend (thick solid + filled vs thin dashed + open).
+LENS_STYLES = {"tau": {"ls": "-", "lw": 2.4, "ms": 5},
+               "tau_outside_loops": {"ls": (0, (3.5, 2)), "lw": 1.3, "ms": 6, "mfc": "white"}}
+OFFSET_NOTE = "series offset sideways: equal values stay visible"
+MODE_COLORS = {m: METHOD_STYLES[m]["color"] for m in ("naive", "fork", "wy", "-")}
 METRIC_LABELS = {"tau": "τ (tokens per round)", "tokens_per_s": "tokens / s", "speedup": "speedup over AR"}
-PATH_COLOR = sns.color_palette("colorblind")[1]
+PATH_COLOR = PALETTE[1]
+
+
+def method_style(key: str) -> dict:
+    """{color, marker} of a method or GDN mode (``METHOD_STYLES``), for ``ax.plot(**...)``."""
+    style = METHOD_STYLES[key]
+    return {"color": style["color"], "marker": style["marker"]}
+
+
+def target_style(arch: str) -> dict:
+    """{color, marker} of a target (``TARGET_STYLES``)."""
+    return dict(TARGET_STYLES[arch])
+
+
+def styled(func):
+    """Build the figure under ``STYLE`` (tick and legend sizes are read when artists are made)."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with mpl.rc_context(STYLE):
+            return func(*args, **kwargs)
+    return wrapper
+
+
+def spread(i: int, n: int, step: float = 0.07) -> float:
+    """Multiplicative x offset of series i of n on a log axis (centred, 2 ** (step * k)), so
+    series with equal values stay visible side by side."""
+    return 2 ** (step * (i - (n - 1) / 2))
+
+
+def legend_below(fig: Figure, note: str | None = None, ncols: int | None = None) -> None:
+    """One figure legend below the panels (outside every axes: it covers no data), holding
+    each distinct label of every panel once; ``note`` is its title (e.g. ``OFFSET_NOTE``)."""
+    seen = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", title=note,
+                   ncols=ncols or min(3, len(seen)), title_fontsize=9)
+
+
+def legend_right(ax, note: str | None = None) -> None:
+    """The axes' legend to the right of it (outside the data); for an Axes the caller made."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, title=note, title_fontsize=9)
+
+
+def log10_axis(ax, axis: str = "y") -> None:
+    """A log-10 axis labelled in plain numbers ('1e-06', '0.01', '10'), no minor labels."""
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+    target.set_major_formatter(mpl.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(mpl.ticker.NullFormatter())
 
 
 def use_style() -> None:
@@ -75,27 +158,26 @@ def show_figure(fig: Figure, name: str, smoke: bool) -> None:
     (folder / f"{name}.png").write_bytes(png)
     _display_png(png, name)
     if fig.canvas.manager is not None:  # made by pyplot: registered, and shown again at cell end
-        import matplotlib.pyplot as plt
         plt.close(fig)
 
 
 def _display_png(png: bytes, name: str) -> None:
     """Publish ``png`` as an inline image when running in an IPython kernel (else nothing)."""
-    try:
-        from IPython import get_ipython
-        from IPython.display import display
-    except ImportError:
-        return
     if get_ipython() is None:
         return
     display({"image/png": base64.b64encode(png).decode("ascii"), "text/plain": f"[figure {name}.png]"}, raw=True)
 
 
 def _new_axes(ax, n: int, panel: tuple[float, float]) -> tuple[Figure, list]:
-    """(figure, n axes): a fresh 1 x n figure, or the caller's Axes (one or a sequence)."""
+    """(figure, n axes): a fresh figure of at most ``MAX_COLS`` panels a row (panel: inches
+    (w, h), the width shrunk so the figure fits ``MAX_WIDTH_IN``), or the caller's Axes."""
     if ax is None:
-        fig = Figure(figsize=(panel[0] * n, panel[1]), layout="constrained")
-        return fig, list(fig.subplots(1, n, squeeze=False)[0])
+        cols, rows = min(n, MAX_COLS), math.ceil(n / MAX_COLS)
+        fig = Figure(figsize=(min(panel[0] * cols, MAX_WIDTH_IN), panel[1] * rows), layout="constrained")
+        axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
+        for extra in axes[n:]:
+            extra.remove()
+        return fig, axes[:n]
     axes = list(np.atleast_1d(ax))
     if len(axes) != n:
         raise ValueError(f"ax must hold {n} Axes (one per panel), got {len(axes)}")
@@ -172,15 +254,17 @@ def _mode_label(mode: str) -> str:
 
 
 def _draw_references(ax, rows: pd.DataFrame, metric: str, modes: list[str]) -> None:
-    """Dashed horizontal lines: DFlash per drawn mode, AR in grey."""
-    for mode in modes:
+    """Horizontal levels in the method colours: DFlash per drawn mode (one dash pattern per
+    mode, named in the label), AR dotted."""
+    dashes = [(0, (5, 2)), (0, (6, 2, 1.5, 2)), (0, (2, 1.5))]
+    for i, mode in enumerate(modes):
         ref = rows[(rows["method"] == "dflash") & (rows["gdn_mode"] == mode)][metric].dropna()
         if len(ref):
             label = "dflash" if mode == "-" else f"dflash {mode}"
-            ax.axhline(ref.iloc[0], ls="--", lw=1.2, color=MODE_COLORS[mode], alpha=0.8, label=label)
+            ax.axhline(ref.iloc[0], ls=dashes[i % 3], lw=1.4, color=METHOD_STYLES["dflash"]["color"], label=label)
     ar = rows[rows["method"] == "ar"][metric].dropna()
     if len(ar):
-        ax.axhline(ar.iloc[0], ls=":", lw=1.5, color="0.4", label="ar")
+        ax.axhline(ar.iloc[0], ls=":", lw=1.6, color=METHOD_STYLES["ar"]["color"], label="ar")
 
 
 def budget_ticks(lo: int, hi: int, max_labels: int = 6) -> list[int]:
@@ -201,7 +285,7 @@ def budget_axis(ax, budgets, label: str = "budget (draft nodes)") -> None:
     ax.set_xscale("log", base=2)
     if budgets:
         lo, hi = budgets[0], budgets[-1]
-        pad = 2 ** max(0.06 * math.log2(hi / lo), 0.05)
+        pad = 2 ** max(0.06 * math.log2(hi / lo), 0.15)   # room for offset series
         ax.set_xlim(lo / pad, hi * pad)
         ticks = budget_ticks(lo, hi)
         ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -242,8 +326,8 @@ def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]]) -> None:
     bottom, top = ax.get_ylim()
     ax.set_ylim(bottom, top + (0.1 + 0.1 * len(peaks)) * (top - bottom))
     for k, (mode, (b, v)) in enumerate(peaks.items()):
-        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -11 * k),
-                    textcoords="offset points", ha="left", va="top", fontsize=8, color=MODE_COLORS[mode])
+        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -12 * k),
+                    textcoords="offset points", ha="left", va="top", fontsize=9, color=MODE_COLORS[mode])
 
 
 def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int]) -> None:
@@ -257,7 +341,8 @@ def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int
     inside = bool(budgets) and budgets[0] <= size <= budgets[-1]
     label = f"{name} (at its mean tree, {size:.1f} nodes)" + ("" if inside else ": outside the range shown")
     xy = ([size], [value]) if inside else ([], [])
-    ax.plot(*xy, "*", ms=13, color=MODE_COLORS[mode], mec="k", mew=0.6, ls="none", label=label)
+    ax.plot(*xy, "*", ms=13, color=METHOD_STYLES["auto"]["color"], mec=MODE_COLORS[mode], mew=1.0, ls="none",
+            label=label)
 
 
 def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) -> dict:
@@ -265,11 +350,13 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
     curves = budget_curves(rows, metric, gdn_modes)
     peaks = _peaks(curves)
     budgets = sorted({int(b) for c in curves.values() for b in c["budget"]})
-    for mode, curve in curves.items():
+    for i, (mode, curve) in enumerate(curves.items()):
         color = MODE_COLORS[mode]
-        ax.plot(curve["budget"], curve["value"], marker="o", ms=3.5, lw=1.6, color=color, label=_mode_label(mode))
+        ax.plot(curve["budget"] * spread(i, len(curves)), curve["value"], ms=4.5, lw=1.6, label=_mode_label(mode),
+                **method_style(mode))
         if mode in peaks:
-            ax.plot([peaks[mode][0]], [peaks[mode][1]], "o", ms=9, mfc="none", mec=color, mew=1.8)
+            ax.plot([peaks[mode][0] * spread(i, len(curves))], [peaks[mode][1]], "o", ms=10, mfc="none", mec=color,
+                    mew=1.8)
         _draw_auto(ax, rows, metric, mode, budgets)
     _draw_references(ax, rows, metric, list(curves))
     if mark_budget is not None and budgets and budgets[0] <= mark_budget <= budgets[-1]:
@@ -288,7 +375,8 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
 def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens_per_s", "speedup"),
                        gdn_modes=None, block_size=None, mark_budget=31, ax=None,
                        temperature=None, max_new_tokens=None, title: str | None = None) -> Figure:
-    """One panel per metric: DDTree curves vs budget (log2 x), one line per gdn_mode.
+    """One panel per metric: DDTree curves vs budget (log2 x), one line per gdn_mode in its
+    method colour (several modes: offset sideways, said in the legend below the panels).
 
     summary: ``summarize`` output (AXES, the metric columns, mean_tree_size). Draws each
     curve's peak (circle + "value @ budget"), DFlash (dashed, per mode) and AR (dotted grey)
@@ -303,9 +391,7 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
         fig, axes = _new_axes(ax, len(metrics), panel=(3.7, 3.0))
         for a, metric in zip(axes, metrics):
             _draw_metric(a, rows, metric, gdn_modes, mark_budget)
-        handles, labels = axes[0].get_legend_handles_labels()
-        if handles:  # below the panels: the title and the panels keep the whole width
-            fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(handles)))
+        legend_below(fig, OFFSET_NOTE if len(_modes(rows, gdn_modes)) > 1 else None)
         fig.suptitle(title or f"{arch}: block {chosen['block_size']}, T = {chosen['temperature']}, "
                               f"{chosen['max_new_tokens']} new tokens")
     return fig
@@ -313,7 +399,6 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
 
 # ----------------------------------------------------------------------------- loops, temperature, real text
 
-PALETTE = sns.color_palette("colorblind")
 SAMPLED_COLORS = [PALETTE[i] for i in (9, 4, 3, 5, 6, 7, 8)]  # one per sampled T, ascending (readable first)
 
 
@@ -336,62 +421,75 @@ def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
 
 
 def _finish_loop_axes(ax_tau, ax_loop, budgets: set, tau_title: str) -> None:
-    """Budget axes, labels and legends of a loop-split pair: tau (left), loop share (right)."""
+    """Budget axes and labels of a loop-split pair: tau (left), loop share (right); one legend
+    below both, saying the lenses are offset sideways."""
     for ax in (ax_tau, ax_loop):
         budget_axis(ax, budgets)
     ax_tau.set(ylabel="τ (tokens per round)", title=tau_title)
     ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
-    ax_tau.legend(fontsize=7)
-    ax_loop.legend(fontsize=7)
+    legend_below(ax_tau.figure, "solid: all rounds, dashed open: outside loops; " + OFFSET_NOTE, ncols=2)
 
 
+def _plot_lens(ax, curve: pd.Series, column: str, shift: float, **style) -> None:
+    """One acceptance lens (``LENS_STYLES[column]``: all rounds thick solid, outside loops thin
+    dashed with open markers), x times ``shift``. curve: value by integer budget."""
+    ax.plot(curve.index * shift, curve.values, **{**LENS_STYLES.get(column, {}), **style})
+
+
+@styled
 def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode: str = "wy") -> Figure:
     """Two panels for one arch and block: tau vs budget over all rounds, outside loops (T = 0)
     and at every stored sampled temperature (``loop_split_lenses``), DFlash as dashed levels;
-    and the share of rounds spent in loops per temperature."""
-    with mpl.rc_context(STYLE):
-        fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
-        mode = exact_mode(arch) if arch != "gdn" else gdn_mode
-        budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
-        for col, temp, label, color in loop_split_lenses(temps):
-            rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
-                           & (summary.temperature == temp) & summary.gdn_mode.isin([mode])]
-            curve = _ddtree_curve(rows, col, mode)
-            if curve.empty:
-                continue
-            budgets |= set(curve.index)
-            ax_tau.plot(curve.index, curve.values, marker="o", ms=3, color=color, label=f"DDTree, {label}")
-            dfl = rows[rows["method"] == "dflash"][col].dropna()
-            if len(dfl):
-                ax_tau.axhline(dfl.iloc[0], ls="--", lw=1, color=color, alpha=0.8)
-            if col == "tau":
-                share = _ddtree_curve(rows, "loop_round_share", mode)
-                ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=label.split(",")[0])
-        _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance (dashed: DFlash)")
-        fig.suptitle(f"{arch}: block {block_size}, loops split out, T = {', '.join(f'{t:g}' for t in temps)}")
+    and the share of rounds spent in loops per temperature. Lines offset sideways (legend).
+
+    summary: ``summarize`` rows (arch, block_size, temperature, gdn_mode, method, budget, tau,
+    tau_outside_loops, loop_round_share)."""
+    fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
+    mode = exact_mode(arch) if arch != "gdn" else gdn_mode
+    budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
+    lenses = loop_split_lenses(temps)
+    for i, (col, temp, label, color) in enumerate(lenses):
+        rows = summary[(summary.arch == arch) & (summary.block_size == block_size)
+                       & (summary.temperature == temp) & summary.gdn_mode.isin([mode])]
+        curve = _ddtree_curve(rows, col, mode)
+        if curve.empty:
+            continue
+        budgets |= set(curve.index)
+        _plot_lens(ax_tau, curve, col, spread(i, len(lenses)), marker="o", color=color, label=f"DDTree, {label}")
+        dfl = rows[rows["method"] == "dflash"][col].dropna()
+        if len(dfl):
+            ax_tau.axhline(dfl.iloc[0], ls=(0, (1, 1.5)) if col != "tau" else "--", lw=1.2, color=color, alpha=0.8)
+        if col == "tau":
+            share = _ddtree_curve(rows, "loop_round_share", mode)
+            ax_loop.plot(share.index * spread(i, len(lenses)), share.values, marker="o", ms=4, color=color,
+                         label=f"_share {label.split(',')[0]}")   # its colour is its lens: no legend entry
+    _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance (levels: DFlash)")
+    fig.suptitle(f"{arch}: block {block_size}, loops split out, T = {', '.join(f'{t:g}' for t in temps)}")
     return fig
 
 
+@styled
 def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
-    """Loop split per verification mode: left, tau vs budget over all rounds (solid) and over
-    rounds outside loops (dashed), one colour per (arch, gdn_mode) of the DDTree rows; right,
-    the share of rounds in loops. summary: ``summarize`` rows at one block size and T."""
+    """Loop split per verification mode: left, tau vs budget over all rounds (thick solid) and
+    over rounds outside loops (thin dashed, open markers), one method colour per (arch,
+    gdn_mode) of the DDTree rows (mla: plain DDTree), series offset sideways; right, the share
+    of rounds in loops. summary: ``summarize`` rows at one block size and T."""
     rows = summary[summary["method"] == "ddtree"]
     if rows["block_size"].nunique() > 1 or rows["temperature"].nunique() > 1:
         raise ValueError("plot_loop_split_modes draws one block size and one temperature: filter the summary first")
-    with mpl.rc_context(STYLE):
-        fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.4, 3.2))
-        budgets = set()
-        for i, ((arch, mode), g) in enumerate(rows.groupby(["arch", "gdn_mode"])):
-            color, name = PALETTE[i % len(PALETTE)], arch if mode == "-" else f"{arch} {mode}"
-            for col, ls, lens in (("tau", "-", "all rounds"), ("tau_outside_loops", "--", "outside loops")):
-                curve = _ddtree_curve(g, col, mode)
-                budgets |= set(curve.index)
-                ax_tau.plot(curve.index, curve.values, marker="o", ms=3, ls=ls, color=color, label=f"{name}, {lens}")
-            share = _ddtree_curve(g, "loop_round_share", mode)
-            ax_loop.plot(share.index, share.values, marker="o", ms=3, color=color, label=name)
-        _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance: all rounds / outside loops")
-        fig.suptitle(title or "loops split out")
+    fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
+    budgets, groups = set(), list(rows.groupby(["arch", "gdn_mode"]))
+    n = 2 * len(groups)
+    for i, ((arch, mode), g) in enumerate(groups):
+        style, name = method_style(mode), arch if mode == "-" else f"{arch} {mode}"
+        for j, (col, lens) in enumerate((("tau", "all rounds"), ("tau_outside_loops", "outside loops"))):
+            curve = _ddtree_curve(g, col, mode)
+            budgets |= set(curve.index)
+            _plot_lens(ax_tau, curve, col, spread(2 * i + j, n), label=f"{name}, {lens}", **style)
+        share = _ddtree_curve(g, "loop_round_share", mode)
+        ax_loop.plot(share.index * spread(i, len(groups)), share.values, ms=4, label=f"_share {name}", **style)
+    _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance: all rounds / outside loops")
+    fig.suptitle(title or "loops split out")
     return fig
 
 
@@ -419,9 +517,9 @@ def plot_continuation(table: pd.DataFrame, in_loops: pd.DataFrame | None = None,
                              & (in_loops["count"] >= min_count)].sort_values("depth")
                 ax.plot(g.depth, g.observed, ls=":", marker=".", color="0.45", label="main path, in loops: observed")
             ax.set(xlabel="depth of the accepted node", ylabel="P(next depth accepted)", ylim=(0, 1.02),
-                   title=f"{arch}: outside loops (points with >= {min_count} nodes)")
+                   title=f"{arch}: outside loops (>= {min_count} nodes a point)")
             ax.xaxis.set_major_locator(mpl.ticker.MaxNLocator(integer=True))
-            ax.legend(fontsize=7)
+        legend_below(fig, ncols=2)
         fig.suptitle("going on after a sibling vs on the main path")
     return fig
 
@@ -432,23 +530,120 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
 
     tf: ``teacher_forced.tf_summary`` output; summary: ``summarize`` output."""
     with mpl.rc_context(STYLE):
-        fig, (ax,) = _new_axes(None, 1, panel=(5.6, 3.6))
-        colors = dict(zip(("gdn", "mla"), sns.color_palette("colorblind")[:2]))
+        fig, (ax,) = _new_axes(None, 1, panel=(6.4, 3.8))
+        colors = {arch: style["color"] for arch, style in TARGET_STYLES.items()}
         budgets = set()
         for arch, rows in tf[tf.block_size == block_size].groupby("arch"):
             tree = rows[rows.method == "ddtree"].sort_values("budget")
             budgets |= set(tree.budget)
-            ax.plot(tree.budget, tree.tau, marker="o", ms=3, color=colors[arch],
+            ax.plot(tree.budget, tree.tau, marker=TARGET_STYLES[arch]["marker"], ms=4.5, lw=2, color=colors[arch],
                     label=f"{arch}: real text, teacher-forced ({int(tree.positions.iloc[0])} positions)")
             ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
                            & summary.gdn_mode.isin(EXACT_LABELS)]
             curve = _ddtree_curve(free, "tau", exact_mode(arch))
             budgets |= set(curve.index)
-            ax.plot(curve.index, curve.values, ls=":", marker=".", color=colors[arch], label=f"{arch}: free-running, T = 0")
+            ax.plot(curve.index, curve.values, ls=":", marker=TARGET_STYLES[arch]["marker"], ms=5, mfc="white",
+                    color=colors[arch], label=f"{arch}: free-running, T = 0")
         budget_axis(ax, budgets)
-        ax.set(ylabel="τ (tokens per round)", title=f"block {block_size}: real code vs the model's own text (dashed: DFlash)")
-        ax.legend(fontsize=7)
+        ax.set(ylabel="τ (tokens per round)", title=f"block {block_size}: real code vs the model's own text\n(dashed: DFlash)")
+        legend_below(fig, ncols=2)
+    return fig
+
+
+# ----------------------------------------------------------------------------- modes, targets, verify cost
+
+def _series_name(arch: str, mode: str) -> str:
+    return arch if mode == "-" else f"{arch} {mode}"
+
+
+def _draw_mode_curves(ax, rows: pd.DataFrame, column: str) -> None:
+    """``column`` vs budget, one line per (arch, gdn_mode) in the mode's method style (mla:
+    plain DDTree), offset sideways. rows: DDTree summary rows (arch, gdn_mode, int budget)."""
+    groups = list(rows.groupby(["arch", "gdn_mode"]))
+    for i, ((arch, mode), g) in enumerate(groups):
+        g = g.sort_values("budget")
+        ax.plot(g.budget.astype(int) * spread(i, len(groups)), g[column], ms=6, label=_series_name(arch, mode),
+                **method_style(mode))
+    budget_axis(ax, rows.budget.astype(int))
+
+
+@styled
+def plot_mode_curves(rows: pd.DataFrame, panels: dict[str, tuple[str, str]], title: str = "") -> Figure:
+    """One panel per column of ``panels`` ({column: (ylabel, panel title)}): the column vs
+    budget per (arch, gdn_mode) (``_draw_mode_curves``), one legend below saying the series
+    are offset. rows: DDTree ``summarize`` rows with those columns."""
+    fig, axes = _new_axes(None, len(panels), panel=(5.0, 3.4))
+    for ax, (column, (ylabel, name)) in zip(axes, panels.items()):
+        _draw_mode_curves(ax, rows, column)
+        ax.set(ylabel=ylabel, title=name)
+    legend_below(fig, OFFSET_NOTE, ncols=4)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+@styled
+def plot_leakage_vs_budget(rows: pd.DataFrame, exact_nodes: pd.Series) -> Figure:
+    """Naive vs exact GDN verification by budget, three panels: tau and the share of prompts
+    whose output differs from AR per mode (``_draw_mode_curves``), and the draft nodes naive
+    scores exactly (bars, mean over prompts). rows: DDTree ``summarize`` rows (arch, gdn_mode,
+    budget, tau, matches_ar); exact_nodes: nodes, indexed by (prompt, budget)."""
+    fig, axes = _new_axes(None, 3, panel=(3.5, 3.4))
+    rows = rows.assign(differs=1 - rows.matches_ar)
+    for ax, column, ylabel, name in ((axes[0], "tau", "τ (tokens per round)", "acceptance length"),
+                                     (axes[1], "differs", "share of prompts", "output differs from AR")):
+        _draw_mode_curves(ax, rows, column)
+        ax.set(ylabel=ylabel, title=name)
+    mean = exact_nodes.groupby("budget").mean()
+    axes[2].bar([str(b) for b in mean.index], mean.values, color=METHOD_STYLES["naive"]["color"])
+    axes[2].set(xlabel="budget (draft nodes)", ylabel="draft nodes", title="nodes naive scores exactly")
+    legend_below(fig, OFFSET_NOTE, ncols=4)
+    return fig
+
+
+@styled
+def plot_verify_cost(cost: pd.DataFrame) -> Figure:
+    """GDN verify cost by budget: left, median verify ms per mode (naive, fork, wy in their
+    method styles; stock transformers dotted); right, extra memory (MiB, log 10) of fork's
+    per-node states and wy's N x N matrices. cost: ``verify_cost.gdn_cost_table`` (budget,
+    {mode}_ms, fork_state_bytes, wy_nxn_bytes)."""
+    fig, (ax_t, ax_m) = _new_axes(None, 2, panel=(5.0, 3.4))
+    for mode in ("naive", "fork", "wy", "stock"):
+        label = "stock (transformers, flattened, no tree mask)" if mode == "stock" else mode
+        ax_t.plot(cost.budget, cost[f"{mode}_ms"], ls=":" if mode == "stock" else "-", label=label, **method_style(mode))
+    ax_m.plot(cost.budget, cost.fork_state_bytes / 2**20, label="fork: per-node states", **method_style("fork"))
+    ax_m.plot(cost.budget, cost.wy_nxn_bytes / 2**20, ls="--", label="wy: N x N matrices (one layer)",
+              **method_style("wy"))
+    log10_axis(ax_m, "y")
+    for ax in (ax_t, ax_m):
+        budget_axis(ax, cost.budget)
+    ax_t.set(ylabel="verify ms", title="verify time (median)")
+    ax_m.set(ylabel="MiB", title="extra memory")
+    legend_below(fig, ncols=3)
+    return fig
+
+
+@styled
+def plot_target_curves(summary: pd.DataFrame, block_size: int, metrics=("tau", "speedup"),
+                       mark_budget: int | None = 31) -> Figure:
+    """The targets side by side at one block size: one panel per metric, DDTree (int
+    budgets) per arch in the target's colour and marker, offset sideways; a dotted line at
+    ``mark_budget`` (None: none). summary: ``summarize`` rows (arch, method, block_size,
+    budget, the metrics), one temperature."""
+    rows = summary[(summary.method == "ddtree") & (summary.block_size == block_size) & (summary.budget != "auto")]
+    rows = rows.astype({"budget": int})
+    archs = sorted(rows.arch.unique())
+    fig, axes = _new_axes(None, len(metrics), panel=(5.0, 3.4))
+    for ax, metric in zip(axes, metrics):
+        for i, arch in enumerate(archs):
+            g = rows[rows.arch == arch].sort_values("budget")
+            ax.plot(g.budget * spread(i, len(archs)), g[metric], ms=6, label=arch, **target_style(arch))
+        if mark_budget is not None and rows.budget.min() <= mark_budget <= rows.budget.max():
+            ax.axvline(mark_budget, ls=":", c="gray", label=f"budget {mark_budget}")
+        budget_axis(ax, rows.budget)
+        ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"block {block_size}")
+    legend_below(fig, OFFSET_NOTE, ncols=3)
     return fig
 
 
@@ -507,7 +702,7 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
     on_path = set(path)
     with mpl.rc_context(STYLE):
         if ax is None:
-            fig = Figure(figsize=(min(12, 1.0 + 0.95 * (max(x) + 1)), min(10, 0.8 + 0.3 * (1 - min(y)))))
+            fig = Figure(figsize=(min(MAX_WIDTH_IN, 1.0 + 0.95 * (max(x) + 1)), min(10, 0.8 + 0.3 * (1 - min(y)))))
             ax = fig.add_subplot()
         fig = ax.figure
         edges, widths, colors = [], [], []
@@ -536,12 +731,13 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
 # ----------------------------------------------------------------------------- studies
 
 def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: str = "max |error|",
-                       title: str | None = None, floor: float = 1e-12) -> Figure:
+                       title: str | None = None, floor: float = 1e-12, xlog: bool = False) -> Figure:
     """Scatter of per-node errors on a log y axis (leakage study).
 
     x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each,
     sorted). Errors below ``floor`` are drawn at ``floor``; exact zeros there as open
-    triangles, counted in the legend (``mark_zeros_at_floor``).
+    triangles, counted in the legend (``mark_zeros_at_floor``), which sits right of the axes.
+    xlog: a log-10 x axis. Both log axes are labelled in plain numbers (``log10_axis``).
     """
     x, raw = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     y = np.clip(raw, floor, None)
@@ -556,12 +752,13 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
         for group in groups:
             sel = (hue == group) & (raw != 0)
             ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=str(group) if len(groups) > 1 else None)
-        ax.set_yscale("log")
-        zeros = mark_zeros_at_floor(ax, x, raw, floor)
+        log10_axis(ax, "y")
+        if xlog:
+            log10_axis(ax, "x")
+        mark_zeros_at_floor(ax, x, raw, floor)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        if len(groups) > 1 or zeros:
-            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)   # outside: covers no point
+        legend_right(ax)
         if title:
             ax.set_title(title)
     return fig
@@ -575,31 +772,34 @@ def plot_error_strip(errors: pd.DataFrame, settings: list[str], ylabel: str, tit
     floor = float(nonzero.min()) / 10 if len(nonzero) else 1e-18
     rng = np.random.default_rng(0)
     with mpl.rc_context(STYLE):
-        fig, (ax,) = _new_axes(None, 1, panel=(7, 3.6))
+        fig, (ax,) = _new_axes(None, 1, panel=(7.5, 3.8))
         xs, ys = [], []
         for i, name in enumerate(settings):
             err = errors.err[errors.setting == name].to_numpy(dtype=float)
             x = i + 0.25 * (rng.random(len(err)) - 0.5)
             ax.scatter(x[err > 0], err[err > 0], s=8, alpha=0.6, color=PALETTE[i % len(PALETTE)])
             xs.append(x), ys.append(err)
-        ax.set_yscale("log")
-        if mark_zeros_at_floor(ax, np.concatenate(xs), np.concatenate(ys), floor):
-            ax.legend(fontsize=8)
+        log10_axis(ax, "y")
+        mark_zeros_at_floor(ax, np.concatenate(xs), np.concatenate(ys), floor)
+        legend_below(fig)
         ax.set(xticks=range(len(settings)), xticklabels=settings, ylabel=ylabel, title=title)
     return fig
 
 
+@styled
 def plot_sibling_gap(gaps: pd.DataFrame) -> Figure:
-    """Predicted (grey) and observed accept probability of rank-0 and rank >= 1 nodes per
-    arch (``calibration.surrogate_gap`` rows with an ``arch`` column)."""
-    fig, (ax,) = _new_axes(None, 1, (6, 3.4))
+    """Predicted (grey) and observed (target colour) accept probability of rank-0 and rank >= 1
+    nodes per arch. gaps: ``calibration.surrogate_gap`` rows (group, predicted, observed) with
+    an ``arch`` column."""
+    fig, (ax,) = _new_axes(None, 1, (6.4, 3.6))
     for i, (arch, g) in enumerate(gaps.groupby("arch")):
         x = [j + 0.4 * i for j in range(len(g))]
         ax.bar(x, g.predicted, width=0.18, color="0.75", label="predicted" if i == 0 else None)
-        ax.bar([v + 0.18 for v in x], g.observed, width=0.18, label=f"observed ({arch})")
+        ax.bar([v + 0.18 for v in x], g.observed, width=0.18, color=TARGET_STYLES[arch]["color"],
+               label=f"observed ({arch})")
     ax.set(xticks=[0.2, 1.2], xticklabels=["rank 0 (main path)", "rank 1+ (branches)"], ylabel="accept probability",
            title="the sibling-conditioning gap")
-    ax.legend()
+    legend_below(fig)
     return fig
 
 
@@ -624,7 +824,7 @@ def plot_reliability(pred, observed, counts, ax=None, title: str = "reliability"
         ax.set_xlabel("predicted accept probability")
         ax.set_ylabel("observed accept frequency")
         ax.set_title(f"{title} (ECE {ece:.3f})")
-        ax.legend(loc="upper left")
+        legend_right(ax)
     return fig
 
 
@@ -639,64 +839,73 @@ def _concurrency_axis(ax, levels) -> None:
     ax.set_xlabel("concurrency (sequences per batch)")
 
 
+@styled
 def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
     """Best fixed DDTree budget (by aggregate tokens/s) vs concurrency, one line per (target,
-    T), from ``experiments.concurrency.concurrency_table``."""
-    fig, (ax,) = _new_axes(ax, 1, (5.2, 3.6))
+    T) in the target's colour and marker (T = 0 solid, sampled dashed open), targets offset
+    sideways. table: ``experiments.concurrency.concurrency_table`` (arch, temperature,
+    concurrency, best_budget)."""
+    fig, (ax,) = _new_axes(ax, 1, (6.0, 3.8))
     archs = sorted(table.arch.unique())
-    colors, markers = {a: f"C{i}" for i, a in enumerate(archs)}, dict(zip(archs, "oDs^v"))
-    shift = {a: 2 ** (0.08 * (i - (len(archs) - 1) / 2)) for i, a in enumerate(archs)}  # equal values stay visible
     for (arch, temp), g in table.groupby(["arch", "temperature"]):
-        ax.plot(g.concurrency * shift[arch], g.best_budget, c=colors[arch], marker=markers[arch],
-                ms=7 if temp == 0 else 5, mfc="none" if temp else colors[arch], ls="-" if temp == 0 else "--",
+        style = target_style(arch)
+        ax.plot(g.concurrency * spread(archs.index(arch), len(archs), 0.16), g.best_budget, **style,
+                ms=7 if temp == 0 else 6, mfc="white" if temp else style["color"], ls="-" if temp == 0 else "--",
                 label=f"{arch}, T = {temp:g}")
     _concurrency_axis(ax, table.concurrency)
     ax.set_yscale("log", base=2)
     budgets = sorted({int(b) for b in table.best_budget})
     ax.set_yticks(budgets, [str(b) for b in budgets])
     ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
-    ax.set(ylabel="best fixed budget", title="best DDTree budget vs load (targets offset sideways)")
-    ax.legend()
+    ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
+    legend_below(fig, "targets offset sideways: equal values stay visible", ncols=4)
     return fig
 
 
+@styled
 def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.0, ax=None) -> Figure:
     """Speedup over batched AR at the same concurrency vs concurrency, one panel per target:
-    DFlash, the best fixed DDTree budget (labelled with it) and ``auto``."""
-    fig, axes = _new_axes(ax, len(archs), (5.2, 3.6))
+    DFlash, the best fixed DDTree budget (labelled with it) and ``auto``, in the method
+    colours. table: ``concurrency_table`` (arch, temperature, concurrency, dflash_speedup,
+    best_speedup, best_budget, auto_speedup)."""
+    fig, axes = _new_axes(ax, len(archs), (4.6, 3.6))
     for ax, arch in zip(axes, archs):
         rows = table[(table.arch == arch) & (table.temperature == temperature)]
-        ax.plot(rows.concurrency, rows.dflash_speedup, marker="s", ls="--", label="DFlash")
-        ax.plot(rows.concurrency, rows.best_speedup, marker="o", label="DDTree, best fixed budget")
-        ax.plot(rows.concurrency, rows.auto_speedup, marker="*", ms=10, ls=":", label="DDTree auto (load-aware)")
+        ax.plot(rows.concurrency, rows.dflash_speedup, ls="--", label="DFlash", **method_style("dflash"))
+        ax.plot(rows.concurrency, rows.best_speedup, label="DDTree, best fixed budget", **method_style("ddtree"))
+        ax.plot(rows.concurrency, rows.auto_speedup, ms=11, ls=":", label="DDTree auto (load-aware)",
+                **method_style("auto"))
         for c, s, b in zip(rows.concurrency, rows.best_speedup, rows.best_budget):
             ax.annotate(str(int(b)), (c, s), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-        ax.axhline(1.0, c="gray", lw=0.8)
+        ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")
         _concurrency_axis(ax, rows.concurrency)
         ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
-        ax.legend(fontsize=8)
+    legend_below(fig, ncols=4)
     return fig
 
 
+@styled
 def plot_concurrency_budgets(summary: pd.DataFrame, arch: str, temperature: float, concurrency: int,
                              ax=None) -> Figure:
     """At one (target, T, concurrency): aggregate tokens/s and speedup over batched AR vs the
-    DDTree budget; DFlash dashed, ``auto`` a star at its mean tree size."""
-    fig, axes = _new_axes(ax, 2, (5.2, 3.6))
+    DDTree budget, in the method colours; DFlash dashed, ``auto`` a star at its mean tree size.
+    summary: ``summarize_concurrency`` rows (arch, temperature, concurrency, method, budget,
+    tokens_per_s, speedup, mean_tree_size)."""
+    fig, axes = _new_axes(ax, 2, (4.8, 3.6))
     rows = summary[(summary.arch == arch) & (summary.temperature == temperature)
                    & (summary.concurrency == concurrency)]
     fixed = rows[(rows.method == "ddtree") & (rows.budget != "auto")].astype({"budget": int}).sort_values("budget")
     for ax, metric, label in zip(axes, ("tokens_per_s", "speedup"), ("aggregate tokens/s", "speedup over batched AR")):
-        ax.plot(fixed.budget, fixed[metric], marker="o", label="DDTree")
+        ax.plot(fixed.budget, fixed[metric], label="DDTree", **method_style("ddtree"))
         for _, r in rows[rows.method == "dflash"].iterrows():
-            ax.axhline(r[metric], ls="--", c="C1", label="DFlash")
+            ax.axhline(r[metric], ls="--", c=METHOD_STYLES["dflash"]["color"], label="DFlash")
         for _, r in rows[rows.budget == "auto"].iterrows():
-            ax.plot([r.mean_tree_size], [r[metric]], marker="*", ms=12, ls="", c="C3", label="auto (mean tree)")
-        if metric == "speedup":
-            ax.axhline(1.0, c="gray", lw=0.8, label="batched AR (1)")  # axhline joins the y limits: 1 is always in view
+            ax.plot([r.mean_tree_size], [r[metric]], ms=13, ls="", label="auto (mean tree)", **method_style("auto"))
+        if metric == "speedup":  # axhline joins the y limits: 1 is always in view
+            ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")
         budget_axis(ax, fixed.budget)
         ax.set(ylabel=label, title=f"{arch}, T = {temperature:g}, concurrency {concurrency}")
-        ax.legend(fontsize=8)
+    legend_below(fig, ncols=4)
     return fig
 
 
@@ -711,37 +920,38 @@ def plot_training_curves(curves: dict[str, pd.DataFrame]) -> Figure:
         for i, (name, log) in enumerate(sorted(curves.items())):
             arch, kind = name.split("-", 1)
             ax, x = (ax_t, log["tokens"] / 1e6) if kind == "target" else (ax_d, log["step"])
-            color = PALETTE[0 if arch == "gdn" else 1]
-            ax.plot(x, log["train_loss"], color=color, label=f"{arch} train")
-            ax.plot(x, log["val_loss"], color=color, ls="--", label=f"{arch} held out")
+            color = TARGET_STYLES[arch]["color"]
+            ax.plot(x, log["train_loss"], color=color, lw=2, label=f"{arch} train")
+            ax.plot(x, log["val_loss"], color=color, lw=1.3, ls=(0, (3.5, 2)), label=f"{arch} held out")
         ax_t.set(xlabel="training tokens (M)", ylabel="loss (nats / token)", title="targets")
         ax_d.set(xlabel="step", ylabel="drafter loss", title="drafters")
-        for ax in (ax_t, ax_d):
-            ax.legend(fontsize=7)
+        legend_below(fig, ncols=4)
     return fig
 
 
+@styled
 def plot_chain_leak(curve: pd.DataFrame, divergence: pd.DataFrame, max_new_tokens: int) -> Figure:
     """The leak in the chain, three panels. Left: max logit error of the reference loop's
     rollback (``DynamicCache.crop``) against the number of rejected tokens, per target (median
     over prompts, band min-max; exact zeros drawn on the axis and said). Middle: the same as
     total-variation distance at T = 1. Right: where ``dflash_generate`` first departs from AR
     on the GDN hybrid, per block size (``divergence``: arch, block_size, first_divergence,
-    None/NaN = never), with the lab's exact loop for contrast."""
-    fig, axes = _new_axes(None, 3, (4.2, 3.4))
+    None/NaN = never), with the lab's exact loop for contrast. curve: arch, rejected,
+    max_logit_error, tv_t1 per (prompt, k). Targets in their colours, one legend below."""
+    fig, axes = _new_axes(None, 3, (3.5, 3.4))
     for ax, col, label in ((axes[0], "max_logit_error", "max |logit error|"), (axes[1], "tv_t1", "TV distance, T = 1")):
         for i, (arch, g) in enumerate(curve.groupby("arch", sort=True)):
             stats = g.groupby("rejected")[col].agg(["median", "min", "max"])
-            color = PALETTE[i]
-            ax.plot(stats.index, stats["median"], marker="o", ms=3, color=color, label=f"{arch} (median)")
+            color = TARGET_STYLES[arch]["color"]
+            ax.plot(stats.index, stats["median"], marker=TARGET_STYLES[arch]["marker"], ms=4, color=color,
+                    label=f"{arch} (median, band: min-max)")
             ax.fill_between(stats.index, stats["min"], stats["max"], color=color, alpha=0.2)
             if (stats["max"] == 0).all():
                 ax.annotate(f"{arch}: exactly 0 at every k", (0.03, 0.9 - 0.1 * i), xycoords="axes fraction", color=color)
         ax.set(xlabel="rejected tokens cropped (k)", ylabel=label)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="center right")
-    axes[0].set_title("crop rollback vs a fresh forward")
-    axes[1].set_title("next-token distribution after the crop")
+    axes[0].set_title("crop rollback vs\na fresh forward")
+    axes[1].set_title("next-token distribution\nafter the crop")
     ax = axes[2]
     bins = np.arange(0, max_new_tokens + 9, 8)
     for i, (block, g) in enumerate(divergence[divergence.arch == "gdn"].groupby("block_size")):
@@ -750,30 +960,31 @@ def plot_chain_leak(curve: pd.DataFrame, divergence: pd.DataFrame, max_new_token
         ax.hist(departs, bins=bins, alpha=0.55, color=PALETTE[i + 2],
                 label=f"reference, block {block}: {len(departs)}/{len(g)} depart")
     ax.set(xlabel="first new token that differs from AR", ylabel="prompts",
-           title="dflash_generate on the GDN hybrid")
-    ax.legend(loc="upper right", fontsize="small")
+           title="dflash_generate on\nthe GDN hybrid")
+    legend_below(fig, ncols=2)
     return fig
 
 
+@styled
 def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
     """Per target, tokens/s of AR, the field's reference loop (``dflash_generate``), the lab's
     DFlash and the lab's DDTree budgets, all from one interleaved run; each bar says its tau,
     and a reference bar whose output departs from AR says so."""
     order = {"ar": 0, "official": 1, "dflash": 2, "ddtree": 3}
-    fig, axes = _new_axes(None, len(archs), (5.0, 3.6))
+    fig, axes = _new_axes(None, len(archs), (5.2, 3.8))
     for ax, arch in zip(axes, archs):
         rows = summary[summary.arch == arch].copy()
         rows = rows.assign(_o=rows.method.map(order)).sort_values(["_o", "budget"], key=lambda s: s.astype(str))
         labels = [{"ar": "AR", "official": "reference\nloop", "dflash": "lab\nDFlash"}.get(m, f"lab DDTree\n{b}")
                   for m, b in zip(rows.method, rows.budget)]
-        colors = [PALETTE[order[m]] for m in rows.method]
+        colors = [METHOD_STYLES[m]["color"] for m in rows.method]
         bars = ax.bar(range(len(rows)), rows.tokens_per_s, color=colors)
         for bar, r in zip(bars, rows.itertuples()):
             note = f"tau {r.tau:.2f}" + ("" if r.method == "ar" or r.matches_ar == 1 else
                                         f"\n!= AR on {100 * (1 - r.matches_ar):.0f}%")
             ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize="x-small", color="firebrick" if "!=" in note else "black")
-        ax.set_xticks(range(len(rows)), labels, fontsize="small")
+        ax.set_xticks(range(len(rows)), labels)
         ax.set(ylabel="tokens/s", title=f"{arch}: one interleaved run, T = 0")
         ax.margins(y=0.25)
     return fig
@@ -781,17 +992,34 @@ def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
 
 # ----------------------------------------------------------------------------- DFlash 2 trees
 
-PROPOSAL_STYLES = {("dflash", "-"): ("DFlash marginals", "o", "-"),
-                   ("dflash2", "unary"): ("DFlash 2, unary only", "s", "--"),
-                   ("dflash2", "conditional"): ("DFlash 2, conditional", "^", "-")}
+PROPOSAL_STYLES = {("dflash", "-"): "marginal", ("dflash2", "unary"): "unary",
+                   ("dflash2", "conditional"): "conditional"}   # (drafter, tree) -> METHOD_STYLES key
 
 
+def _draw_proposals(ax, rows: pd.DataFrame, metric: str) -> None:
+    """The three proposals' DDTree curves in their method styles, offset sideways, and the
+    linear drafts as levels (DFlash dotted, DFlash 2's selector path dash-dotted); rows: one
+    (arch, temperature) of ``dflash2.summary`` (method, drafter, tree, budget, metric)."""
+    for i, ((drafter, tree), key) in enumerate(PROPOSAL_STYLES.items()):
+        g = rows[(rows.method == "ddtree") & (rows.drafter == drafter) & (rows.tree == tree)].sort_values("budget")
+        ax.plot(g.budget.astype(float) * spread(i, len(PROPOSAL_STYLES)), g[metric], ms=6, lw=1.6,
+                label=METHOD_STYLES[key]["label"], **method_style(key))
+    for drafter, ls, label in (("dflash", ":", "DFlash linear"), ("dflash2", "-.", "DFlash 2 linear (selector path)")):
+        lin = rows[(rows.method == "dflash") & (rows.drafter == drafter)]
+        if len(lin):
+            ax.axhline(float(lin[metric].iloc[0]), ls=ls, lw=1.4, color=METHOD_STYLES[drafter]["color"], label=label)
+    if metric == "speedup":
+        ax.axhline(1.0, color=METHOD_STYLES["ar"]["color"], lw=0.8, label="AR")
+    budget_axis(ax, rows.loc[rows.method == "ddtree", "budget"].astype(int), "DDTree budget (draft nodes)")
+
+
+@styled
 def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature: float | None = None,
                          arch: str | None = None) -> Figure:
-    """``metric`` (tau, speedup or tau_outside_loops) vs DDTree budget (log 2 axis) for the
-    three proposals (``experiments.dflash2.PROPOSALS``), one panel per (arch, temperature)
-    (or the one asked); the linear drafts as flat lines (DFlash dotted, DFlash 2's selector
-    path dash-dotted), speedup panels with a speedup = 1 line (AR).
+    """``metric`` (tau, speedup or tau_outside_loops) vs DDTree budget (log 2 axis, plain
+    labels) for the three proposals (``experiments.dflash2.PROPOSALS``), one panel per (arch,
+    temperature) (or the one asked), at most 3 a row; see ``_draw_proposals``. One legend
+    below the panels.
 
     summary: ``experiments.dflash2.summary`` output."""
     s = summary[summary.method != "ar"]
@@ -802,25 +1030,12 @@ def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature
     panels = list(s.groupby(["arch", "temperature"]).groups)
     if not panels:
         raise ValueError(f"no rows to draw for arch={arch!r}, temperature={temperature!r}")
-    with mpl.rc_context(STYLE):
-        fig, axes = _new_axes(None, len(panels), panel=(3.6, 3.2))
-        for ax, (a, t) in zip(axes, panels):
-            rows = s[(s.arch == a) & (s.temperature == t)]
-            for i, ((drafter, tree), (label, marker, ls)) in enumerate(PROPOSAL_STYLES.items()):
-                g = rows[(rows.method == "ddtree") & (rows.drafter == drafter) & (rows.tree == tree)].sort_values("budget")
-                ax.plot(g.budget.astype(float), g[metric], marker=marker, ls=ls, ms=7 - 1.5 * i, color=PALETTE[i],
-                        label=label)  # shrinking markers: a point under another stays visible
-            for drafter, ls, label in (("dflash", ":", "DFlash linear"), ("dflash2", "-.", "DFlash 2 linear (selector path)")):
-                lin = rows[(rows.method == "dflash") & (rows.drafter == drafter)]
-                if len(lin):
-                    ax.axhline(float(lin[metric].iloc[0]), ls=ls, lw=1.1, color="0.35" if drafter == "dflash" else PALETTE[2],
-                               label=label)
-            if metric == "speedup":
-                ax.axhline(1.0, color="0.6", lw=0.8, label="AR")
-            ax.set_xscale("log", base=2)
-            ax.set(xlabel="DDTree budget (draft nodes)", ylabel=metric, title=f"{a}, T = {t:g}")
-        axes[-1].legend(fontsize=7)
-        fig.suptitle(f"DDTree over DFlash 2: {metric} by budget")
+    fig, axes = _new_axes(None, len(panels), panel=(3.6, 3.2))
+    for ax, (a, t) in zip(axes, panels):
+        _draw_proposals(ax, s[(s.arch == a) & (s.temperature == t)], metric)
+        ax.set(ylabel=metric, title=f"{a}, T = {t:g}")
+    legend_below(fig, OFFSET_NOTE)
+    fig.suptitle(f"DDTree over DFlash 2: {metric} by budget")
     return fig
 
 
@@ -839,9 +1054,9 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
                 x = np.arange(len(rows)) + 0.38 * j
                 ax.bar(x, rows[group], width=0.36, color=color, label=label)
             for i, r in rows.iterrows():
-                ax.text(i + 0.19, max(r.main_path, r.after_sibling) + 0.03, f"x{r.ratio:.2f}", ha="center", fontsize=8)
+                ax.text(i + 0.19, max(r.main_path, r.after_sibling) + 0.03, f"x{r.ratio:.2f}", ha="center", fontsize=9)
             ax.set(xticks=np.arange(len(rows)) + 0.19, xticklabels=rows.proposal, ylim=(0, 1.3),
                    ylabel="P(next depth accepted)", title=f"{arch}, outside loops")
-        axes[-1].legend(fontsize=7, loc="upper left", ncol=2)
+        legend_below(fig, ncols=2)
         fig.suptitle("after a sibling: marginal vs conditional trees")
     return fig

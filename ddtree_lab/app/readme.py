@@ -17,10 +17,17 @@ from typing import Callable
 import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
-from ..experiments.studies import full_size_cost
-from ..experiments.plumbing.spread import format_ratio_columns
 from ..train.checkpoints import CKPT_DIR
+from ..experiments.plumbing.results import ResultsStore, cached_table_path
+from ..experiments.plumbing.spread import format_ratio_columns
+from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.studies import dflash2 as d2
+from ..experiments.studies import full_size_cost, round_cost
+from ..experiments.studies.concurrency import (GRIDS, concurrency_store, concurrency_table, grid_frame,
+                                               summarize_concurrency)
+from ..experiments.studies.official import chain_divergence
+from ..experiments.studies.teacher_forced import tf_summary
 
 README = ROOT / "README.md"
 TABLES_JSON = RESULTS_DIR / "readme_tables.json"
@@ -174,8 +181,6 @@ def render_official() -> str:
 
 def render_leak() -> str:
     """The leak in the chain (quality store): the reference loop against AR, per target and block."""
-    from ..experiments.studies.official import chain_divergence
-    from ..experiments.plumbing.results import ResultsStore
     s = _store_summary("quality")
     div = chain_divergence(ResultsStore("quality").frame())
     rows = []
@@ -193,6 +198,44 @@ def render_leak() -> str:
             "state of the rejected tokens in place; tau: all rounds / outside loops):\n\n")
     return head + _table(["target", "block", "reference loop departs from AR", "median first divergence (new token)",
                           "lab DFlash == AR", "reference tau", "lab DFlash tau"], rows)
+
+
+def render_round_cost() -> str:
+    """What a round costs: the quiet round-cost run (phases, tokens/s over the reference loop
+    and over AR) and the lab's verify against its floor."""
+    frame = ResultsStore("round_cost").frame()
+    frame = frame[frame.run == round_cost.ROUND_RUN]
+    t = round_cost.round_table(frame)
+    loads = pd.Series([r.get("load_avg_1min") for r in ResultsStore("round_cost").rows()
+                       if r.get("run") == round_cost.ROUND_RUN], dtype=float)
+    names = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
+    rows = []
+    for arch in ("mla", "gdn"):
+        for r in t[t.arch == arch].itertuples():
+            label = names[r.method] + (f" {r.budget}" if r.method == "ddtree" else "")
+            rows.append([arch, label, f"{r.tau:.2f}", f"{r.total_ms:.1f}",
+                         "-" if r.method == "official" else f"{r.draft_ms:.1f}",
+                         "-" if r.method == "official" else f"{r.verify_ms:.1f}",
+                         format_ratio_columns(r._asdict(), "vs_official"), format_ratio_columns(r._asdict(), "vs_ar")])
+    n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
+    head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
+            f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
+            f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round: the median over prompts, the lab's "
+            "own phase timers, the reference loop exposes none; 'vs' columns: tokens/s over the reference loop's "
+            "and over AR's on the same prompt, median [95% interval]; on the GDN target the reference loop "
+            "departs from AR, see **The leak in the chain**):\n\n")
+    table = _table(["target", "loop", "tau", "ms / round", "draft ms", "verify ms", "vs reference loop", "vs AR"], rows)
+    floor = round_cost.floor_summary(pd.read_csv(RESULTS_DIR / "verify_floor.csv"))
+    frows = [[r.arch, r.budget, r.states, f"{r.lab_ms:.1f}", f"{r.floor_ms:.1f}",
+              format_ratio_columns({"x": r.ratio, "x_lo": r.ratio_lo, "x_hi": r.ratio_hi}, "x")]
+             for r in floor.itertuples()]
+    fhead = ("\n\n**Verify against its floor** (the same script: at real decoding states, every 4th round of greedy "
+             "DDTree runs, the lab's verify as the loop calls it against transformers' stock forward of the same "
+             "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, 10 interleaved "
+             "pairs per state; on GDN the floor's linear layers read the tree as a chain; ratio: median over states "
+             "[95% interval]):\n\n")
+    return head + table + fhead + _table(["target", "budget", "states", "lab verify ms", "floor ms",
+                                          "verify / floor"], frows)
 
 
 # ----------------------------------------------------------------------------- verify cost, build_tree, exactness
@@ -262,8 +305,6 @@ def render_exactness() -> str:
 
 def _store_summary(name: str) -> pd.DataFrame:
     """``summarize`` of every row of a committed store (rows of other models are never committed)."""
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.plumbing.summary import summarize
     return summarize(ResultsStore(name).frame())
 
 
@@ -325,8 +366,6 @@ def render_temperature() -> str:
 
 
 def render_teacher_forced() -> str:
-    from ..experiments.plumbing.results import ResultsStore
-    from ..experiments.studies.teacher_forced import tf_summary
     frame = ResultsStore("teacher_forced").frame()
     tf = tf_summary(frame)
     budgets = [b for b in (4, 16, 64, 128) if b in set(tf.budget[tf.method == "ddtree"])]
@@ -358,7 +397,6 @@ def _concurrency_row(r: pd.Series) -> list:
 def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     """The concurrency table from the store "concurrency" (the full grid's rows); a line saying
     it is not measured yet when the store holds none (no stored file is then required)."""
-    from ..experiments.studies.concurrency import GRIDS, concurrency_store, concurrency_table, grid_frame, summarize_concurrency
     grid = GRIDS["full"]
     frame = grid_frame(concurrency_store(directory=directory), grid)
     head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
@@ -437,8 +475,6 @@ def render_corpus() -> str:
 def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     """DDTree over DFlash 2 (notebook 08, ``ddtree-lab dflash2``): the 164-prompt goals against
     the quality store's DFlash rows, the interleaved budget x temperature run, the sibling table."""
-    from ..experiments.studies import dflash2 as d2
-    from ..experiments.plumbing.results import ResultsStore, cached_table_path
     drafters = {a: d2.load_drafters(a) for a in ("gdn", "mla")}  # the shipped models: their rows only
     frame = ResultsStore(d2.STORE, directory).frame(models={a: d.digests for a, d in drafters.items()})
     if frame.empty:
@@ -502,6 +538,8 @@ BLOCKS = {
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
     "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
     "official": Block(("data/results/bench.csv",), "ddtree-lab bench", render_official),
+    "round_cost": Block(("data/results/round_cost.jsonl", "data/results/verify_floor.csv"),
+                        "python scripts/bench_round.py", render_round_cost),
     "leak": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_leak),
     "teacher_forced": Block(("data/results/teacher_forced.jsonl",), "bash scripts/lab.sh (notebook 05)",
                             render_teacher_forced),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 
+import ipywidgets as w
 import pandas as pd
 
 from ..experiments.plumbing.summary import summarize
@@ -169,7 +170,6 @@ def explorer(frame: pd.DataFrame, arch: str | None = None, gdn_mode=ALL, block_s
     notebook's own figures use. Changing arch resets the others to that arch's defaults;
     controls with one value (and GDN mode for mla) are greyed out.
     """
-    import ipywidgets as w
 
     def defaults(a):
         return explorer_defaults(frame, a, gdn_mode, block_size, temperature, max_new_tokens)
@@ -217,7 +217,6 @@ def dropdown_explorer(spec: dict, start: dict, draw):
     """ipywidgets.VBox: one dropdown per ``spec`` entry (name -> options; opening at ``start``'s
     value, else the first; greyed out with one option) and an Output (CSS class
     'ddtree-figure') showing ``draw(**selection)``, redrawn on every change."""
-    import ipywidgets as w
     wide = {"style": {"description_width": "initial"}}
     controls = {name: w.Dropdown(options=spec[name], description=name,
                                  value=start.get(name) if start.get(name) in spec[name] else spec[name][0], **wide)

@@ -28,11 +28,13 @@ import json
 import re
 import sys
 import sysconfig
+import time
 from dataclasses import asdict, dataclass
 from importlib import metadata as md
 from pathlib import Path
 
 import numpy as np
+from packaging.requirements import Requirement
 
 from ..common import DATA_DIR
 from . import data
@@ -155,7 +157,6 @@ def dependency_closure(dists: dict[str, md.Distribution], root: str,
                        extras: tuple[str, ...] = ()) -> list[str]:
     """Sorted canonical names of ``root`` and everything it requires, transitively (markers
     evaluated for this interpreter; the root's ``extras`` followed). Missing ones are skipped."""
-    from packaging.requirements import Requirement
     root = canonical_name(root)
     if root not in dists:
         raise ValueError(f"root must be an installed distribution, got {root!r}")
@@ -529,7 +530,6 @@ def write_summary(man: dict, path: Path = SUMMARY_PATH) -> Path:
 
 
 if __name__ == "__main__":
-    import time
     t0, c0 = time.monotonic(), time.process_time()
     c = build_corpus()
     write_summary(c["manifest"])

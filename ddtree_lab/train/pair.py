@@ -7,11 +7,17 @@ digests go into every stored row's key, so rows of different models never mix.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 from . import data
+from ..common import stable_hash
+from .data import humaneval_prompts, load_prompt_file, prompt_tokens
 from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path
+from .drafters import drafter_digest, load_drafter
+from .rollouts import target_digest
 from ..core.models import ARCHS, arch_of, load_target
 
 
@@ -27,6 +33,8 @@ class Pair:
     tokenizer: object
     target_digest: str
     drafter_digest: str
+    prompt_set: tuple = ()  # the pair's own prompts (``with_prompts``); empty: HumanEval
+    prompt_source: str = ""  # "<file sha256>:<field>" of ``prompt_set``
 
     def __iter__(self):
         return iter((self.target, self.drafter, self.tokenizer))
@@ -38,8 +46,28 @@ class Pair:
 
     @property
     def digests(self) -> dict:
-        """{'target': sha256, 'drafter': sha256}: what a results row records of its models."""
-        return {"target": self.target_digest, "drafter": self.drafter_digest}
+        """{'target': sha256, 'drafter': sha256} (+ 'prompts': the prompt file's digest and field
+        when the pair decodes its own prompts): what a results row records, so rows of other
+        models or prompts never mix."""
+        out = {"target": self.target_digest, "drafter": self.drafter_digest}
+        return out | ({"prompts": self.prompt_source} if self.prompt_set else {})
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.prompt_set) if self.prompt_set else len(humaneval_prompts())
+
+    def prompt_ids(self, index: int) -> list[int]:
+        """Token ids of prompt ``index`` of the pair's prompts (HumanEval by default)."""
+        if not self.prompt_set:
+            return prompt_tokens(self.tokenizer, index)
+        if not 0 <= index < len(self.prompt_set):
+            raise ValueError(f"prompt index must be in [0, {len(self.prompt_set)}), got {index}")
+        return self.tokenizer.encode(self.prompt_set[index]).ids
+
+    def with_prompts(self, path, field: str) -> "Pair":
+        """This pair decoding the prompts of a JSON-lines file's ``field`` (``data.load_prompt_file``)."""
+        texts = tuple(load_prompt_file(path, field))
+        return replace(self, prompt_set=texts, prompt_source=f"{stable_hash(list(texts), 16)}:{field}")
 
 
 DRAFTERS = {"dflash": "drafter", "dflash2": "drafter2"}  # drafter= -> the shipped checkpoint's kind
@@ -63,8 +91,6 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     drafter: which shipped drafter (without ``drafter_path``): "dflash" (``DFlashDraftModel``)
     or "dflash2" (``DFlash2DraftModel``, its candidate selector drafts conditional trees).
     """
-    from .drafters import drafter_digest, load_drafter
-    from .rollouts import target_digest
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
     if drafter not in DRAFTERS:
@@ -77,7 +103,12 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     if arch_of(target) != arch:
         raise ValueError(f"{tpath} holds a {arch_of(target)!r} model, expected {arch!r}")
     dpath = Path(drafter_path or ckpt_path(arch, kind, root))
-    drafter = load_drafter(dpath, target, rebuild=REBUILD[kind].format(arch=arch) if drafter_path is None else "")
+    return _pair(arch, target, tpath, dpath, kind, shipped=drafter_path is None)
+
+
+def _pair(arch: str, target, tpath: Path, dpath: Path, kind: str, shipped: bool) -> Pair:
+    """The checked ``Pair`` of a loaded target and the drafter directory ``dpath``."""
+    drafter = load_drafter(dpath, target, rebuild=REBUILD[kind].format(arch=arch) if shipped else "")
     tdigest = target_digest(target)
     manifest = dpath / "manifest.json"
     trained_for = json.loads(manifest.read_text()).get("target_sha256") if manifest.is_file() else None
@@ -91,6 +122,13 @@ def load_tokenizer_for(target_path: Path):
     """The target directory's own tokenizer (``AutoTokenizer``, its ``tokenizers`` backend)
     when it has one, else the lab's ``data/tokenizer.json``."""
     if any((Path(target_path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        from transformers import AutoTokenizer
         return AutoTokenizer.from_pretrained(target_path).backend_tokenizer
     return data.load_tokenizer()
+
+
+def pair_from_dirs(target_dir, drafter_dir, **target_kwargs) -> Pair:
+    """The ``Pair`` of a target directory and a drafter directory: its arch read from the
+    target (``models.arch_of``), then ``load_pair``'s checks. ``target_kwargs``: ``load_target``'s
+    (``dtype``, ``device``, ``device_map``)."""
+    target = load_target(Path(target_dir), **target_kwargs)
+    return _pair(arch_of(target), target, Path(target_dir), Path(drafter_dir), "drafter", shipped=False)

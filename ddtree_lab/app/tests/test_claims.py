@@ -42,13 +42,15 @@ CASES = {
     "02-naive-peaks": (claims.naive_peaks_early, (s({1: 1.8, 4: 2.3, 128: 2.0}),), (s({1: 1.8, 4: 2.3, 128: 2.6}),)),
     "02-crop-leaks": (claims.crop_leaks_gdn, (s({1: 0.2, 2: 0.5}),), (s({1: 0.0, 2: 0.5}),)),
     "02-crop-mla": (claims.crop_exact_mla, (1e-7,), (1e-3,)),
-    "02-official-departs": (claims.reference_loop_departs, (3,), (0,)),
+    "02-official-departs": (claims.reference_loop_departs, (3, 40), (0, 40)),
+    "02-official-no-runs": (claims.reference_loop_departs, (3, 40), (0, 0)),
     "03-float64": (lambda m: claims.precision_exact(m)[0], (s({"float64 + harness": 1e-15, "float32": 1e-6}),),
                    (s({"float64 + harness": 1e-9, "float32": 1e-6}),)),
     "03-float32": (lambda m: claims.precision_exact(m)[1], (s({"float64 + harness": 1e-15, "float32": 1e-6}),),
                    (s({"float64 + harness": 1e-15, "float32": 1e-2}),)),
     "03-routing": (claims.routing_identical, (1.0,), (0.998,)),
     "03-near-ties": (claims.flips_at_near_ties, ([0.001], 1.0), ([0.3], 1.0)),
+    "03-near-ties-no-flips": (claims.flips_at_near_ties, ([0.001], 1.0), ([], 1.0)),
     "04-fork-wy-exact": (lambda f: claims.modes_exact_in_float64(f)[0], (s({"fork": 1e-15, "wy": 2e-15, "naive": 0.3}),),
                          (s({"fork": 1e-15, "wy": 1e-8, "naive": 0.3}),)),
     "04-naive-not": (lambda f: claims.modes_exact_in_float64(f)[1], (s({"fork": 1e-15, "wy": 2e-15, "naive": 0.3}),),
@@ -93,10 +95,10 @@ def test_every_claims_function_has_a_mutant_case():
     """A new check in ``claims`` must come with a case above (directly or through a lambda)."""
     import inspect
     public = {n for n, f in inspect.getmembers(claims, inspect.isfunction)
-              if f.__module__ == claims.__name__ and not n.startswith("_") and n not in ("fmt_vs", "below", "above",
+              if f.__module__ == claims.__name__ and not n.startswith("_") and n not in ("fmt_vs", "below", "above", "check", "compare",
                                                                                           "monotone")}
     covered = {c[0].__name__ for c in CASES.values()} | {"leakage_per_node", "precision_exact",
-                                                         "modes_exact_in_float64"}
+                                                         "modes_exact_in_float64", "as_goal"}
     assert public <= covered, sorted(public - covered)
 
 
@@ -117,3 +119,42 @@ def test_check_unless_says_what_it_skipped(capsys):
     assert out.startswith("skipped:  gain") and "why:      SMOKE: too few prompts" in out and "match" not in out
     with pytest.raises(AssertionError):
         lab.check_unless(False, claims.tree_beats_chain("gain", 2.0, 2.5))
+
+
+def test_reference_loop_departs_says_what_it_counts():
+    c = claims.reference_loop_departs(29, 40)
+    assert c.got == "29 of 40 prompt x block runs" and "of the prompt x block runs" in c.expected
+
+
+def test_no_flips_is_said_and_never_a_vacuous_match(capsys):
+    c = claims.flips_at_near_ties([], 0.56)
+    assert not c.ok and "no flips" in c.got and "0.0000" not in c.got
+    lab.check_unless("no bf16 argmax flips on this run", c)
+    assert "match" not in capsys.readouterr().out
+
+
+def test_a_goal_prints_goal_got_met_and_never_fails(capsys):
+    record = claims.Record()
+    missed = claims.auto_near_best("gdn", s({1: 0.95, 16: 0.70}))
+    assert record.goal(missed) is False                      # a missed goal: reported, not raised
+    assert record.goal(claims.auto_near_best("mla", s({1: 0.95}))) is True
+    out = capsys.readouterr().out
+    assert "goal: gdn: auto stays within 10%" in out and "met:    no" in out and "met:    yes" in out
+    assert "match" not in out and "reproduced" not in out    # a goal is neither a check nor a published claim
+    listed = record.goal_list()
+    assert listed.startswith("The lab's goals in this notebook: 1 of 2 met")
+    assert "[missed] gdn: auto" in listed and "0.70 (c=16)" in listed and "[met] mla" in listed
+    assert claims.Record().goal_list() == "This notebook sets no goals of the lab's own."
+
+
+def test_record_keeps_checks_published_claims_and_why_not(capsys):
+    record = claims.Record()
+    record.check(claims.fewer_calls(10, 64))
+    with pytest.raises(AssertionError):                      # a check still fails loudly
+        record.check(claims.fewer_calls(64, 64))
+    assert len(record.checks) == 1
+    assert record.compare(claims.naive_peaks_early(s({1: 1.8, 128: 2.6})), why="it rises to 128") is False
+    assert record.compare(claims.naive_peaks_early(s({1: 1.8, 4: 2.3, 128: 2.0})), why="unused") is True
+    out = capsys.readouterr().out
+    assert "reproduced: False\n  why not:    it rises to 128" in out and "unused" not in out
+    assert [why for _, why in record.published] == ["it rises to 128", None]

@@ -347,3 +347,39 @@ def test_sibling_gap_draws_predicted_and_observed_bars_per_arch():
     fig = plot_sibling_gap(gaps)
     bars = [r.get_height() for r in fig.axes[0].patches]
     assert len(bars) == 8 and sorted(bars)[-1] == 0.9 and 0.1 in bars
+
+
+# ----------------------------------------------------------------------------- one palette
+
+def _colors(fig, label):
+    """RGBA colours of every line labelled ``label`` in the figure."""
+    from matplotlib.colors import to_rgba
+    return {to_rgba(l.get_color()) for ax in fig.axes for l in ax.lines if l.get_label() == label}
+
+
+def test_one_colour_per_method_and_target_across_figures(summary):
+    from matplotlib.colors import to_rgba
+    dflash = to_rgba(plots.METHOD_STYLES["dflash"]["color"])
+    table = pd.DataFrame([{"arch": "gdn", "temperature": 0.0, "concurrency": c, "best_budget": 4, "dflash_speedup": 1.2,
+                           "best_speedup": 1.5, "auto_speedup": 1.4} for c in (1, 4)])
+    conc = pd.DataFrame([{"arch": "gdn", "temperature": 0.0, "concurrency": 4, "method": m, "budget": b,
+                          "tokens_per_s": 10.0, "speedup": 1.1, "mean_tree_size": 4.0}
+                         for m, b in (("dflash", 0), ("ddtree", 4), ("ddtree", 16))])
+    assert _colors(plots.plot_concurrency_speedup(table, ["gdn"]), "DFlash") == {dflash}
+    assert _colors(plots.plot_concurrency_budgets(conc, "gdn", 0.0, 4), "DFlash") == {dflash}
+    assert _colors(plots.plot_budget_curves(summary, "mla"), "dflash") == {dflash}
+    mla = to_rgba(plots.TARGET_STYLES["mla"]["color"])
+    rows = summary[(summary.method == "ddtree") & (summary.budget != "auto")].astype({"budget": int})
+    assert _colors(plots.plot_target_curves(rows[rows.gdn_mode.isin(["wy", "-"])], 4), "mla") == {mla}
+    assert _colors(plots.plot_mode_curves(rows[rows.temperature == 0], {"tau": ("tau", "")}), "gdn naive") == {
+        to_rgba(plots.METHOD_STYLES["naive"]["color"])}
+
+
+def test_lenses_look_different_in_the_legend():
+    s = summarize(_with_loop_tags(results_frame()))
+    fig = plots.plot_loop_split_modes(s[s.temperature == 0])
+    handles = {t.get_text(): h for t, h in zip(fig.legends[0].get_texts(), fig.legends[0].legend_handles)}
+    solid, dashed = handles["gdn wy, all rounds"], handles["gdn wy, outside loops"]
+    assert solid.get_linestyle() == "-" and dashed.get_linestyle() != "-"
+    assert solid.get_linewidth() > dashed.get_linewidth() and dashed.get_markerfacecolor() == "white"
+    assert fig.legends[0].handlelength >= 3 and "offset" in fig.legends[0].get_title().get_text()

@@ -137,6 +137,28 @@ PICKS = ("root", "deepest", "random", "random")
 
 
 @pytest.mark.parametrize("arch,mode", ROUND_CASES, ids=[f"{a}-{m}" for a, m in ROUND_CASES])
+def test_chain_rounds_kept_by_a_slice_match_fresh_prefill(arch, mode):
+    """Chains whose accepted rows come first (the commit keeps them by a slice, no gather) and
+    a branch between them (a gather), committed as the loop does (``checked=True``): the cache
+    == a fresh prefill of the committed sequence."""
+    model = target(arch, torch.float64)
+    V = model.config.vocab_size
+    gen = generator("chain-rounds", arch, mode)
+    with harness.float64_harness():
+        committed = random_prefix(V, gen)
+        cache, _ = prefill(model, committed)
+        for r in range(4):
+            tree = chain_tree(torch.randint(0, V, (7,), generator=gen), committed[-1]) if r != 2 \
+                else random_tree("bushy", 16, V, gen)
+            verify(model, cache, tree, mode)
+            path = list(range(int(torch.randint(1, 8, (), generator=gen)))) if r != 2 else root_path(tree, "random", gen)
+            commit(model, cache, tree, path, checked=True)
+            committed += tree.tokens[path].tolist()
+        fresh, _ = prefill(model, committed)
+        assert_same_cache(f"{arch}-{mode}-chain-rounds-f64", fresh, cache, 1e-12)
+
+
+@pytest.mark.parametrize("arch,mode", ROUND_CASES, ids=[f"{a}-{m}" for a, m in ROUND_CASES])
 def test_rounds_match_fresh_prefill(arch, mode):
     """After 4 rounds of verify + commit, the cache == a fresh prefill of the committed sequence."""
     model = target(arch, torch.float64)

@@ -26,6 +26,7 @@ from ...core.decode import start
 from ...core.verify import verify
 from ...core.cache import commit
 from .measure import median_seconds
+from ...core.verify import verify_batch
 
 COST_DIR = RESULTS_DIR / "costs"
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -162,7 +163,6 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
                              batches=DEFAULT_BATCHES, budgets=BATCH_BUDGETS, repeats: int = 3) -> BatchCostModel:
     """Time a batched round at every (batch, per-sequence budget) of the grid; sequence i
     uses ``prefixes[i % len(prefixes)]`` (token ids), its own drafter tree cut to the budget."""
-    from ...core.verify import verify_batch
     layers = tuple(drafter.cfg.target_layer_ids)
     prefixes = [torch.as_tensor(p, dtype=torch.long) for p in prefixes]
     seqs = [_measure_sequence(target, drafter, prefixes[i % len(prefixes)], layers, block_size, max(budgets))

@@ -2,8 +2,9 @@
 seeded random trees and prefixes every cost measurement times (``studies.verify_cost``,
 ``plumbing.costs``, scripts/bench_*.py).
 
-- ``timed(fn) -> (ms, result)``: wall time, device-synced at both ends (``decode.device_sync``);
-- ``median_seconds(fn, repeats)``: the median of ``repeats`` timed calls;
+- ``timed(fn, clock) -> (ms, result)``: wall (or thread CPU) time, device-synced at both ends
+  (``decode.device_sync``);
+- ``median_seconds(fn, repeats, warmup)``: the median of ``repeats`` timed calls;
 - ``interleaved(fns, repeats, clock)``: every fn in turn per repeat after one warm-up repeat
   (repeat r of every fn is one pair for ``spread.ratio_columns``);
 - ``LiveBytes``: a dispatch-mode counter of live tensor storage over every aten output (views
@@ -28,17 +29,20 @@ from ...core.tree import build_tree, chain_tree
 DEPTH_ROWS, PEAKEDNESS = 16, 3.0
 
 
-def timed(fn) -> tuple[float, object]:
-    """(milliseconds, result) of ``fn()``, device-synced at both ends (``decode.device_sync``)."""
+def timed(fn, clock=time.perf_counter) -> tuple[float, object]:
+    """(milliseconds, result) of ``fn()``, device-synced at both ends (``decode.device_sync``);
+    ``clock``: as ``interleaved``'s."""
     device_sync()
-    start = time.perf_counter()
+    start = clock()
     out = fn()
     device_sync()
-    return 1e3 * (time.perf_counter() - start), out
+    return 1e3 * (clock() - start), out
 
 
-def median_seconds(fn, repeats: int) -> float:
-    """Median seconds of ``repeats`` device-synced calls of ``fn``."""
+def median_seconds(fn, repeats: int, warmup: int = 0) -> float:
+    """Median seconds of ``repeats`` device-synced calls of ``fn``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
     return statistics.median(timed(fn)[0] / 1e3 for _ in range(repeats))
 
 

@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 
 import pandas as pd
+import torch
+import transformers
 
 from ...common import RESULTS_DIR, ROOT, stable_hash
 
@@ -51,8 +53,6 @@ def git_revision() -> str:
 
 
 def versions() -> dict:
-    import torch
-    import transformers
     return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 

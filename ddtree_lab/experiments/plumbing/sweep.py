@@ -9,9 +9,11 @@ import itertools
 import pandas as pd
 from tqdm.auto import tqdm
 
+from ...core.decode import generate
 from ...core.spec import GenerationSpec, Sampling
+from .costs import cost_model
 from .loops import is_looping, round_loop_flags
-from .results import ResultsStore
+from .results import ResultsStore, row_key
 
 AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens", "accept_rule")
 
@@ -61,13 +63,10 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     """Generate one (config, prompt) row with ``pair`` (a ``Pair`` of ``cfg['arch']``) and the
     lab's ``generate``; its metrics. Method "official" (the field's reference loop) runs through
     ``studies.official.run_with_official``, the runner a grid holding it passes."""
-    from .costs import cost_model
-    from ...core.decode import generate
-    from ...train.data import prompt_tokens
     if cfg["method"] == "official":
         raise ValueError("method 'official' is the field's reference loop: run its grid with "
                          "runner=ddtree_lab.experiments.studies.official.run_with_official")
-    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    ids = pair.prompt_ids(prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
@@ -126,7 +125,6 @@ def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: s
     in ``store``, in the given order, and append each finished row at once:
     ``runner(cfg, unit, pair) -> metrics``. The one loop of every sweep (an interrupted run
     keeps what it finished, a rerun skips it)."""
-    from .results import row_key
     done = store.done_keys()
     todo = [(c, u) for c, u in rows if row_key(c, u, store.code, pairs[c["arch"]].digests, run) not in done]
     for cfg, unit in tqdm(todo, desc=desc, disable=not progress or not todo):

@@ -11,6 +11,8 @@ The table is saved to data/results/bench.csv and the goals are printed as PASS/M
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from ...core.decode import PHASES
@@ -123,9 +125,12 @@ def _goal(name: str, value: float, target: float, below: bool = False) -> str:
     return f"{'PASS' if ok else 'MISS'}  {name}: {value:.3f} (goal {'<' if below else '>='} {target})"
 
 
-def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, **grid_kwargs) -> pd.DataFrame:
-    """The bench on ``pairs`` ({arch: Pair}); prints the table and the goals, saves bench.csv."""
-    store = ResultsStore("bench")
+def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, directory=RESULTS_DIR,
+              **grid_kwargs) -> pd.DataFrame:
+    """The bench on ``pairs`` ({arch: Pair}); prints the table and the goals, saves
+    ``directory``/bench.csv (``directory``: data/results for the shipped pair, a folder of its
+    own for any other pair, so the README never reads another pair's rows)."""
+    store = ResultsStore("bench", directory)
     if fresh and store.path.is_file():
         store.path.unlink()
     frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs,
@@ -138,5 +143,5 @@ def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, **grid_kw
         print(table[[c for c in cols if c in table]].to_string(index=False))
     for line in goals(table):
         print(line)
-    table.to_csv(RESULTS_DIR / "bench.csv", index=False)
+    table.to_csv(Path(directory) / "bench.csv", index=False)
     return table

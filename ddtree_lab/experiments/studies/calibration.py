@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ...core.decode import generate
+from ...core.sampling import Marginal
 from ..plumbing.loops import is_looping
 
 COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",
@@ -59,7 +61,6 @@ class RoundRecorder:
         self.labels, self.context = labels, [int(t) for t in prompt_ids]
 
     def __call__(self, rnd) -> None:
-        from ...core.sampling import Marginal
         tree = rnd.tree
         proposal = rnd.proposal if getattr(rnd, "proposal", None) is not None else Marginal(rnd.draft_logits)
         tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
@@ -191,11 +192,9 @@ def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tok
     """``calibration.RoundRecorder`` rows (one per draft node per round, loop-tagged) of DDTree-
     ``budget`` decoding of ``prompt_ids`` with ``pair`` (``tree``: as ``decode.generate``);
     ``labels`` go into every row, with ``prompt``."""
-    from ...core.decode import generate
-    from ...train.data import prompt_tokens
     rec = RoundRecorder()
     for p in prompt_ids:
-        ids = prompt_tokens(pair.tokenizer, p)
+        ids = pair.prompt_ids(p)
         rec.start(ids, **labels, prompt=p)
         generate(pair.target, pair.drafter, ids, method="ddtree", budget=budget, block_size=block_size,
                  max_new_tokens=max_new_tokens, on_round=rec, tree=tree)

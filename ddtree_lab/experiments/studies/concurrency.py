@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ...common import RESULTS_DIR
+from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.results import ResultsStore
@@ -93,8 +94,7 @@ def group_prompts(group: int, concurrency: int, num_prompts: int) -> list[int]:
 
 def humaneval_prompt(pair, prompt_id: int) -> list[int]:
     """HumanEval prompt ``prompt_id`` in the pair's tokenizer."""
-    from ...train.data import prompt_tokens
-    return prompt_tokens(pair.tokenizer, prompt_id)
+    return pair.prompt_ids(prompt_id)
 
 
 # ----------------------------------------------------------------------------- running
@@ -103,7 +103,6 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
               cost_dir=COST_DIR) -> dict:
     """One ``generate_batch`` call of the group's prompts with ``pair``: the row's metrics (lists
     hold one entry per sequence)."""
-    from ...core.decode import generate_batch
     pids = group_prompts(group, cfg["concurrency"], grid.num_prompts)
     ids = [prompts(pair, p) for p in pids]
     mode = mode_name(cfg["gdn_mode"])

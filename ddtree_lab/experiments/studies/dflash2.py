@@ -23,6 +23,16 @@ from ...core.decode import start
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import summarize
 from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_config, run_sweep
+from ...train.pair import load_pair
+from ...common import RESULTS_DIR
+from .teacher_forced import run_teacher_forced
+from ...train.checkpoints import check_manifest, ckpt_path
+from .calibration import record_rounds
+from .calibration import continuation_summary, continuation_table, outside_loops, tau_cost
+from ...core.sampling import Conditional, Marginal
+from .teacher_forced import humaneval_texts, positions_in
+from tqdm.auto import tqdm
+from ...core.decode import tree_rule
 
 D_AXES = AXES + ("drafter", "tree")
 BUDGETS = {0.0: (4, 16, 64, 256), 0.3: (4, 16, 64, 256), 1.0: (4, 16, 64, 256)}  # DDTree budgets per temperature
@@ -60,7 +70,6 @@ class Drafters:
 
 
 def load_drafters(arch: str) -> Drafters:
-    from ...train.pair import load_pair
     return Drafters(arch, {d: load_pair(arch, drafter=d) for d in ("dflash", "dflash2")})
 
 
@@ -163,8 +172,6 @@ def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 6, lossless_prompts: 
     DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions.
     directory: where the stores live (default data/results; notebooks' SMOKE runs: smoke/).
     -> {"study", "lossless": results frames of the two runs, "teacher_forced": tf_summary}."""
-    from ...common import RESULTS_DIR
-    from .teacher_forced import run_teacher_forced
     directory = RESULTS_DIR if directory is None else directory
     drafters = {a: load_drafters(a) for a in archs}
     store = ResultsStore(STORE, directory)
@@ -188,7 +195,6 @@ def drafter_table(archs=("gdn", "mla")) -> pd.DataFrame:
     """Per arch, from the shipped manifests (held-out greedy rollouts, block 8): DFlash linear
     tau, DFlash 2 linear tau of its unary argmax path and of its selector's path walk, the
     unary top-K recall and the teacher-forced selector accuracy, train minutes."""
-    from ...train.checkpoints import check_manifest, ckpt_path
     rows = []
     for arch in archs:
         d1, d2 = check_manifest(ckpt_path(arch, "drafter")), check_manifest(ckpt_path(arch, "drafter2"))
@@ -203,7 +209,6 @@ def record_proposals(drafters: Drafters, *, prompts: int, budget: int, block: in
     """``calibration.record_rounds`` of one target with each of its drafters' own trees (the
     DFlash drafter's marginal tree, the DFlash 2 drafter's conditional tree), labelled by
     ``proposal`` and ``arch``: what ``sibling_table`` reads."""
-    from .calibration import record_rounds
     kw = dict(budget=budget, block_size=block, max_new_tokens=tokens, arch=drafters.arch)
     return pd.concat([record_rounds(drafters.pairs["dflash"], range(prompts), proposal="DFlash marginal", **kw),
                       record_rounds(drafters.pairs["dflash2"], range(prompts), proposal="DFlash 2 conditional", **kw)])
@@ -214,7 +219,6 @@ def sibling_table(nodes: pd.DataFrame) -> pd.DataFrame:
     right after a rank >= 1 sibling and on the main path, their ratio, the surrogate's
     expected and the observed accepted tokens per round (calibration). nodes: ``record_rounds``
     rows with ``arch`` and ``proposal`` labels."""
-    from .calibration import continuation_summary, continuation_table, outside_loops, tau_cost
     rows = []
     for (arch, proposal), g in nodes.groupby(["arch", "proposal"], sort=False):
         out = outside_loops(g)
@@ -297,7 +301,6 @@ def overlap_at(drafters: Drafters, text: list[int], position: int, temperatures=
     probability exactly this overlap (arXiv 2602.06036, section 3): the first-token acceptance
     the proposal can reach at T, whatever its tree. Proposals: the DFlash drafter's marginal,
     the DFlash 2 drafter's unary marginal and its conditional q (the selector given the parent)."""
-    from ...core.sampling import Conditional, Marginal
     ctx = torch.as_tensor(text[:position + 1])
     target = drafters.pairs["dflash"].target
     logits = target(torch.as_tensor(text[:position + depths])[None].to(target.device)).logits[0, position:]  # [depths, V]
@@ -323,7 +326,6 @@ def overlap_at(drafters: Drafters, text: list[int], position: int, temperatures=
 def _positions(d: Drafters, problem_ids, stride: int, lookahead: int, block_size: int) -> list[tuple]:
     """(text, position) of every ``stride``-th position of the HumanEval canonical solutions
     ``problem_ids`` that leaves ``lookahead`` real tokens and a block inside the models' positions."""
-    from .teacher_forced import humaneval_texts, positions_in
     texts, starts = humaneval_texts(d.pairs["dflash"].tokenizer, list(problem_ids))
     limit = min(d.pairs["dflash"].target.config.max_position_embeddings, d.pairs["dflash2"].drafter.cfg.max_positions)
     return [(t, p) for t, s in zip(texts, starts)
@@ -335,7 +337,6 @@ def overlap_table(drafters: dict, problem_ids, *, temperatures=OVERLAP_TEMPERATU
     """``overlap_at`` over HumanEval canonical solutions (every ``stride`` positions), per
     target ({arch: Drafters}) -> mean overlap per (arch, proposal, temperature, depth) with the
     number of positions."""
-    from tqdm.auto import tqdm
     rows = []
     for arch, d in drafters.items():
         for t, p in tqdm(_positions(d, problem_ids, stride, depths, block_size), desc=f"overlap {arch}",
@@ -353,8 +354,6 @@ def tree_shapes(drafters: dict, problem_ids, *, budget: int = 64, block_size: in
     canonical solutions, every ``stride`` positions): mean children of the root (the first
     token's siblings, what covers a spread target at T > 0) and mean depth of the deepest
     node, per (arch, proposal)."""
-    from tqdm.auto import tqdm
-    from ...core.decode import tree_rule
     rows = []
     for arch, d in drafters.items():
         for t, p in tqdm(_positions(d, problem_ids, stride, 1, block_size), desc=f"tree shapes {arch}",

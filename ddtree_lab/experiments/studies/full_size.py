@@ -22,11 +22,12 @@ are cut down:
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from transformers import DeepseekV3Config, Qwen3_5TextConfig
+from transformers import DeepseekV3Config, DynamicCache, Qwen3_5TextConfig
 
 from ...core.models import _model_class
 
@@ -200,9 +201,6 @@ def stock_tree_logits(model, prefix_ids, tree) -> torch.Tensor:
     copy of that cache. Cheaper than one uncached forward per node at full width; its
     agreement with the uncached forward is checked separately (``stock_path_logits``).
     """
-    import copy
-
-    from transformers import DynamicCache
     device = next(model.parameters()).device
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long).reshape(1, -1).to(device)
     cache = DynamicCache(config=model.config)

@@ -24,7 +24,9 @@ import statistics
 
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 
+from ...common import ROOT
 from ...core import adapter
 from .full_size import relative_error, stock_path_logits, stock_tree_logits
 from ...core.cache import commit
@@ -169,12 +171,11 @@ def extrapolate_fork_bytes(table: pd.DataFrame, full_gdn_layers: int = 48) -> pd
 
 
 def plot_cost(table: pd.DataFrame, path, title: str) -> None:
-    """Verify ms vs budget per mode (log-log) and, if measured, fork / WY bytes vs budget."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Verify ms vs budget per mode (log-log) and, if measured, fork / WY bytes vs budget
+    (a pyplot-free Figure: no backend chosen, nothing left open)."""
     has_mem = "fork_state_bytes" in table
-    fig, axes = plt.subplots(1, 2 if has_mem else 1, figsize=(11 if has_mem else 5.5, 4), squeeze=False)
+    fig = Figure(figsize=(11 if has_mem else 5.5, 4))
+    axes = fig.subplots(1, 2 if has_mem else 1, squeeze=False)
     ax = axes[0, 0]
     for m in GDN_MODES + ("stock",):
         if f"{m}_ms" in table:
@@ -193,7 +194,6 @@ def plot_cost(table: pd.DataFrame, path, title: str) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- README tables
@@ -247,7 +247,6 @@ def tp_readme_table(tp: dict[str, pd.DataFrame], budgets=(1, 16, 64)) -> str:
 
 def render_readme(root=None) -> str:
     """The README's full-size tables, read from the stored files of ``README_SOURCES``."""
-    from ...common import ROOT
     root = root or ROOT
     cost, exact, tp_qwen, tp_kimi = (pd.read_csv(root / f) for f in README_SOURCES)
     return "\n\n".join([exactness_readme_table(exact), cost_readme_table(cost),

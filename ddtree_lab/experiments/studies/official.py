@@ -14,38 +14,47 @@ two loops' rounds line up one for one (``lab_generate_aligned``).
 """
 from __future__ import annotations
 
-import contextlib
 import time
-from unittest import mock
 
+import dflash.model as dm
+import pandas as pd
 import torch
+from transformers import DynamicCache
 
+from ...core.decode import PHASES, generate, start
+from ..plumbing.loops import is_looping, round_loop_flags
+from ..plumbing.summary import first_divergence
 from ..plumbing.sweep import run_config
 
 
 @torch.no_grad()
 def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_size: int,
                       temperature: float = 0.0, seed: int = 0) -> dict:
-    """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``):
+    """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``), as shipped:
     -> {"tokens": new tokens (t1 first), "acceptance_lengths": tokens per verify round}.
 
-    ``return_stats=True`` gives the round lengths; it times with ``torch.cuda.synchronize``,
-    so without a GPU its timer is swapped for ``time.perf_counter`` (nothing else changes)."""
-    import dflash.model as dm
+    The round lengths are read without touching the loop (its own ``return_stats`` timer needs
+    CUDA): a forward pre-hook on ``target`` sees the target cache's length at every call, and
+    the loop crops that cache to the committed length before each verify, so consecutive
+    lengths differ by what each round committed (the last round: up to the output's end)."""
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     torch.manual_seed(seed)
-    timer = contextlib.nullcontext() if torch.cuda.is_available() \
-        else mock.patch.object(dm, "_cuda_time", time.perf_counter)
-    with timer:
+    lengths: list[int] = []
+    hook = target.register_forward_pre_hook(
+        lambda module, args, kwargs: lengths.append(kwargs["past_key_values"].get_seq_length()), with_kwargs=True)
+    try:
         out = dm.dflash_generate(drafter.model, target, ids, max_new_tokens, None, temperature=temperature,
-                                 block_size=block_size, return_stats=True)
-    return {"tokens": out.output_ids[0, ids.shape[1]:].tolist(), "acceptance_lengths": list(out.acceptance_lengths)}
+                                 block_size=block_size)
+    finally:
+        hook.remove()
+    starts = lengths[1:] + [out.shape[1] - 1]  # after the prefill call: the committed length at each round
+    return {"tokens": out[0, ids.shape[1]:].tolist(),
+            "acceptance_lengths": [b - a for a, b in zip(starts, starts[1:])]}
 
 
 def lab_generate_aligned(target, drafter, prompt_ids, max_new_tokens: int, block_size: int, **kw):
     """The lab's DFlash from the reference loop's first state: prompt + its first token t1
     (greedy: the prefill's argmax) -> (tokens with t1 first, the lab's ``Generation``)."""
-    from ...core.decode import generate
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1)
     first = int(target(ids[None].to(target.device)).logits[0, -1].argmax())
     gen = generate(target, drafter, ids.tolist() + [first], method="dflash", block_size=block_size,
@@ -58,7 +67,6 @@ def crop_rollback_logits(target, prefix_ids, rejected_ids, next_id: int) -> tupl
     """(after, fresh) next-token logits [V]: the reference loop's rollback (prefill
     ``prefix_ids``, feed the k ``rejected_ids``, ``DynamicCache.crop(-k)``, feed ``next_id``)
     and a fresh forward of prefix + [next_id]."""
-    from transformers import DynamicCache
     dev = target.device
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long).reshape(1, -1).to(dev)
     rejected = torch.as_tensor(rejected_ids, dtype=torch.long).reshape(1, -1).to(dev)
@@ -87,9 +95,6 @@ def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int =
     former). The rejected tokens are the drafter's own first block proposals (argmax), the
     next token the target's greedy one. -> DataFrame. Needs a drafter block of at least
     max_rejected + 1."""
-    import pandas as pd
-    from transformers import DynamicCache
-    from ...core.decode import start
     rows = []
     for arch, pair in pairs.items():
         for i, ids in enumerate(prompt_ids):
@@ -110,8 +115,6 @@ def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_token
     """One results-store row of the reference loop (``sweep.run_config`` for method
     "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
     loop tags. Its first token comes from the prefill, so its rounds start after it."""
-    from ...core.decode import PHASES
-    from ..plumbing.loops import is_looping, round_loop_flags
     t0 = time.perf_counter()
     out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed)
     total = time.perf_counter() - t0
@@ -128,8 +131,6 @@ def chain_divergence(frame):
     """Per non-AR row of a results frame: (arch, method, block_size, prompt,
     first_divergence), the first new token that differs from AR on the same prompt (None:
     identical)."""
-    import pandas as pd
-    from ..plumbing.summary import first_divergence
     ar = {(a, p, n): m["tokens"] for a, p, n, m, meth in
           zip(frame.arch, frame.prompt, frame.max_new_tokens, frame._metrics, frame.method) if meth == "ar"}
     rows = [{"arch": a, "method": meth, "block_size": b, "prompt": p,
@@ -143,8 +144,7 @@ def chain_divergence(frame):
 def run_with_official(cfg: dict, prompt_id: int, pair) -> dict:
     """``sweep.run_config``, plus method "official": the field's reference loop
     (``official_metrics``), for grids that hold it (``run_sweep(..., runner=run_with_official)``)."""
-    from ...train.data import prompt_tokens
     if cfg["method"] != "official":
         return run_config(cfg, prompt_id, pair)
-    ids = prompt_tokens(pair.tokenizer, prompt_id)
+    ids = pair.prompt_ids(prompt_id)
     return official_metrics(pair, ids, cfg["block_size"], cfg["max_new_tokens"], cfg["temperature"], prompt_id)

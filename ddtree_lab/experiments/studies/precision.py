@@ -17,14 +17,16 @@ import copy
 
 import pandas as pd
 import torch
+from transformers import DynamicCache
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
 from ...core.gdn_layer import gdn_mode
 from ...core.harness import float64_harness
-from ...core.tree import DraftTree, chain_tree
+from ...core.tree import DraftTree, build_tree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ...core.cache import commit
 from ..plumbing.sweep import mode_name
+from .leakage import first_draft_logits
 
 
 def in_dtype(model, dtype):
@@ -140,7 +142,6 @@ def near_tie_flips(errors: pd.DataFrame) -> pd.DataFrame:
 def ar_path_logits(model, prefix_ids, tokens) -> torch.Tensor:
     """[len(tokens), V]: stock decoding with transformers' cache, ONE token per forward;
     row j = the logits after prefix + tokens[:j+1]."""
-    from transformers import DynamicCache
     cache = DynamicCache(config=model.config)
     rows = []
     with torch.no_grad():
@@ -206,12 +207,9 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
     each node's own path (``per_node_errors``) over the first DDTree tree (block 8) of each
     HumanEval prompt, argmax flips, and (float64, exact modes) the commit's cache error
     (``commit_state_error`` along the deepest path). One row per (mode, setting)."""
-    from ...train.data import prompt_tokens
-    from .leakage import first_draft_logits
-    from ...core.tree import build_tree
     cases = []
     for p in prompts:
-        ids = prompt_tokens(pair.tokenizer, p)
+        ids = pair.prompt_ids(p)
         cases.append((ids[:-1], build_tree(first_draft_logits(pair.target, pair.drafter, ids, 8), ids[-1], budget)))
     rows = []
     for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):

@@ -17,6 +17,8 @@ import torch
 
 from ...train import data
 from ...train.checkpoints import check_manifest, ckpt_path
+from ...train.drafters import draft_quality
+from ...train.rollouts import make_rollouts
 from ...common import RESULTS_DIR
 from ..plumbing.loops import is_looping
 from ..plumbing.results import ResultsStore
@@ -49,8 +51,6 @@ def humaneval_agreement(target, drafter, tok, block_size: int = 16, prompt_len: 
                         new_tokens: int = 64) -> dict:
     """Top-1 agreement per block position with the target's greedy continuation of the
     HumanEval prompts (left-truncated to ``prompt_len`` tokens; shorter ones skipped)."""
-    from ...train.rollouts import make_rollouts
-    from ...train.drafters import draft_quality
     roll = make_rollouts(target, tok, data.humaneval_prompts(), new_tokens=new_tokens,
                          prompt_len=prompt_len, layer_ids=drafter.cfg.target_layer_ids)
     return {**draft_quality(drafter, roll, block_size), "prompts": int(roll["num_rollouts"])}

@@ -25,6 +25,8 @@ from ...core.decode import start, tree_rule
 from ...core.gdn_layer import gdn_mode as as_gdn_mode
 from ...core.verify import GDN_MODES, verify
 from ..plumbing.sweep import exact_mode
+from ...train.data import humaneval_problems
+from ..plumbing.sweep import run_sweep
 
 
 def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list[int]:
@@ -105,7 +107,6 @@ TF_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 def humaneval_texts(tokenizer, problem_ids) -> tuple[list[list[int]], list[int]]:
     """Token ids of prompt + canonical solution per problem, and where the solution starts."""
-    from ...train.data import humaneval_problems
     problems = humaneval_problems()
     texts = [tokenizer.encode(problems[i]["prompt"] + problems[i]["canonical_solution"]).ids for i in problem_ids]
     starts = [len(tokenizer.encode(problems[i]["prompt"]).ids) for i in problem_ids]
@@ -154,6 +155,5 @@ def run_teacher_forced(pairs: dict, store, problem_ids, block_size: int = 8, str
                        progress: bool = True, trees=(None,)) -> pd.DataFrame:
     """Fill ``store`` with the teacher-forced lens for every pair ({arch: Pair}) and tree of
     ``trees`` (None: the drafter's own); -> tf_summary."""
-    from ..plumbing.sweep import run_sweep
     configs = [tf_config(arch, block_size, TF_BUDGETS, stride, tree) for arch in pairs for tree in trees]
     return tf_summary(run_sweep(configs, list(problem_ids), store, pairs, progress=progress, runner=tf_runner))

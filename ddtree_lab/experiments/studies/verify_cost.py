@@ -26,11 +26,13 @@ WY kernel on chain parents, so wy's N x N matrices cost naive as much (peak wy =
 from __future__ import annotations
 
 import contextlib
+import copy
 import statistics
 import time
 
 import pandas as pd
 import torch
+from transformers import DynamicCache
 
 from ...core import adapter, gdn_layer, gdn_tree
 from ...core import cache as cache_module
@@ -65,9 +67,6 @@ def stock_flat_timer(model, prefix: list[int]):
     """tree -> ms of the stock forward of the flattened tree (its N+1 tokens read as a sequence,
     no tree mask) on a copy of a stock ``DynamicCache`` holding ``prefix``: what a tree-unaware
     engine runs, with the stock kernels (torch chunk / fla, causal-conv1d when installed)."""
-    import copy
-
-    from transformers import DynamicCache
     device = next(model.parameters()).device
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
@@ -269,7 +268,6 @@ def _breakdown_row(mode: str, part: str, parts: list[dict]) -> dict:
 def hf_decoder(model, prefix: torch.Tensor):
     """() -> ms of the stock forward of 1 token on a DynamicCache holding ``prefix`` (cropped
     back after each call)."""
-    from transformers import DynamicCache
     hf_cache = DynamicCache(config=model.config)
     with torch.no_grad():
         model(prefix[None], past_key_values=hf_cache, use_cache=True)

@@ -98,3 +98,19 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     print(pv)
     assert min(pv["reference"]) > 1e-3 and min(pv["lab"]) > 1e-3
     assert min(pv["biased"]) < 1e-3
+
+
+@pytest.mark.parametrize("arch", ["mla", "gdn"])
+def test_round_lengths_read_by_the_hook_are_the_loops_own_stats(pairs, arch, monkeypatch):
+    """``official_generate`` reads the round lengths with a forward pre-hook; the loop's own
+    ``return_stats`` (its CUDA timer swapped for the host clock, in this test only) must agree."""
+    import time
+    import dflash.model as dm
+    pair = pairs[arch]
+    ids = prompt_tokens(pair.tokenizer, 7)
+    got = official_generate(pair.target, pair.drafter, ids, 40, 8)
+    monkeypatch.setattr(dm, "_cuda_time", time.perf_counter)
+    stats = dm.dflash_generate(pair.drafter.model, pair.target, torch.as_tensor(ids)[None], 40, None, block_size=8,
+                               return_stats=True)
+    assert got["acceptance_lengths"] == list(stats.acceptance_lengths)
+    assert got["tokens"] == stats.output_ids[0, len(ids):].tolist() and sum(got["acceptance_lengths"]) == 39

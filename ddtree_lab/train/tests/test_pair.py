@@ -129,3 +129,32 @@ def test_load_pair_dflash2_ships_the_dflash2_drafter_and_conditional_trees():
     assert pair.target_digest == load_pair("mla").target_digest
     with pytest.raises(ValueError, match=r"drafter must be one of \('dflash', 'dflash2'\)"):
         load_pair("mla", drafter="eagle")
+
+
+def test_prompt_files_are_checked_line_by_line(tmp_path):
+    from ddtree_lab.train.data import load_prompt_file
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"q": "def f():"}\n\n{"q": "x = 1"}\n')
+    assert load_prompt_file(good, "q") == ["def f():", "x = 1"]
+    cases = {"missing.jsonl": (None, r"no such file"), "bad.jsonl": ("{oops\n", r"bad.jsonl:1: not a JSON line"),
+             "nofield.jsonl": ('{"a": "x"}\n', r"nofield.jsonl:1: field 'q' missing \(the line has \['a'\]\)"),
+             "number.jsonl": ('{"q": 3}\n', r"number.jsonl:1: field 'q' must be a non-empty string, got 3"),
+             "empty.jsonl": ("\n", r"empty.jsonl: no prompt in the file")}
+    for name, (text, message) in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match=message):
+            load_prompt_file(tmp_path / name, "q")
+
+
+def test_a_pair_with_its_own_prompts_is_keyed_apart(tmp_path):
+    from ddtree_lab import load_pair
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"q": "def f():"}\n')
+    pair = load_pair("mla")
+    mine = pair.with_prompts(path, "q")
+    assert "prompts" not in pair.digests and mine.digests["prompts"].endswith(":q")
+    assert mine.num_prompts == 1 and mine.prompt_ids(0) == pair.tokenizer.encode("def f():").ids
+    assert pair.num_prompts == 164
+    with pytest.raises(ValueError, match=r"prompt index must be in \[0, 1\)"):
+        mine.prompt_ids(1)

@@ -1,0 +1,121 @@
+"""No static sentence the run can contradict (issue 26): a number in a notebook's markdown
+is either a published claim (an arXiv id or "published" in the same sentence), or appears
+in the run's output (rendered from it), or is a setting the code itself states. Anything
+else is a number the next run can contradict. ``unattributed_numbers`` finds them in an
+executed notebook; it is tested on hand-made mutants and applied to the executed copies
+under data/results/executed/ when a notebook run left them there."""
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+
+from ddtree_lab.app.notebooks import EXECUTED_DIR, notebook_paths
+
+NUMBER = re.compile(r"(?<![\w.\-])(?:(?:~|about |exactly )\s*)?-?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w.]*\w)",
+                    re.IGNORECASE)
+ATTRIBUTION = re.compile(r"arXiv \d{4}\.\d{4,5}|\bpublished\b|\bPR \d+|\breports?\b", re.IGNORECASE)
+# numbers that name a thing, not a measurement: a section, a notebook, an issue, a paper's step
+NAMING = re.compile(r"(?:section|sections|notebook|notebooks|issue|Prop\.|PR|step|steps|cell|K2\.|V|Qwen|rank|T =|T=|"
+                    r"depth|budget|block|period|batch|concurrency|top-|width|#)\s*$", re.IGNORECASE)
+APPROXIMATE = ("~", "about ", "exactly ")   # a quantity stated as measured: must be rendered
+
+
+def _sentences(text: str) -> list[str]:
+    text = re.sub(r"`[^`]*`", " ", text)                 # inline code: names and settings, not claims
+    text = re.sub(r"^#+ .*$", " ", text, flags=re.MULTILINE)   # headings: "## 1 · ..."
+    return [s for s in re.split(r"(?<=[.!?;])\s+|\n\s*\n|\n- ", text) if s.strip()]
+
+
+def _output_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            parts.extend(v for k, v in out.get("data", {}).items() if k.startswith("text/"))
+    return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
+
+
+def _number_in(token: str, text: str) -> bool:
+    return re.search(r"(?<![\w.])" + re.escape(token) + r"(?![\d])", text) is not None
+
+
+def unattributed_numbers(nb) -> list[tuple[int, str, str]]:
+    """(cell index, number as written, sentence) for every number in a markdown cell that
+    carries no attribution and that the run did not render. A number qualified as measured
+    ("~2 min", "exactly 0", "about 5") passes only when the output says the same phrase; a
+    bare number passes when it appears in an output or is written in a code cell (a setting)."""
+    outputs = _output_text(nb)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        for sentence in _sentences(cell.source):
+            if ATTRIBUTION.search(sentence):
+                continue
+            for m in NUMBER.finditer(sentence):
+                written = m.group(0).strip()
+                if NAMING.search(sentence[:m.start()]):
+                    continue
+                bare = re.sub(r"^(~|about|exactly)\s*", "", written, flags=re.IGNORECASE)
+                if written.lower().startswith(APPROXIMATE):
+                    ok = written.lower() in outputs.lower()
+                else:
+                    ok = _number_in(bare, outputs) or _number_in(bare, code)
+                if not ok:
+                    found.append((i, written, sentence.strip()))
+    return found
+
+
+def _nb(markdown: str, output: str, code: str = "print(result)"):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(markdown),
+                nbformat.v4.new_code_cell(code, outputs=[nbformat.v4.new_output("stream", name="stdout", text=output)])]
+    return nb
+
+
+def test_exactly_zero_contradicted_by_the_output_is_flagged():
+    nb = _nb("The rollback error is exactly 0 on the MLA target.", "mla max error 8.58e-06\n")
+    assert [(w, i) for i, w, _ in unattributed_numbers(nb)] == [("exactly 0", 0)]
+
+
+def test_a_number_the_output_contradicts_is_flagged():
+    nb = _nb("**Expected.** float32: 1e-6 to 1e-5. The checks take ~2 min.", "float32 max err 1.05e-05\nran in 23 s\n")
+    assert [w for _, w, _ in unattributed_numbers(nb)] == ["1e-6", "1e-5", "~2"]
+    nb = _nb("Naive tau peaks at budget 16 and falls.", "naive tau peaks at budget 128 (tau 2.56)\n")
+    assert unattributed_numbers(nb) == []          # a budget names a setting; the direction is text_test's job
+    nb = _nb("Naive tau peaks at 2.31.", "naive tau peaks at budget 128 (tau 2.56)\n")
+    assert [w for _, w, _ in unattributed_numbers(nb)] == ["2.31"]
+
+
+def test_a_clean_notebook_passes():
+    nb = _nb("## 2 · Cost\nAs published (DDTree, arXiv 2604.12989, section 5): tau 6.5 at budget 64. "
+             "One report gives 22% vs 65-84%, published. The run prints its own numbers; "
+             "the error is below 1e-12 here. See notebook 06 and section 4.",
+             "float64 max err 2.1e-16 (< 1e-12)\n", code="BUDGET = 64")
+    assert unattributed_numbers(nb) == []
+    rendered = _nb("The error was exactly 0.", "the error was exactly 0 on every node\n")
+    assert unattributed_numbers(rendered) == []
+
+
+def test_the_committed_markdown_states_no_measured_quantity_of_its_own():
+    """Without outputs only the phrases that claim a measurement can be judged: '~15 s',
+    'exactly 0', 'about 5' in a committed notebook are numbers no run renders."""
+    for path in notebook_paths():
+        nb = nbformat.read(path, as_version=4)
+        flagged = [(i, w) for i, w, _ in unattributed_numbers(nb) if w.lower().startswith(APPROXIMATE)]
+        assert not flagged, f"{path.name}: {flagged}"
+
+
+EXECUTED = [EXECUTED_DIR / p.name for p in notebook_paths()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXECUTED, ids=lambda p: p.stem)
+def test_executed_notebooks_state_no_number_their_run_does_not(path):
+    if not path.is_file():
+        pytest.skip(f"no executed copy at {path} (run the notebook tests first: test_notebooks.py -m notebook)")
+    flagged = unattributed_numbers(nbformat.read(path, as_version=4))
+    assert not flagged, f"{path.name}: " + "; ".join(f"cell {i}: {w!r} in {s!r}" for i, w, s in flagged)

@@ -1,0 +1,177 @@
+"""What one decoding round costs: the lab's phases beside the field's reference loop, and the
+lab's verify against its floor.
+
+- ``run_round_cost(pairs, prompts)``: one interleaved run (``ROUND_RUN``, store ``round_cost``),
+  T = 0, AR, the reference loop, the lab's DFlash and DDTree at ``ROUND_BUDGETS``, meant for a
+  quiet machine, one lane (every row records the load average); ``round_table`` gives each
+  method's tokens/s over the reference loop's and over AR as paired per-prompt ratios.
+- ``phase_table(frame)``: from such a run (or the bench store), per (target, method,
+  budget) at T = 0, the median over prompts of milliseconds per round in each phase
+  (``decode.PHASES``, the lab's own device-synced timers) and in all; the reference loop
+  (``dflash_generate``) exposes no phases, so its row has the total per round only.
+- ``verify_floor(pair, ...)``: at real decoding states (the committed sequence before a round
+  of a lab run, and that round's own tree), the lab's verify as the loop calls it
+  (``verify.verify_batch_unchecked``, features included) against the floor of what any verify
+  can cost: transformers' stock forward of the same flattened tree tokens, with the same
+  additive tree mask and positions, on a stock ``DynamicCache`` holding the same committed rows
+  (hidden states returned, as ``dflash_generate`` asks for them). The two are timed in turn,
+  in alternating order, paired per repeat (``plumbing.measure.timed``; ``spread.paired_ratio``),
+  each on a fresh copy of its cache made outside the timers.
+
+On the GDN hybrid the floor's GDN layers read the flattened tree as a chain (naive): it is the
+stock cost of the same tokens, not an exact tree verify.
+"""
+from __future__ import annotations
+
+import copy
+import statistics
+
+import pandas as pd
+import torch
+from transformers import DynamicCache
+
+from ...core.decode import PHASES, generate
+from ...core.gdn_layer import gdn_mode
+from ...core.tree import ancestor_mask
+from ...core.verify import additive_mask, prefill, verify_batch_unchecked
+from ..plumbing.measure import timed
+from ..plumbing.results import ResultsStore
+from ..plumbing.spread import paired_ratio
+from ..plumbing.sweep import EXACT_LABELS, expand_grid, run_sweep, with_axes
+from .bench import paired_speedups
+from .official import run_with_official
+
+FLOOR_BUDGETS = (16, 64)
+ROUND_BUDGETS = (4, 16, 64)
+ROUND_RUN = "round-cost"
+
+
+def round_grid(archs=("mla", "gdn"), budgets=ROUND_BUDGETS, block_size: int = 8,
+               max_new_tokens: int = 128) -> list[dict]:
+    """T = 0: AR, the reference loop, the lab's DFlash, and DDTree (exact mode) at ``budgets``."""
+    common = dict(block_size=[block_size], max_new_tokens=[max_new_tokens], temperature=[0.0], gdn_mode=["wy"])
+    grid = []
+    for arch in archs:
+        grid += expand_grid(arch=[arch], method=["ar", "official", "dflash"], budget=[0], **common)
+        grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(budgets), **common)
+    return grid
+
+
+def run_round_cost(pairs: dict, prompts: list[int], store: ResultsStore | None = None, **grid) -> pd.DataFrame:
+    """The interleaved round-cost run over ``prompts`` (resumable) -> its rows."""
+    store = store or ResultsStore("round_cost")
+    return run_sweep(round_grid(tuple(pairs), **grid), prompts, store, pairs, runner=run_with_official,
+                     run=ROUND_RUN)
+
+
+def round_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per config: tau, ms per round (``phase_table``'s total) and tokens/s over the reference
+    loop's and over AR's on the same prompts (paired medians with 95% intervals)."""
+    keys = ["arch", "method", "budget"]
+    over_ref = paired_speedups(frame, "official", "vs_official")
+    over_ar = paired_speedups(frame, "ar", "vs_ar")
+    taus = with_axes(frame).groupby(keys, sort=False).apply(
+        lambda g: sum(sum(m["acceptance_lengths"]) for m in g["_metrics"])
+        / max(1, sum(len(m["acceptance_lengths"]) for m in g["_metrics"])), include_groups=False).rename("tau")
+    out = over_ref.merge(over_ar, on=list(over_ref.columns[:len(over_ref.columns) - 4]))
+    out = out.join(taus, on=keys).merge(phase_table(frame)[keys + ["total_ms", "verify_ms", "draft_ms"]],
+                                        on=keys, how="left")
+    return out[out.method != "ar"].reset_index(drop=True)
+
+
+def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (arch, method, budget) at T = 0 (exact modes): rounds, ms per round in every phase
+    and in all (median over prompts); the reference loop: all only."""
+    t = with_axes(frame)
+    t = t[(t.temperature == 0) & (t.method != "ar") & (t.gdn_mode.isin(EXACT_LABELS) | (t.method == "official"))]
+    rows = []
+    for (arch, method, budget), g in t.groupby(["arch", "method", "budget"], sort=False):
+        per = [{p: 1e3 * m["timings"][p] / max(1, len(m["acceptance_lengths"])) for p in PHASES + ("total",)}
+               for m in g["_metrics"]]
+        row = {"arch": arch, "method": method, "budget": budget, "prompts": len(per),
+               "rounds": int(sum(len(m["acceptance_lengths"]) for m in g["_metrics"]))}
+        for p in PHASES + ("total",):
+            row[f"{p}_ms"] = statistics.median(x[p] for x in per) if method != "official" or p == "total" \
+                else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def round_states(pair, prompt_ids: list[int], budget: int, block_size: int = 8, max_new_tokens: int = 128,
+                 every: int = 4) -> list[tuple[list[int], object]]:
+    """(committed sequence before the round, the round's tree) of every ``every``-th round of a
+    greedy DDTree run of ``budget`` (DFlash's chain at budget 0)."""
+    seen, rounds = [], []
+    method = "dflash" if budget == 0 else "ddtree"
+    out = generate(pair.target, pair.drafter, prompt_ids, method=method, budget=max(budget, 1),
+                   block_size=block_size, max_new_tokens=max_new_tokens, on_round=rounds.append)
+    done = 0
+    for r, rnd in enumerate(rounds):
+        if r % every == 0:
+            seen.append((list(prompt_ids) + out.tokens[:done], rnd.tree))
+        done += len(rnd.path)
+    return seen
+
+
+def _floor_forward(model, cache: DynamicCache, tree, start: int, mask_kind: str):
+    """The stock forward of the flattened tree on a copy of ``cache`` (``start`` committed rows)."""
+    p = next(model.parameters())
+    allowed = torch.cat([torch.ones(len(tree), start, dtype=torch.bool), ancestor_mask(tree)], 1)[None]
+    bias = additive_mask(allowed, p.dtype, p.device)
+    mask = {"full_attention": bias, "linear_attention": None} if mask_kind == "hybrid" else bias
+    return model(tree.tokens[None].to(p.device), attention_mask=mask,
+                 position_ids=(start + tree.depths)[None].to(p.device), past_key_values=cache, use_cache=True,
+                 output_hidden_states=True)
+
+
+@torch.no_grad()
+def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int = 10, every: int = 4,
+                 max_new_tokens: int = 128, progress=None) -> pd.DataFrame:
+    """Per (prompt, budget, round state): the lab's verify ms and the floor's ms (medians of
+    ``repeats`` interleaved pairs) and their paired ratio with a 95% interval."""
+    target, layers = pair.target, tuple(pair.drafter.cfg.target_layer_ids)
+    mode = gdn_mode("wy")
+    kind = "hybrid" if pair.arch == "gdn" else "attention"
+    rows = []
+    for p in prompts:
+        ids = pair.prompt_ids(p)
+        for budget in budgets:
+            for r, (seq, tree) in enumerate(round_states(pair, ids, budget, max_new_tokens=max_new_tokens,
+                                                         every=every)):
+                rows.append({"arch": pair.arch, "prompt": p, "budget": budget, "state": r, "committed": len(seq) - 1,
+                             "nodes": tree.num_nodes, **_time_pair(target, seq, tree, layers, mode, kind, repeats)})
+                if progress:
+                    progress(rows[-1])
+    return pd.DataFrame(rows)
+
+
+def _time_pair(target, seq: list[int], tree, layers, mode, kind: str, repeats: int) -> dict:
+    """``repeats`` pairs (after one warm-up pair) of the lab's verify and the floor at one state,
+    each on a fresh copy of its cache, in alternating order: medians and the paired ratio."""
+    cache, _ = prefill(target, seq[:-1])
+    stock = DynamicCache(config=target.config)
+    target(torch.as_tensor(seq[:-1])[None].to(target.device), past_key_values=stock, use_cache=True)
+    times = {"lab": [], "floor": []}
+    for rep in range(repeats + 1):
+        work, copied = cache.snapshot(), copy.deepcopy(stock)  # fresh copies, made outside the timers
+        runs = {"lab": lambda: verify_batch_unchecked(target, [work], [tree], mode, layers),
+                "floor": lambda: _floor_forward(target, copied, tree, len(seq) - 1, kind)}
+        for name in (("lab", "floor") if rep % 2 else ("floor", "lab")):
+            ms, _ = timed(runs[name])
+            times[name].append(ms)
+    lab_ms, floor_ms = times["lab"][1:], times["floor"][1:]
+    ratio = paired_ratio(lab_ms, floor_ms)
+    return {"lab_ms": statistics.median(lab_ms), "floor_ms": statistics.median(floor_ms),
+            "ratio": ratio["median"], "ratio_lo": ratio["lo"], "ratio_hi": ratio["hi"]}
+
+
+def floor_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (arch, budget): states measured, median lab and floor ms, the median of the per-state
+    ratios and its 95% interval (``spread.paired_ratio`` over states)."""
+    out = []
+    for (arch, budget), g in rows.groupby(["arch", "budget"], sort=True):
+        ratio = paired_ratio(list(g.lab_ms), list(g.floor_ms))
+        out.append({"arch": arch, "budget": budget, "states": len(g), "lab_ms": g.lab_ms.median(),
+                    "floor_ms": g.floor_ms.median(), "ratio": ratio["median"], "ratio_lo": ratio["lo"],
+                    "ratio_hi": ratio["hi"]})
+    return pd.DataFrame(out)

@@ -1,0 +1,67 @@
+"""The round-cost study: the floor does the verify's work (same logits on an attention-only
+target), a state is a real round of the loop, and the phase table reads the bench's timers."""
+import pandas as pd
+import pytest
+import torch
+from transformers import DynamicCache
+
+from ddtree_lab.core import harness
+from ddtree_lab.core.tree import build_tree
+from ddtree_lab.core.verify import prefill, verify
+from ddtree_lab.experiments.studies import round_cost
+from helpers import assert_close, toy_pair
+
+
+def test_the_floor_scores_what_verify_scores_on_an_attention_target():
+    """The floor is a fair floor only if it computes the same thing: its logits equal verify's."""
+    target, _ = toy_pair("mla-toy")
+    target = target.double()
+    seq = [3, 9, 27, 17, 51, 25]
+    tree = build_tree(torch.randn(4, target.config.vocab_size, generator=torch.Generator().manual_seed(0)) * 3,
+                      seq[-1], 12)
+    with harness.float64_harness():
+        cache, _ = prefill(target, seq[:-1])
+        stock = DynamicCache(config=target.config)
+        target(torch.as_tensor(seq[:-1])[None], past_key_values=stock, use_cache=True)
+        floor = round_cost._floor_forward(target, stock, tree, len(seq) - 1, "attention").logits[0]
+        assert_close("floor-vs-verify", verify(target, cache, tree).logits, floor, 1e-12)
+
+
+def test_round_states_are_the_loops_own_rounds():
+    target, drafter = toy_pair("mla-toy")
+    pair = type("Pair", (), {"target": target, "drafter": drafter, "arch": "mla"})()
+    states = round_cost.round_states(pair, [1, 2, 3, 4], 8, block_size=4, max_new_tokens=12, every=1)
+    assert states and states[0][0] == [1, 2, 3, 4]
+    for (seq, tree), (nxt, _) in zip(states, states[1:]):
+        assert tree.tokens[0] == seq[-1] and len(nxt) > len(seq)  # the root is the last committed token
+
+
+def test_phase_table_reads_milliseconds_per_round():
+    metrics = lambda total: {"timings": {**dict.fromkeys(round_cost.PHASES, 0.001), "total": total},
+                             "acceptance_lengths": [2, 3], "tokens": [1] * 5}
+    rows = [{"arch": "mla", "method": m, "budget": b, "gdn_mode": "-", "temperature": 0.0, "block_size": 8,
+             "max_new_tokens": 5, "accept_rule": "-", "prompt": p, "_metrics": metrics(0.02 * (p + 1))}
+            for m, b in (("dflash", 7), ("official", 7), ("ddtree", 16)) for p in range(3)]
+    t = round_cost.phase_table(pd.DataFrame(rows)).set_index("method")
+    assert t.loc["dflash", "verify_ms"] == pytest.approx(0.5) and t.loc["dflash", "total_ms"] == pytest.approx(20)
+    assert t.loc["official", "verify_ms"] != t.loc["official", "verify_ms"]  # no phases: NaN
+    assert t.loc["ddtree", "rounds"] == 6
+
+
+def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
+    """tokens/s over the reference loop's and AR's, paired per prompt: a method twice as fast
+    as the reference loop on every prompt reads 2.0 whatever the prompts' own speeds."""
+    rows = []
+    for p in range(8):
+        for method, budget, seconds in (("ar", 0, 4.0), ("official", 7, 2.0), ("dflash", 7, 1.0), ("ddtree", 16, 0.5)):
+            secs = seconds * (1 + p)  # prompts of different speeds: only the pairing keeps the ratio exact
+            m = {"timings": {**dict.fromkeys(round_cost.PHASES, 0.0), "total": secs}, "tokens": [1] * 10,
+                 "acceptance_lengths": [5, 5], "tree_sizes": [budget] * 2}
+            rows.append({"arch": "mla", "method": method, "budget": budget, "gdn_mode": "-", "temperature": 0.0,
+                         "block_size": 8, "max_new_tokens": 10, "accept_rule": "-", "prompt": p, "tau": 5.0,
+                         "run": "r", "_metrics": m})
+    t = round_cost.round_table(pd.DataFrame(rows)).set_index("method")
+    assert list(t.index) == ["official", "dflash", "ddtree"]
+    assert t.loc["dflash", "vs_official"] == pytest.approx(2.0) and t.loc["ddtree", "vs_official"] == pytest.approx(4.0)
+    assert t.loc["dflash", "vs_ar"] == pytest.approx(4.0) and t.loc["official", "vs_official"] == pytest.approx(1.0)
+    assert t.loc["ddtree", "tau"] == pytest.approx(5.0)
