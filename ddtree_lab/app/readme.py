@@ -216,7 +216,8 @@ def render_round_cost() -> str:
             rows.append([arch, label, f"{r.tau:.2f}", f"{r.total_ms:.1f}",
                          "-" if r.method == "official" else f"{r.draft_ms:.1f}",
                          "-" if r.method == "official" else f"{r.verify_ms:.1f}",
-                         format_ratio_columns(r._asdict(), "vs_official"), format_ratio_columns(r._asdict(), "vs_ar")])
+                         "-" if r.method == "official" else format_ratio_columns(r._asdict(), "vs_official"),
+                         format_ratio_columns(r._asdict(), "vs_ar")])
     n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
     head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
             f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
