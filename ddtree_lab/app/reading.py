@@ -7,7 +7,7 @@ reading and the output above it always agree (``app/tests/test_reading.py``).
 from __future__ import annotations
 
 import pandas as pd
-from ..experiments.plumbing.loops import loop_period, loop_split, round_loop_flags
+from ..experiments.plumbing.loops import WINDOW, loop_period, loop_split, round_loop_flags
 
 
 def _pct(x: float) -> str:
@@ -83,6 +83,9 @@ def conclusion(record, findings=()) -> str:
 
 # ----------------------------------------------------------------------------- 00
 
+SHORT_WINDOW = 16  # a shorter tail than the lab's loop window: a repetition just starting
+
+
 def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
     """Notebook 00: does this generation fall into a repetition loop, and tau outside it.
     A loop is trivially predictable, so tau over looping rounds flatters the drafter."""
@@ -90,6 +93,12 @@ def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
     flags = round_loop_flags(prompt_ids, tokens, acceptance_lengths)
     split = loop_split(acceptance_lengths, flags)
     if not any(flags):
+        short = loop_period(list(prompt_ids) + list(tokens), window=SHORT_WINDOW, max_period=SHORT_WINDOW // 2)
+        if short:
+            return (f"The generation ends repeating a {short}-token pattern, but fewer than {WINDOW} periodic tokens, "
+                    f"the lab's loop definition (plumbing/loops.py), so no round counts as in a loop: tau "
+                    f"{split['tau']:.2f} over all {split['rounds']} rounds includes the start of that repetition, "
+                    "which flatters the drafter.")
         return (f"No repetition loop in this generation: tau {split['tau']:.2f} over all "
                 f"{split['rounds']} rounds is tau outside loops.")
     period = loop_period(list(prompt_ids) + list(tokens))

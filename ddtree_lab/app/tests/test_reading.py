@@ -90,6 +90,10 @@ def test_loop_reading_says_when_the_generation_loops_and_gives_tau_outside():
     text = loop_reading(prompt, loop, lengths)
     assert "repetition loop (period 3 tokens" in text and "inflated" in text and "47% of 19 rounds" in text
     assert "tau outside the loop is 6.40 over 10 rounds" in text and "No repetition" not in text
+    starting = list(range(200, 244)) + [5, 6] * 10                # 20 repeating tokens at the end: below the window
+    text = loop_reading(prompt, starting, [4] * 16)
+    assert text.startswith("The generation ends repeating a 2-token pattern, but fewer than 48 periodic tokens")
+    assert "No repetition" not in text
 
 
 def test_naive_peak_why_follows_the_curve():
