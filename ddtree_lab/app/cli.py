@@ -118,15 +118,15 @@ def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
         pairs = {pair.arch: pair}
     else:
         pairs = {a: load_pair(a, dtype=DTYPES[args.dtype], device=args.device) for a in archs}
-    directory = RESULTS_DIR
-    if isinstance(args.prompts, str):
+    own_prompts = isinstance(args.prompts, str)
+    if own_prompts:
         pairs = {a: p.with_prompts(args.prompts, args.field) for a, p in pairs.items()}
-    if args.target is not None or isinstance(args.prompts, str) or args.dtype != "float32":
-        tags = "_".join(p.tag for p in pairs.values())
-        directory = RESULTS_DIR / "pairs" / (tags + ("-" + next(iter(pairs.values())).prompt_source.split(":")[0]
-                                                     if isinstance(args.prompts, str) else "") + f"-{args.dtype}")
-    count = next(iter(pairs.values())).num_prompts if isinstance(args.prompts, str) else args.prompts
-    return pairs, list(range(count)), directory
+    first = next(iter(pairs.values()))
+    directory = RESULTS_DIR
+    if args.target is not None or own_prompts or args.dtype != "float32":
+        name = "_".join(p.tag for p in pairs.values()) + f"-{args.dtype}"
+        directory = RESULTS_DIR / "pairs" / (name + (f"-{first.prompt_source.split(':')[0]}" if own_prompts else ""))
+    return pairs, list(range(first.num_prompts if own_prompts else args.prompts)), directory
 
 
 def _cmd_quality(args):

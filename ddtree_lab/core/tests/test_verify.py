@@ -136,6 +136,19 @@ ROUND_CASES = [("gdn", mode) for mode in GDN_MODES] + [("mla", "wy")]
 PICKS = ("root", "deepest", "random", "random")
 
 
+def _commit_rounds(model, mode, committed: list[int], plan, checked: bool = False):
+    """Prefill ``committed``, then verify + commit every (tree, pick) of ``plan`` (pick: tree ->
+    root path) -> (cache, committed sequence); every round leaves no pending verify."""
+    cache, _ = prefill(model, committed)
+    for tree, pick in plan:
+        verify(model, cache, tree, mode)
+        path = pick(tree)
+        commit(model, cache, tree, path, checked=checked)
+        committed = committed + tree.tokens[path].tolist()
+        assert cache.length == len(committed) and cache.pending is None
+    return cache, committed
+
+
 @pytest.mark.parametrize("arch,mode", ROUND_CASES, ids=[f"{a}-{m}" for a, m in ROUND_CASES])
 def test_chain_rounds_kept_by_a_slice_match_fresh_prefill(arch, mode):
     """Chains whose accepted rows come first (the commit keeps them by a slice, no gather) and
@@ -144,16 +157,12 @@ def test_chain_rounds_kept_by_a_slice_match_fresh_prefill(arch, mode):
     model = target(arch, torch.float64)
     V = model.config.vocab_size
     gen = generator("chain-rounds", arch, mode)
+    chain = (lambda: chain_tree(torch.randint(0, V, (7,), generator=gen), 0),
+             lambda t: list(range(int(torch.randint(1, 8, (), generator=gen)))))
+    branch = (lambda: random_tree("bushy", 16, V, gen), lambda t: root_path(t, "random", gen))
     with harness.float64_harness():
-        committed = random_prefix(V, gen)
-        cache, _ = prefill(model, committed)
-        for r in range(4):
-            tree = chain_tree(torch.randint(0, V, (7,), generator=gen), committed[-1]) if r != 2 \
-                else random_tree("bushy", 16, V, gen)
-            verify(model, cache, tree, mode)
-            path = list(range(int(torch.randint(1, 8, (), generator=gen)))) if r != 2 else root_path(tree, "random", gen)
-            commit(model, cache, tree, path, checked=True)
-            committed += tree.tokens[path].tolist()
+        plan = ((make(), pick) for make, pick in (chain, chain, branch, chain))
+        cache, committed = _commit_rounds(model, mode, random_prefix(V, gen), plan, checked=True)
         fresh, _ = prefill(model, committed)
         assert_same_cache(f"{arch}-{mode}-chain-rounds-f64", fresh, cache, 1e-12)
 
@@ -165,15 +174,9 @@ def test_rounds_match_fresh_prefill(arch, mode):
     V = model.config.vocab_size
     gen = generator("rounds", arch, mode)
     with harness.float64_harness():
-        committed = random_prefix(V, gen)
-        cache, _ = prefill(model, committed)
-        for r, pick in enumerate(PICKS):
-            tree = random_tree(("bushy", "deep")[r % 2], 16, V, gen)
-            verify(model, cache, tree, mode)
-            path = root_path(tree, pick, gen)
-            commit(model, cache, tree, path)
-            committed += tree.tokens[path].tolist()
-            assert cache.length == len(committed) and cache.pending is None
+        plan = ((random_tree(("bushy", "deep")[r % 2], 16, V, gen), lambda t, p=pick: root_path(t, p, gen))
+                for r, pick in enumerate(PICKS))
+        cache, committed = _commit_rounds(model, mode, random_prefix(V, gen), plan)
         fresh, _ = prefill(model, committed)
         assert_same_cache(f"{arch}-{mode}-rounds-f64", fresh, cache, 1e-12)
         tree = random_tree("bushy", 16, V, gen)

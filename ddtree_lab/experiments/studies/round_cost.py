@@ -32,12 +32,12 @@ from transformers import DynamicCache
 
 from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
-from ...core.tree import ancestor_mask
-from ...core.verify import additive_mask, prefill, verify_batch_unchecked
+from ...core.models import arch_of
+from ...core.verify import additive_mask, batch_buffers, prefill, verify_batch_unchecked
 from ..plumbing.measure import timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import paired_ratio
-from ..plumbing.sweep import EXACT_LABELS, expand_grid, run_sweep, with_axes
+from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_sweep, with_axes
 from .bench import paired_speedups
 from .official import run_with_official
 
@@ -73,7 +73,7 @@ def round_table(frame: pd.DataFrame) -> pd.DataFrame:
     taus = with_axes(frame).groupby(keys, sort=False).apply(
         lambda g: sum(sum(m["acceptance_lengths"]) for m in g["_metrics"])
         / max(1, sum(len(m["acceptance_lengths"]) for m in g["_metrics"])), include_groups=False).rename("tau")
-    out = over_ref.merge(over_ar, on=list(over_ref.columns[:len(over_ref.columns) - 4]))
+    out = over_ref.merge(over_ar, on=list(AXES))
     out = out.join(taus, on=keys).merge(phase_table(frame)[keys + ["total_ms", "verify_ms", "draft_ms"]],
                                         on=keys, how="left")
     return out[out.method != "ar"].reset_index(drop=True)
@@ -113,15 +113,15 @@ def round_states(pair, prompt_ids: list[int], budget: int, block_size: int = 8, 
     return seen
 
 
-def _floor_forward(model, cache: DynamicCache, tree, start: int, mask_kind: str):
-    """The stock forward of the flattened tree on a copy of ``cache`` (``start`` committed rows)."""
+def _floor_forward(model, cache: DynamicCache, tree, start: int):
+    """The stock forward of the flattened tree on ``cache`` (``start`` committed rows), with the
+    tokens, positions and additive mask verify builds (``verify.batch_buffers``)."""
     p = next(model.parameters())
-    allowed = torch.cat([torch.ones(len(tree), start, dtype=torch.bool), ancestor_mask(tree)], 1)[None]
-    bias = additive_mask(allowed, p.dtype, p.device)
-    mask = {"full_attention": bias, "linear_attention": None} if mask_kind == "hybrid" else bias
-    return model(tree.tokens[None].to(p.device), attention_mask=mask,
-                 position_ids=(start + tree.depths)[None].to(p.device), past_key_values=cache, use_cache=True,
-                 output_hidden_states=True)
+    bufs = batch_buffers([tree], [start])
+    bias = additive_mask(bufs.allowed, p.dtype, p.device)
+    mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
+    return model(bufs.tokens.to(p.device), attention_mask=mask, position_ids=bufs.positions.to(p.device),
+                 past_key_values=cache, use_cache=True, output_hidden_states=True)
 
 
 @torch.no_grad()
@@ -131,7 +131,6 @@ def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int =
     ``repeats`` interleaved pairs) and their paired ratio with a 95% interval."""
     target, layers = pair.target, tuple(pair.drafter.cfg.target_layer_ids)
     mode = gdn_mode("wy")
-    kind = "hybrid" if pair.arch == "gdn" else "attention"
     rows = []
     for p in prompts:
         ids = pair.prompt_ids(p)
@@ -139,13 +138,13 @@ def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int =
             for r, (seq, tree) in enumerate(round_states(pair, ids, budget, max_new_tokens=max_new_tokens,
                                                          every=every)):
                 rows.append({"arch": pair.arch, "prompt": p, "budget": budget, "state": r, "committed": len(seq) - 1,
-                             "nodes": tree.num_nodes, **_time_pair(target, seq, tree, layers, mode, kind, repeats)})
+                             "nodes": tree.num_nodes, **_time_pair(target, seq, tree, layers, mode, repeats)})
                 if progress:
                     progress(rows[-1])
     return pd.DataFrame(rows)
 
 
-def _time_pair(target, seq: list[int], tree, layers, mode, kind: str, repeats: int) -> dict:
+def _time_pair(target, seq: list[int], tree, layers, mode, repeats: int) -> dict:
     """``repeats`` pairs (after one warm-up pair) of the lab's verify and the floor at one state,
     each on a fresh copy of its cache, in alternating order: medians and the paired ratio."""
     cache, _ = prefill(target, seq[:-1])
@@ -155,7 +154,7 @@ def _time_pair(target, seq: list[int], tree, layers, mode, kind: str, repeats: i
     for rep in range(repeats + 1):
         work, copied = cache.snapshot(), copy.deepcopy(stock)  # fresh copies, made outside the timers
         runs = {"lab": lambda: verify_batch_unchecked(target, [work], [tree], mode, layers),
-                "floor": lambda: _floor_forward(target, copied, tree, len(seq) - 1, kind)}
+                "floor": lambda: _floor_forward(target, copied, tree, len(seq) - 1)}
         for name in (("lab", "floor") if rep % 2 else ("floor", "lab")):
             ms, _ = timed(runs[name])
             times[name].append(ms)

@@ -23,7 +23,7 @@ def test_the_floor_scores_what_verify_scores_on_an_attention_target():
         cache, _ = prefill(target, seq[:-1])
         stock = DynamicCache(config=target.config)
         target(torch.as_tensor(seq[:-1])[None], past_key_values=stock, use_cache=True)
-        floor = round_cost._floor_forward(target, stock, tree, len(seq) - 1, "attention").logits[0]
+        floor = round_cost._floor_forward(target, stock, tree, len(seq) - 1).logits[0]
         assert_close("floor-vs-verify", verify(target, cache, tree).logits, floor, 1e-12)
 
 
