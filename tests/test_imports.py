@@ -26,7 +26,6 @@ CORE_ALLOWANCE = Counter({
     ("core/drafter.py", "DrafterConfig.from_qwen3_config"): 1,
     ("core/drafter.py", "DFlashDrafter.draft_batch"): 1,
     ("core/drafter.py", "selector_loss"): 1,
-    ("core/models.py", "load_target"): 1,
     ("core/verify.py", "prefill"): 1,
 })
 

@@ -421,3 +421,22 @@ def sibling_collapse_closed(arch: str, after_sibling: float, main_path: float, n
     return Claim(f"{arch}: right after a rank >= 1 sibling, conditional trees go on >= {goal}x as often as on the "
                  "main path", f">= {goal}", f"{after_sibling:.2f} / {main_path:.2f} = {fmt_vs(ratio, goal)} "
                  f"({nodes} nodes)", bool(nodes > 0 and ratio >= goal))
+
+
+def drafter_grid_goals(pick: pd.Series, previous: pd.Series, tf_floor: float, prompts: int) -> list[Goal]:
+    """Issue 27's goals for the drafter a grid picks (``drafter_grid.ship_rule`` row) of one
+    target, against the previous release's drafter on the same lenses (``prompts``: HumanEval
+    prompts decoded)."""
+    arch, scope = pick["arch"], f"{prompts} HumanEval prompts, block 8"
+    pairs = [("free-running DFlash tau, all rounds", "decode_dflash_tau"),
+             ("free-running DFlash tau, outside loops", "decode_dflash_tau_outside_loops")]
+    goals = [Goal(f"{arch}: {what} >= the previous drafter's ({scope})", f">= {previous[col]:.2f}",
+                  f"{pick[col]:.2f}", bool(pick[col] >= previous[col])) for what, col in pairs]
+    goals.append(Goal(f"{arch}: free-running DFlash tau >= 3.0 ({scope})", ">= 3.0", f"{pick['decode_dflash_tau']:.2f}",
+                      bool(pick["decode_dflash_tau"] >= 3.0)))
+    goals.append(Goal(f"{arch}: teacher-forced DFlash tau on real code >= today's", f">= {tf_floor:.2f}",
+                      f"{pick['tf_dflash_tau']:.2f}", bool(pick["tf_dflash_tau"] >= tf_floor)))
+    goals.append(Goal(f"{arch}: teacher-forced DDTree-64 tau on real code >= 2.5", ">= 2.5",
+                      f"{pick['tf_ddtree64_tau']:.2f}", bool(pick["tf_ddtree64_tau"] >= 2.5)))
+    return goals
+

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from dataclasses import replace
 
 import torch
@@ -12,13 +13,15 @@ from ..core.models import load_target
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
 from ..train.drafters import train_drafter, train_drafter2
-from ..train.pair import load_pair, pair_from_dirs
+from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
 from ..train.targets import train_target
 from ..experiments.plumbing.results import ResultsStore
 from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import expand_grid, run_sweep
 from ..experiments.studies import concurrency as conc
 from ..experiments.studies.bench import run_bench
+from ..experiments.studies.compare_drafters import (compare_display, compare_drafters, compare_table,
+                                                        spread_prompts)
 from ..experiments.studies.dflash2 import run_dflash2
 from ..experiments.studies.official import run_with_official
 from ..experiments.studies.quality import run_quality
@@ -37,10 +40,17 @@ def _cmd_train_target(args):
 
 
 def _cmd_train_drafter(args):
+    """The shipped pair's drafter (--arch), or one for a target of your own (--target DIR --out DIR)."""
+    if (args.target is None) == (args.arch is None):
+        raise SystemExit("train-drafter: give --arch (a shipped target) or --target DIR (your own), not both")
+    if args.target is not None and args.out is None:
+        raise SystemExit("train-drafter: --target needs --out DIR (where the drafter ships)")
     root = _ckpt_root(args)
-    man = train_drafter(args.arch, args.preset,
-                        target=load_target(ckpt_path(args.arch, "target", root), device=args.device),
-                        out=ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes)
+    tdir = args.target or ckpt_path(args.arch, "target", root)
+    own = {"tok": load_tokenizer_for(tdir)} if args.target else {}
+    man = train_drafter(args.arch, args.preset, target=load_target(tdir, device=args.device),
+                        out=args.out or ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes,
+                        mask_token_id=args.mask_token_id, corpus_share=args.corpus_share, steps=args.steps, **own)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
 
 
@@ -89,10 +99,11 @@ def _pairs(archs) -> dict:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _pair_args(s) -> None:
-    """The options of every command that decodes a pair of one's own."""
+def _pair_args(s, drafter: bool = True) -> None:
+    """The options of every command that decodes a pair of one's own (drafter: its --drafter)."""
     s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
-    s.add_argument("--drafter", default=None, help="a published-format DFlash drafter directory for --target")
+    if drafter:
+        s.add_argument("--drafter", default=None, help="a published-format DFlash drafter directory for --target")
     s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
     s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
     s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
@@ -105,6 +116,24 @@ def _prompt_count_or_file(value: str):
             raise argparse.ArgumentTypeError(f"--prompts must be an int >= 1 or a .jsonl file, got {value}")
         return int(value)
     return value
+
+
+def _unit_float(value: str) -> float:
+    """--corpus-share: a float in [0, 1]."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = -1.0
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"--corpus-share must be a float in [0, 1], got {value}")
+    return x
+
+
+def _positive_int(value: str) -> int:
+    """--steps: an int >= 1."""
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"--steps must be an int >= 1, got {value}")
+    return int(value)
 
 
 def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
@@ -127,6 +156,29 @@ def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
         name = "_".join(p.tag for p in pairs.values()) + f"-{args.dtype}"
         directory = RESULTS_DIR / "pairs" / (name + (f"-{first.prompt_source.split(':')[0]}" if own_prompts else ""))
     return pairs, list(range(first.num_prompts if own_prompts else args.prompts)), directory
+
+
+def _cmd_compare_drafters(args):
+    """A/B of drafters of one target (``studies.compare_drafters``): the table, and the rows to --out."""
+    if (args.target is None) == (args.arch is None):
+        raise SystemExit("compare-drafters: give --arch (the shipped target) or --target DIR, not both")
+    tdir = args.target or ckpt_path(args.arch, "target")
+    dirs = [ckpt_path(args.arch, "drafter") if d == "shipped" and args.arch else d for d in args.drafter]
+    pairs = pairs_of_one_target(tdir, dirs, dtype=DTYPES[args.dtype], device=args.device)
+    if isinstance(args.prompts, str):
+        pairs = [p.with_prompts(args.prompts, args.field) for p in pairs]
+    first = pairs[0]
+    indices = range(first.num_prompts) if isinstance(args.prompts, str) else spread_prompts(args.prompts,
+                                                                                          first.num_prompts)
+    names = [str(d) for d in args.drafter]
+    frame = compare_drafters(first.target, {n: p.drafter for n, p in zip(names, pairs)},
+                             {i: first.prompt_ids(i) for i in indices}, max_new_tokens=args.max_new_tokens,
+                             clock=time.thread_time if args.cpu_clock else time.perf_counter)
+    table = compare_table(frame)
+    print(compare_display(table).to_string(index=False))
+    if args.out:
+        table.to_csv(args.out, index=False)
+        print(f"table -> {args.out}")
 
 
 def _cmd_quality(args):
@@ -153,14 +205,19 @@ def _cmd_sweep(args):
 def _cmd_concurrency(args):
     """Budget x concurrency sweep (resumable store "concurrency"; a progress bar), then its table."""
     grid = conc.GRIDS["smoke" if args.smoke else "full"]
+    count = args.prompts if isinstance(args.prompts, int) else None
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in
                  (("archs", args.archs), ("concurrency", args.concurrency), ("budgets", args.budgets),
                   ("temperatures", args.temperatures), ("max_new_tokens", args.max_new_tokens),
-                  ("num_prompts", args.prompts)) if v is not None}
+                  ("num_prompts", count)) if v is not None}
     grid = replace(grid, **overrides)
     if not args.threads:
         torch.set_num_threads(1)  # one thread, as every timing of the lab (and notebook 07) is taken
-    frame = conc.run_concurrency(grid, conc.concurrency_store(args.smoke), _pairs(grid.archs))
+    args.prompts = args.prompts or grid.num_prompts
+    pairs, prompts, directory = _chosen_pairs(args, grid.archs)
+    grid = replace(grid, archs=tuple(pairs), num_prompts=len(prompts))
+    store = conc.concurrency_store(args.smoke, None if directory == RESULTS_DIR else directory)
+    frame = conc.run_concurrency(grid, store, pairs)
     table = conc.concurrency_table(conc.summarize_concurrency(frame))
     print(table.round(3).to_string(index=False))
 
@@ -175,15 +232,17 @@ def _cmd_notebooks(args):
     run_all(smoke=args.smoke)
 
 
-def _training_parser(sub, name: str, func, what: str, device: bool) -> None:
+def _training_parser(sub, name: str, func, what: str, device: bool):
     """One training command: --arch, --preset, --max-minutes (and --device where it trains on one)."""
     s = sub.add_parser(name, help=what)
-    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--arch", choices=["gdn", "mla"], required=name != "train-drafter",
+                   default=None)
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
     if device:
         s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=func)
+    return s
 
 
 def main(argv=None):
@@ -198,7 +257,14 @@ def main(argv=None):
             ("train-drafter", _cmd_train_drafter, "train a DFlash drafter on target rollouts (resumable)", True),
             ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from the "
                                                     "shipped DFlash drafter, on the same data (resumable)", False)):
-        _training_parser(sub, name, func, what, device)
+        s = _training_parser(sub, name, func, what, device)
+    s = sub.choices["train-drafter"]
+    s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
+    s.add_argument("--out", default=None, help="where the drafter ships (with --target)")
+    s.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's <|mask|>")
+    s.add_argument("--corpus-share", type=_unit_float, default=None,
+                   help="share of real-code windows per batch, in [0, 1] (default: the preset's)")
+    s.add_argument("--steps", type=_positive_int, default=None, help="optimizer steps (default: the preset's)")
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
@@ -224,6 +290,18 @@ def main(argv=None):
     s.add_argument("--max-new-tokens", type=int, default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
     s.set_defaults(func=_cmd_bench)
+    s = sub.add_parser("compare-drafters", help="A/B of two or more drafters of one target: tau (all rounds, "
+                                                 "outside loops) and speed over AR and over the first, interleaved")
+    s.add_argument("--arch", choices=["gdn", "mla"], default=None, help="the shipped target")
+    s.add_argument("--drafter", action="append", required=True,
+                   help="a drafter directory (repeat; 'shipped': the shipped one of --arch)")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=12,
+                   help="N: N HumanEval prompts spread over the 164; FILE.jsonl: its prompts (--field)")
+    _pair_args(s, drafter=False)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--cpu-clock", action="store_true", help="time by this thread's CPU time (a shared machine)")
+    s.add_argument("--out", default=None, help="write the table to this CSV")
+    s.set_defaults(func=_cmd_compare_drafters)
     s = sub.add_parser("sweep", help="grid of decoding runs on HumanEval, into a resumable results store")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.add_argument("--methods", nargs="+", default=["ar", "dflash", "ddtree"], choices=["ar", "dflash", "ddtree"])
@@ -244,7 +322,9 @@ def main(argv=None):
     s.add_argument("--budgets", nargs="+", type=int, default=None, help="T = 0 DDTree budgets (auto is added)")
     s.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 1")
     s.add_argument("--max-new-tokens", type=int, default=None, help="default 64")
-    s.add_argument("--prompts", type=int, default=None, help="HumanEval prompts decoded at every concurrency (8)")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
+                   help="N: HumanEval prompts decoded at every concurrency (default 8); FILE.jsonl: its prompts")
+    _pair_args(s)
     s.set_defaults(func=_cmd_concurrency)
     s = sub.add_parser("readme", help="render the README's result tables from the stored result files")
     s.add_argument("--blocks", nargs="+", default=None, help="only these blocks (default: all)")

@@ -40,17 +40,19 @@ def parameterize(nb, **params):
     return nb
 
 
-def run_notebook(path: Path, timeout: int = 3600, **params):
-    """Execute one notebook (with injected params) in its own folder; returns the executed nb.
-    SMOKE figures go to the smoke folder: the notebooks pass SMOKE to ``show_figure``."""
+def run_notebook(path: Path, timeout: int = 3600, executed_dir: Path | None = None, **params):
+    """Execute one notebook (with injected params) in its own folder; returns the executed nb,
+    written to ``executed_dir`` (default ``EXECUTED_DIR``). SMOKE figures go to the smoke
+    folder: the notebooks pass SMOKE to ``show_figure``."""
     path = Path(path)
     nb = parameterize(nbformat.read(path, as_version=4), **params)
     with tempfile.TemporaryDirectory(prefix="ddtree-kernel-") as sockets:  # IPC: no TCP transport warning
         ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
         NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
-    EXECUTED_DIR.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, EXECUTED_DIR / path.name)
+    executed_dir = Path(executed_dir or EXECUTED_DIR)
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, executed_dir / path.name)
     return nb
 
 

@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 
 from ..common import FIGURES_DIR, RESULTS_DIR
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.studies.drafter_grid import pareto_front, point_label
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
 DPI = 110
@@ -1059,4 +1060,34 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
                    ylabel="P(next depth accepted)", title=f"{arch}, outside loops")
         legend_below(fig, ncols=2)
         fig.suptitle("after a sibling: marginal vs conditional trees")
+    return fig
+
+
+GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped today", "s"), "previous": ("previous release", "^")}
+
+
+def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau", y: str = "decode_dflash_tau") -> Figure:
+    """The drafter grid (``studies.drafter_grid``), one panel per target: free-running DFlash tau
+    (``y``: decoding HumanEval prompts, every round) against teacher-forced DFlash tau on the
+    canonical solutions (``x``); every point labelled share x steps, the Pareto front joined,
+    today's teacher-forced floor (``floor[arch]``) dashed."""
+    archs = sorted(grid.arch.unique())
+    with mpl.rc_context(STYLE):
+        fig, axes = _new_axes(None, len(archs), (5.0, 3.9))
+        for ax, arch in zip(axes, archs):
+            rows, style = grid[grid.arch == arch], TARGET_STYLES[arch]
+            front = pareto_front(rows, x, y)
+            ax.plot(front[x], front[y], color=style["color"], lw=1.2, alpha=0.6, label="Pareto front")
+            for source, (label, marker) in GRID_SOURCES.items():
+                pts = rows[rows.source == source]
+                ax.scatter(pts[x], pts[y], s=46, marker=marker or style["marker"], color=style["color"],
+                           ec="k", lw=0.6, zorder=3, label=label if len(pts) else None,
+                           alpha=1.0 if source == "trained" else 0.55)
+            for _, r in rows.iterrows():
+                ax.annotate(point_label(r), (r[x], r[y]), xytext=(4, 4), textcoords="offset points", fontsize=8)
+            ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (today's drafter)")
+            ax.set(xlabel="teacher-forced DFlash τ (real code)", ylabel="free-running DFlash τ (decoding)",
+                   title=f"{arch}: drafter grid")
+            ax.margins(x=0.12, y=0.1)
+        legend_below(fig, ncols=2)
     return fig

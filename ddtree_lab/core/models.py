@@ -6,18 +6,26 @@ Two named presets (one frozen dataclass per model config and a small table of pr
 - ``"mla"``: ``DeepseekV3ForCausalLM`` (Kimi K2.6 / DeepSeek-V3): MLA with low-rank q/kv and a
   rope/nope split, MoE with one shared expert, first layer dense.
 
-``load_target(path)`` loads any local HF checkpoint directory of either class, so the same code
-runs a real Qwen3.6 or Kimi checkpoint.
+``load_target(path)`` loads any local HF checkpoint directory of a causal LM whose layers the
+lab verifies exactly (``layer_kinds``: softmax attention of any form, Qwen3.5's Gated DeltaNet),
+so the same code runs a real Qwen3.6, Kimi, Qwen3 or Llama checkpoint.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3_5ForCausalLM, Qwen3_5TextConfig
+import transformers
+from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3_5ForCausalLM,
+                          Qwen3_5TextConfig)
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-ARCHS = ("gdn", "mla")
+from .adapter import decoder_layers
+
+ARCHS = ("gdn", "mla")            # the shipped pairs
+LABELS = ARCHS + ("attention",)  # what ``arch_of`` names (attention: Qwen3, Llama, ...)
 
 
 @dataclass(frozen=True)
@@ -98,13 +106,46 @@ TOY_PRESETS: dict[str, TargetConfig] = {
 }
 
 
+# the linear-attention (GDN) layer classes the adapter routes through the tree paths
+# (``adapter.route_gdn_trees``); any other recurrent layer would leak between branches
+GDN_LAYERS = ("Qwen3_5GatedDeltaNet",)
+LAYER_TYPES = ("full_attention", "linear_attention")
+
+
+def layer_kinds(model) -> list[str]:
+    """Per decoder layer, how the lab verifies it: 'attention' (softmax self-attention of any
+    form: MHA, GQA, MLA, with a dense or MoE MLP; the tree mask makes it exact) or 'gdn' (a
+    Gated DeltaNet layer of a class in ``GDN_LAYERS``). Any other layer is a ``ValueError``
+    naming the layer, its type or class and the model's class."""
+    name = type(model).__name__
+    types = getattr(model.config, "layer_types", None) or []
+    odd = sorted({t for t in types if t not in LAYER_TYPES})
+    if odd:
+        raise ValueError(f"{name}: layer type {odd[0]!r} is not supported (supported: {LAYER_TYPES}); "
+                         "a sliding window needs its own tree mask")
+    kinds = []
+    for i, layer in enumerate(decoder_layers(model)):
+        linear, attn = getattr(layer, "linear_attn", None), getattr(layer, "self_attn", None)
+        if linear is not None and any(c.__name__ in GDN_LAYERS for c in type(linear).__mro__):  # routed: a subclass
+            kinds.append("gdn")
+        elif linear is None and attn is not None:
+            kinds.append("attention")
+        else:
+            cls = type(linear if linear is not None else layer).__name__
+            raise ValueError(f"{name}: layer {i} ({cls}) is not supported: the lab verifies softmax attention "
+                             f"layers and the GDN layers {GDN_LAYERS} exactly")
+    return kinds
+
+
 def arch_of(model) -> str:
-    """'gdn' or 'mla' for a loaded model, from its class."""
-    if isinstance(model, Qwen3_5ForCausalLM):
+    """The lab's label of a loaded causal LM, from its layers (``layer_kinds``): 'gdn' when it
+    has Gated DeltaNet layers (Qwen3.5 / 3.6), 'mla' for multi-head latent attention
+    (DeepSeek-V3, Kimi K2: the config has ``kv_lora_rank``), else 'attention' (Qwen3, Qwen3-MoE,
+    Llama, ...). An unsupported layer is a ``ValueError`` naming it."""
+    kinds = layer_kinds(model)
+    if "gdn" in kinds:
         return "gdn"
-    if isinstance(model, DeepseekV3ForCausalLM):
-        return "mla"
-    raise ValueError(f"model must be Qwen3_5ForCausalLM or DeepseekV3ForCausalLM, got {type(model).__name__}")
+    return "mla" if getattr(model.config, "kv_lora_rank", None) else "attention"
 
 
 def _model_class(arch: str):
@@ -128,22 +169,30 @@ def build_target(preset: str | TargetConfig, *, dtype=torch.float32, seed: int |
     return model.eval()
 
 
-def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = None, **kwargs):
-    """Load a local HF checkpoint directory of a Qwen3.5 or DeepSeek-V3 causal LM.
+# config.json model types whose ``AutoModelForCausalLM`` class is not the text model
+# (Kimi K2's own type is DeepSeek-V3's architecture under another name)
+TEXT_CLASSES = {"qwen3_5": Qwen3_5ForCausalLM, "qwen3_5_text": Qwen3_5ForCausalLM, "kimi_k2": DeepseekV3ForCausalLM}
 
-    ``kwargs`` go to ``from_pretrained`` (``device_map="auto"`` spreads a large model over GPUs).
+
+def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = None, **kwargs):
+    """Load a local HF checkpoint directory of a causal LM whose layers the lab verifies
+    exactly (``layer_kinds``): Qwen3.5 / 3.6, DeepSeek-V3 / Kimi K2, Qwen3 and Qwen3-MoE,
+    Llama, ... The class follows ``config.json``'s ``model_type`` (``AutoModelForCausalLM``),
+    with eager attention and (MoE) eager experts, which the tree mask and the exact harness
+    need. ``kwargs`` go to ``from_pretrained`` (``device_map="auto"`` spreads a large model over GPUs).
     """
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"path must be a checkpoint directory with config.json, got {path}")
-    import json
     model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
-    arch = {"qwen3_5_text": "gdn", "qwen3_5": "gdn", "deepseek_v3": "mla", "kimi_k2": "mla"}.get(model_type)
-    if arch is None:
-        raise ValueError(f"config.json model_type must be qwen3_5_text or deepseek_v3, got {model_type!r}")
-    extra = {"experts_implementation": "eager"} if arch == "mla" else {}
-    model = _model_class(arch).from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                               **extra, **kwargs)
+    cls = TEXT_CLASSES.get(model_type)
+    if cls is None and (model_type not in CONFIG_MAPPING
+                        or CONFIG_MAPPING[model_type] not in AutoModelForCausalLM._model_mapping):
+        raise ValueError(f"config.json model_type {model_type!r} has no causal LM class in transformers "
+                         f"{transformers.__version__}")
+    model = (cls or AutoModelForCausalLM).from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                                         experts_implementation="eager", **kwargs)
+    arch_of(model)  # refuses an unsupported layer before any work
     if device is not None:
         model = model.to(device)
     return model.eval()

@@ -49,10 +49,16 @@ class DrafterRecipe:
     val_frac: float = 0.05
     # rollout batches cycle through these: 2/5 greedy, 1/5 each at T = 0.3, 0.6 and 1
     temperatures: tuple = (0.0, 0.3, 0.0, 0.6, 1.0)
-    # real contexts: windows of the stdlib train split, half of every batch; every sequence
-    # (rollouts too) is labelled by the target's own top-K next-token distribution (soft labels)
+    # real contexts: windows of the stdlib train split, ``corpus_share`` of every batch; every
+    # sequence (rollouts too) is labelled by the target's own top-K next-token distribution
     corpus_windows: int = 2000
-    soft_top_k: int = 8
+    soft_top_k: int = 8             # 0: hard labels (the sequence's own next tokens)
+    corpus_share: float = 0.5
+    rollout_soft: bool = True       # False: hard labels on the rollouts (soft_top_k then labels the corpus only)
+
+    def __post_init__(self):
+        if not 0 <= self.corpus_share <= 1:
+            raise ValueError(f"corpus_share must be in [0, 1], got {self.corpus_share}")
 
     @property
     def anchors(self) -> int:
@@ -81,10 +87,14 @@ def _batch(rollouts: dict, idx, device=None) -> tuple[torch.Tensor, torch.Tensor
     return rollouts["tokens"][idx].long().to(device), rollouts["features"][idx].float().to(device)
 
 
-def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int, corpus: dict | None = None):
+def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int, corpus: dict | None = None,
+                    corpus_share: float = 0.5):
     """loss_fn(model, rng) for ``train.train``: random sequences, random anchors each; with
-    ``corpus`` (real contexts, ``corpus_contexts``) half of every batch comes from it. Sources
-    that carry soft labels (``soft_ids`` / ``soft_probs``) are trained on them."""
+    ``corpus`` (real contexts, ``corpus_contexts``) round(batch_size * corpus_share) sequences
+    of every batch come from it, and each part weighs by its share of the batch. Sources that
+    carry soft labels (``soft_ids`` / ``soft_probs``) are trained on them."""
+    n_corpus = 0 if corpus is None else round(batch_size * corpus_share)
+
     def part(source, n, drafter, rng):
         idx = rng.integers(0, len(source["tokens"]), size=n)
         tokens, features = _batch(source, idx, model_device(drafter))
@@ -92,10 +102,12 @@ def drafter_loss_fn(rollouts: dict, batch_size: int, anchors: int, corpus: dict 
         return drafter_loss(drafter, tokens, features, sample_anchors(source, n, anchors, rng), soft=soft)
 
     def loss_fn(drafter, rng):
-        if corpus is None:
+        if n_corpus == 0:
             return part(rollouts, batch_size, drafter, rng)
-        half = batch_size // 2
-        return (part(rollouts, batch_size - half, drafter, rng) + part(corpus, half, drafter, rng)) / 2
+        if n_corpus == batch_size:
+            return part(corpus, batch_size, drafter, rng)
+        n_roll = batch_size - n_corpus
+        return (n_roll * part(rollouts, n_roll, drafter, rng) + n_corpus * part(corpus, n_corpus, drafter, rng)) / batch_size
     return loss_fn
 
 
@@ -116,17 +128,18 @@ def target_soft_labels(target, tokens: torch.Tensor, top_k: int, batch_size: int
 def corpus_contexts(target, windows: int, length: int, layer_ids, top_k: int, seed: int = 0,
                     tok=None, batch_size: int = 32) -> dict:
     """Real contexts: ``windows`` random windows of ``length`` tokens of the stdlib train split
-    (``data.tokenized_corpus``; HumanEval-free), with the target's features and soft labels,
-    in the rollouts' layout (prompt_len 1: anchors anywhere in the window)."""
+    (``data.tokenized_corpus``; HumanEval-free), with the target's features and (``top_k`` > 0)
+    soft labels, in the rollouts' layout (prompt_len 1: anchors anywhere in the window)."""
     stream = data.tokenized_corpus(tok)["train"]
     starts = np.random.default_rng(seed).integers(0, len(stream) - length, size=windows)
     tokens = torch.from_numpy(np.stack([stream[s:s + length] for s in starts]).astype(np.int64))
     tokens = tokens % target.config.vocab_size
     feats = [target_features(target, tokens[s:s + batch_size].to(target.device), layer_ids).half().cpu()
              for s in range(0, windows, batch_size)]
-    soft_ids, soft_probs = target_soft_labels(target, tokens, top_k, batch_size)
-    return {"tokens": tokens.int(), "features": torch.cat(feats), "soft_ids": soft_ids, "soft_probs": soft_probs,
-            "prompt_len": 1, "layer_ids": tuple(layer_ids)}
+    out = {"tokens": tokens.int(), "features": torch.cat(feats), "prompt_len": 1, "layer_ids": tuple(layer_ids)}
+    if top_k:
+        out["soft_ids"], out["soft_probs"] = target_soft_labels(target, tokens, top_k, batch_size)
+    return out
 
 
 def drafter_eval_fn(rollouts: dict, anchors: int, batch_size: int = 16, seed: int = 1):
@@ -203,37 +216,82 @@ def draft_quality(drafter, rollouts: dict, block_size: int) -> dict:
     return {"agreement": agreement, "tau": acceptance_length(match[valid.all(-1)])}
 
 
-def train_drafter(arch: str, preset: str = "default", *, target=None, prompts: list | None = None,
+LABELS = {"soft": (True, True), "mixed": (True, False), "hard": (False, False)}  # (corpus soft, rollouts soft)
+
+
+def with_knobs(recipe: DrafterRecipe, corpus_share: float | None = None, steps: int | None = None,
+               labels: str | None = None) -> DrafterRecipe:
+    """``recipe`` with the share of real-code windows, the step count and the labels changed
+    (None: unchanged). labels: ``LABELS``: "soft" (the target's top-K everywhere), "mixed"
+    (hard on the rollouts, which the target wrote; soft on the real code) or "hard"."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+    if labels is not None and labels not in LABELS:
+        raise ValueError(f"labels must be one of {tuple(LABELS)}, got {labels!r}")
+    t = recipe.train
+    out = replace(recipe, train=t if steps is None else replace(t, max_tokens=steps * t.batch_size * t.seq_len),
+                  corpus_share=recipe.corpus_share if corpus_share is None else corpus_share)
+    if labels is None:
+        return out
+    corpus_soft, rollout_soft = LABELS[labels]
+    return replace(out, soft_top_k=(recipe.soft_top_k or RECIPES["default"].soft_top_k) if corpus_soft else 0,
+                   rollout_soft=rollout_soft)
+
+
+def train_drafter(arch: str | None, preset: str = "default", *, target=None, prompts: list | None = None,
                   tok=None, mask_token_id: int | None = None, out: Path | None = None,
                   runs_dir: Path | None = None, cache_dir: Path | None = data.CACHE_DIR,
-                  max_minutes: float | None = None, device: str | None = None) -> dict:
+                  max_minutes: float | None = None, device: str | None = None,
+                  corpus_share: float | None = None, steps: int | None = None) -> dict:
     """Make/load rollouts, train (or resume) a drafter for ``target`` and ship it.
 
-    target: defaults to the shipped ``{arch}-target`` (float32). prompts: strings (with
-    ``tok``, default the lab tokenizer) or token-id lists; default ``drafter_prompts()``.
-    mask_token_id: default the tokenizer's MASK. Returns the shipped manifest.
+    target: defaults to the shipped ``{arch}-target`` (float32); any target ``load_target``
+    accepts (arch None: ``arch_of(target)``). prompts: strings (with ``tok``, default the lab
+    tokenizer) or token-id lists; default ``drafter_prompts()``. mask_token_id: default the
+    tokenizer's MASK. out: default the shipped ``{arch}-drafter``; runs_dir (the resumable
+    training state): ``data/runs/{out's name}-{preset}`` for a drafter inside ``data/`` (the
+    shipped ones), else ``{out}.run`` beside ``out``. corpus_share, steps: the recipe's knobs (``with_knobs``).
+    Returns the shipped manifest.
     """
     if preset not in RECIPES:
         raise ValueError(f"preset must be one of {sorted(RECIPES)}, got {preset!r}")
-    recipe = RECIPES[preset]
-    cfg = replace(recipe.train, max_minutes=max_minutes)
+    recipe = with_knobs(RECIPES[preset], corpus_share, steps)
     if target is None:
+        if arch is None:
+            raise ValueError("arch must be given when no target is")
         path = ckpt_path(arch, "target")
         check_manifest(path, REBUILD["target"].format(arch=arch))
         target = load_target(path, device=device)
+    arch = arch_of(target) if arch is None else arch
     if arch_of(target) != arch:
         raise ValueError(f"target must be a {arch!r} model, got {arch_of(target)!r}")
     if prompts is None or mask_token_id is None:
         tok = tok or data.load_tokenizer()
     mask_token_id = data.special_ids(tok)["mask"] if mask_token_id is None else mask_token_id
-    rollouts, train_r, val_r, corpus = training_data(target, recipe, tok, prompts, cfg.seed, cache_dir)
+    if mask_token_id is None or not 0 <= mask_token_id < target.config.vocab_size:
+        raise ValueError(f"mask_token_id must be a token id in [0, {target.config.vocab_size}) (the tokenizer has "
+                         f"no {data.MASK!r} token: pass one, e.g. an unused special token), got {mask_token_id!r}")
+    training = training_data(target, recipe, tok, prompts, recipe.train.seed, cache_dir)
+    out = Path(out or ckpt_path(arch, "drafter"))
+    inside = out.resolve().is_relative_to(data.DATA_DIR.resolve())
+    runs_dir = Path(runs_dir or (data.DATA_DIR / "runs" / f"{out.name}-{preset}" if inside
+                                 else out.with_name(f"{out.name}.run")))
+    return fit_drafter(target, arch, recipe, training, mask_token_id, runs_dir, out,
+                       preset=preset, max_minutes=max_minutes)
+
+
+def fit_drafter(target, arch: str, recipe: DrafterRecipe, training: tuple, mask_token_id: int, runs_dir: Path,
+                out: Path, *, preset: str = "default", max_minutes: float | None = None) -> dict:
+    """Train (or resume, from ``runs_dir``) one DFlash drafter for ``target`` as ``recipe`` says,
+    on ``training`` (``training_data``'s tuple), and ship it to ``out``; -> its manifest."""
+    rollouts, train_r, val_r, corpus = training
+    cfg = replace(recipe.train, max_minutes=max_minutes)
     dcfg = DrafterConfig.for_target(target, mask_token_id, num_layers=recipe.num_layers,
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
     drafter = DFlashDrafter.from_config(dcfg, target).to(target.device)
-    runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter-{preset}")
     return _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
-                           runs_dir, Path(out or ckpt_path(arch, "drafter")), "drafter")
+                           Path(runs_dir), Path(out), "drafter")
 
 
 def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_dir):
@@ -244,16 +302,18 @@ def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_
                              max_rollouts=recipe.num_rollouts, batch_size=recipe.gen_batch,
                              temperatures=recipe.temperatures, seed=seed, cache_dir=cache_dir)
     train_r, val_r = split_rollouts(rollouts, recipe.val_frac, seed=seed)
-    train_r = {**train_r, **dict(zip(("soft_ids", "soft_probs"),
-                                     target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
+    if recipe.soft_top_k and recipe.rollout_soft:
+        train_r = {**train_r, **dict(zip(("soft_ids", "soft_probs"),
+                                         target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
+    use_corpus = recipe.corpus_windows and recipe.corpus_share > 0
     corpus = corpus_contexts(target, recipe.corpus_windows, recipe.prompt_len + recipe.new_tokens,
-                             rollouts["layer_ids"], recipe.soft_top_k, seed, tok) if recipe.corpus_windows else None
+                             rollouts["layer_ids"], recipe.soft_top_k, seed, tok) if use_corpus else None
     return rollouts, train_r, val_r, corpus
 
 
 def _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
                     runs_dir: Path, out: Path, kind: str, **extra) -> dict:
-    st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus),
+    st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus, recipe.corpus_share),
                drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"{kind} {arch}")
     store_curve(runs_dir, out, arch, kind)
     info = {"arch": arch, "preset": preset, "recipe": asdict(replace(recipe, train=cfg)), "train_state": st,

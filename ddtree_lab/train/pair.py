@@ -18,7 +18,7 @@ from .data import humaneval_prompts, load_prompt_file, prompt_tokens
 from .checkpoints import CKPT_DIR, REBUILD, check_manifest, ckpt_path
 from .drafters import drafter_digest, load_drafter
 from .rollouts import target_digest
-from ..core.models import ARCHS, arch_of, load_target
+from ..core.models import ARCHS, LABELS, arch_of, load_target
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,8 +76,8 @@ DRAFTERS = {"dflash": "drafter", "dflash2": "drafter2"}  # drafter= -> the shipp
 def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Path | str | None = None,
               *, drafter: str = "dflash", root: Path = CKPT_DIR, **target_kwargs) -> Pair:
     """The ``Pair`` for ``arch`` in {'gdn', 'mla'}: the shipped checkpoints under ``root``, or
-    ``target_path`` / ``drafter_path`` (local checkpoint directories, e.g. a real Qwen3.6 or
-    Kimi checkpoint and a drafter trained for it; ``target_kwargs`` go to ``load_target``,
+    ``target_path`` / ``drafter_path`` (local checkpoint directories, e.g. a real Qwen3.6, Kimi
+    or (arch 'attention') Qwen3 / Llama checkpoint and a drafter trained for it; ``target_kwargs`` go to ``load_target``,
     e.g. ``dtype=torch.bfloat16, device_map="auto"``).
 
     ``drafter_path`` is any published-format DFlash directory (``config.json`` + safetensors,
@@ -91,8 +91,8 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     drafter: which shipped drafter (without ``drafter_path``): "dflash" (``DFlashDraftModel``)
     or "dflash2" (``DFlash2DraftModel``, its candidate selector drafts conditional trees).
     """
-    if arch not in ARCHS:
-        raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+    if arch not in (ARCHS if target_path is None else LABELS):
+        raise ValueError(f"arch must be one of {ARCHS} (with target_path: {LABELS}), got {arch!r}")
     if drafter not in DRAFTERS:
         raise ValueError(f"drafter must be one of {tuple(DRAFTERS)}, got {drafter!r}")
     kind = DRAFTERS[drafter]
@@ -132,3 +132,11 @@ def pair_from_dirs(target_dir, drafter_dir, **target_kwargs) -> Pair:
     (``dtype``, ``device``, ``device_map``)."""
     target = load_target(Path(target_dir), **target_kwargs)
     return _pair(arch_of(target), target, Path(target_dir), Path(drafter_dir), "drafter", shipped=False)
+
+
+def pairs_of_one_target(target_dir, drafter_dirs, **target_kwargs) -> list[Pair]:
+    """One ``Pair`` per drafter directory, all on one target loaded once from ``target_dir``
+    (``load_pair``'s checks on each drafter): the drafters an A/B compares."""
+    target = load_target(Path(target_dir), **target_kwargs)
+    return [_pair(arch_of(target), target, Path(target_dir), Path(d), "drafter", shipped=False) for d in drafter_dirs]
+

@@ -21,20 +21,35 @@ def first_divergence(reference: list[int], other: list[int]) -> int | None:
     return None if len(reference) == len(other) else min(len(reference), len(other))
 
 
+AR_KEY = ("arch", "temperature", "max_new_tokens")  # an output is compared with the AR row of its prompt and these
+
+
+def ar_divergence(frame: pd.DataFrame, ar: pd.DataFrame | None = None, key: tuple = AR_KEY) -> list:
+    """The lab's one "equals AR": per row of a results frame, the first new token where its
+    output departs from the AR row of the same prompt and ``key`` columns (``first_divergence``:
+    None when identical), NaN when there is no such AR row. ar: the frame holding the AR rows
+    (default: ``frame``'s own, method "ar")."""
+    ar = frame if ar is None else ar
+    ar = ar[ar["method"] == "ar"]
+    cols = list(key) + ["prompt"]
+    tokens = {tuple(k): m["tokens"] for k, m in zip(ar[cols].itertuples(index=False), ar["_metrics"])}
+    refs = (tokens.get(tuple(k)) for k in frame[cols].itertuples(index=False))
+    return [np.nan if ref is None else first_divergence(ref, m["tokens"]) for ref, m in zip(refs, frame["_metrics"])]
+
+
+def equals_ar(divergence) -> float:
+    """1.0 / 0.0 / NaN (no AR row) from one ``ar_divergence`` entry."""
+    return np.nan if isinstance(divergence, float) else float(divergence is None)
+
+
 def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (config, prompt) row: tokens, seconds, tree-size sum/count, match with AR."""
-    ref_key = ["arch", "temperature", "max_new_tokens", "prompt"]
-    ar = frame[frame["method"] == "ar"]
-    ar_tokens = {tuple(k): m["tokens"] for k, m in zip(ar[ref_key].itertuples(index=False), ar["_metrics"])}
     stats = []
-    for key, m, mnt in zip(frame[ref_key].itertuples(index=False), frame["_metrics"], frame["max_new_tokens"]):
-        ref = ar_tokens.get(tuple(key))
-        div = np.nan if ref is None else first_divergence(ref, m["tokens"])
-        div = mnt if div is None else div  # identical: counts as diverging after the last token
+    for div, m, mnt in zip(ar_divergence(frame), frame["_metrics"], frame["max_new_tokens"]):
         sizes = m.get("tree_sizes") or []
         stats.append({"_n_tokens": len(m["tokens"]), "_seconds": m["timings"]["total"],
-                      "_size_sum": float(sum(sizes)), "_size_n": len(sizes),
-                      "_match": np.nan if ref is None else float(m["tokens"] == ref), "_div": div,
+                      "_size_sum": float(sum(sizes)), "_size_n": len(sizes), "_match": equals_ar(div),
+                      "_div": mnt if div is None else div,  # identical: counts as diverging after the last token
                       **_loop_stats(m)})
     columns = ["_n_tokens", "_seconds", "_size_sum", "_size_n", "_match", "_div", "_acc_sum", "_acc_n",
                "_out_sum", "_out_n", "_ends_in_loop", "_entropy"]

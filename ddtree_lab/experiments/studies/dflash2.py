@@ -21,7 +21,7 @@ import torch
 
 from ...core.decode import start
 from ..plumbing.results import ResultsStore
-from ..plumbing.summary import summarize
+from ..plumbing.summary import ar_divergence, equals_ar, summarize
 from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_config, run_sweep
 from ...train.pair import load_pair
 from ...common import RESULTS_DIR
@@ -148,8 +148,6 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["arch", "config", "prompts", "matches_ar", "tau", "tau_outside_loops"])
     quality = quality[(quality.temperature == 0) & (quality.max_new_tokens.isin(set(lossless.max_new_tokens)))]
     for arch in sorted(set(lossless.arch)):
-        ar = {p: m["tokens"] for p, m in zip(*(quality[(quality.arch == arch) & (quality.method == "ar")][c]
-                                             for c in ("prompt", "_metrics")))}
         picks = {"dflash": quality[(quality.arch == arch) & (quality.method == "dflash") & (quality.block_size == 8)],
                  "ddtree64": quality[(quality.arch == arch) & (quality.method == "ddtree") & (quality.budget == 64)
                                      & quality.gdn_mode.isin(EXACT_LABELS)]}
@@ -157,7 +155,7 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
         picks |= {"dflash2": mine[mine.method == "dflash"],
                   "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
         for name, r in picks.items():
-            same = [m["tokens"] == ar[p] if p in ar else float("nan") for p, m in zip(r.prompt, r["_metrics"])]
+            same = [equals_ar(d) for d in ar_divergence(r, quality, key=("arch", "max_new_tokens"))]
             rows.append({"arch": arch, "config": name, "prompts": len(r),
                          "matches_ar": float(pd.Series(same, dtype=float).mean()),
                          "tau": pooled_tau(r), "tau_outside_loops": pooled_tau(r, outside_loops=True)})
@@ -241,7 +239,7 @@ def tau_grid(summary_frame: pd.DataFrame, temperature: float) -> pd.DataFrame:
     name = {("dflash", "-"): "DFlash", ("dflash2", "unary"): "DFlash 2 unary",
             ("dflash2", "conditional"): "DFlash 2 conditional"}
     s = s.assign(proposal=[name[(d, t)] for d, t in zip(s.drafter, s.tree)],
-                 budget=[f"linear" if m == "dflash" else int(b) for m, b in zip(s.method, s.budget)])
+                 budget=["linear" if m == "dflash" else int(b) for m, b in zip(s.method, s.budget)])
     return s.pivot_table(index=["arch", "budget"], columns="proposal", values="tau", sort=False)[list(
         dict.fromkeys(v for v in name.values() if v in set(s.proposal)))]
 

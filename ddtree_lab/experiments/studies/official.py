@@ -23,7 +23,7 @@ from transformers import DynamicCache
 
 from ...core.decode import PHASES, generate, start
 from ..plumbing.loops import is_looping, round_loop_flags
-from ..plumbing.summary import first_divergence
+from ..plumbing.summary import ar_divergence
 from ..plumbing.sweep import run_config
 
 
@@ -131,13 +131,10 @@ def chain_divergence(frame):
     """Per non-AR row of a results frame: (arch, method, block_size, prompt,
     first_divergence), the first new token that differs from AR on the same prompt (None:
     identical)."""
-    ar = {(a, p, n): m["tokens"] for a, p, n, m, meth in
-          zip(frame.arch, frame.prompt, frame.max_new_tokens, frame._metrics, frame.method) if meth == "ar"}
-    rows = [{"arch": a, "method": meth, "block_size": b, "prompt": p,
-             "first_divergence": first_divergence(ar[(a, p, n)], m["tokens"])}
-            for a, meth, b, p, n, m in zip(frame.arch, frame.method, frame.block_size, frame.prompt,
-                                           frame.max_new_tokens, frame._metrics)
-            if meth != "ar" and (a, p, n) in ar]
+    div = ar_divergence(frame, key=("arch", "max_new_tokens"))
+    rows = [{"arch": a, "method": meth, "block_size": b, "prompt": p, "first_divergence": d}
+            for a, meth, b, p, d in zip(frame.arch, frame.method, frame.block_size, frame.prompt, div)
+            if meth != "ar" and not isinstance(d, float)]
     return pd.DataFrame(rows, columns=["arch", "method", "block_size", "prompt", "first_divergence"])
 
 

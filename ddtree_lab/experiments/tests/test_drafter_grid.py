@@ -1,0 +1,71 @@
+"""The drafter grid (issue 27): points, recipes, the store, the Pareto front and the ship rule."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from ddtree_lab.experiments.studies.drafter_grid import (GridPoint, append_row, done_points, labels_of, pareto_front,
+                                                         parse_point, point_label, ship_rule)
+from ddtree_lab.train.drafters import RECIPES, with_knobs
+
+
+def test_points_parse_and_set_the_recipe_knobs():
+    p = parse_point("0.25x6000")
+    assert p == GridPoint(0.25, 6000, "soft") and p.name == "share0.25-steps6000"
+    assert parse_point("0x3000h") == GridPoint(0.0, 3000, "hard")
+    assert parse_point("0.5x3000m").name == "share0.5-steps3000-mixed"
+    r = p.recipe()
+    assert r.corpus_share == 0.25 and r.train.total_steps == 6000 and r.soft_top_k == RECIPES["default"].soft_top_k
+    assert r.rollout_soft
+    assert GridPoint(0.0, 3000, "hard").recipe().soft_top_k == 0
+    mixed = GridPoint(0.5, 3000, "mixed").recipe()
+    assert mixed.soft_top_k == RECIPES["default"].soft_top_k and not mixed.rollout_soft
+    assert with_knobs(RECIPES["default"]) == RECIPES["default"]  # no knob: the preset itself
+
+
+@pytest.mark.parametrize("text", ["0.25", "ax100", "0.5x-3", "2x100", "0.5x100q"])
+def test_bad_points_are_named(text):
+    with pytest.raises(ValueError, match="share|steps|SHARExSTEPS"):
+        parse_point(text)
+
+
+def test_hard_and_mixed_points_drop_the_soft_labels():
+    train = {"tokens": 1, "soft_ids": 2, "soft_probs": 3}
+    corpus = {"tokens": 4, "soft_ids": 5, "soft_probs": 6}
+    assert labels_of(("r", train, "v", corpus), "soft")[1] is train
+    _, t, _, c = labels_of(("r", train, "v", corpus), "hard")
+    assert t == {"tokens": 1} and c == {"tokens": 4}
+    _, t, _, c = labels_of(("r", train, "v", corpus), "mixed")
+    assert t == {"tokens": 1} and c is corpus
+    assert labels_of(("r", train, "v", None), "hard")[3] is None
+
+
+def grid_rows():
+    return pd.DataFrame([
+        {"arch": "gdn", "point": "a", "share": 0.0, "steps": 3000, "labels": "soft", "tf_dflash_tau": 1.2, "decode_dflash_tau": 2.9},
+        {"arch": "gdn", "point": "b", "share": 0.25, "steps": 6000, "labels": "soft", "tf_dflash_tau": 1.45, "decode_dflash_tau": 2.7},
+        {"arch": "gdn", "point": "c", "share": 0.5, "steps": 3000, "labels": "soft", "tf_dflash_tau": 1.43, "decode_dflash_tau": 2.4},
+        {"arch": "mla", "point": "a", "share": 0.0, "steps": 3000, "labels": "hard", "tf_dflash_tau": 1.1, "decode_dflash_tau": 2.6},
+        {"arch": "mla", "point": "b", "share": 0.5, "steps": 3000, "labels": "soft", "tf_dflash_tau": 1.3, "decode_dflash_tau": 2.2}])
+
+
+def test_pareto_front_keeps_the_undominated_points():
+    g = grid_rows()
+    assert pareto_front(g[g.arch == "gdn"]).point.tolist() == ["a", "b"]  # c: b beats it on both
+    assert point_label(g.iloc[3]) == "0 x 3k hard"
+
+
+def test_ship_rule_prefers_the_floor_then_free_running():
+    pick = ship_rule(grid_rows(), {"gdn": 1.42, "mla": 1.37}).set_index("arch")
+    assert pick.loc["gdn", "point"] == "b" and pick.loc["gdn", "meets_floor"]
+    # no MLA point reaches 1.37: the best free-running one, flagged
+    assert pick.loc["mla", "point"] == "a" and not pick.loc["mla", "meets_floor"]
+
+
+def test_rows_append_and_mark_points_done(tmp_path):
+    path = tmp_path / "grid" / "g.csv"
+    assert done_points(path) == set()
+    append_row({"arch": "gdn", "point": "a", "x": 1}, path)
+    append_row({"arch": "mla", "point": "a", "y": 2}, path)  # a new column widens the file
+    assert done_points(path) == {("gdn", "a"), ("mla", "a")}
+    assert list(pd.read_csv(path).columns) == ["arch", "point", "x", "y"]

@@ -1,0 +1,129 @@
+"""Your own models (issue 25), end to end on a tiny random Qwen3 (the DDTree paper's target
+class, not shipped here) saved with its own tokenizer: ``ddtree-lab train-drafter --target DIR
+--out DIR`` trains a drafter for it; the directory is a published ``DFlashDraftModel`` that
+``dflash``'s own ``dflash_generate`` decodes with; the pair from the two directories decodes
+losslessly, benches from the command line and runs a notebook through ``CHECKPOINTS``."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from dflash.model import DFlashDraftModel
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+from ddtree_lab.app.cli import main
+from ddtree_lab.app.notebooks import NOTEBOOK_DIR, run_notebook
+from ddtree_lab.core.decode import generate
+from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.experiments.studies.official import lab_generate_aligned, official_generate
+from ddtree_lab.train import data
+from ddtree_lab.train.pair import load_pair, pair_from_dirs
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+    """A random tiny Qwen3ForCausalLM with its own tokenizer files (the lab's BPE, saved the HF way)."""
+    tok = data.load_tokenizer()
+    cfg = Qwen3Config(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, intermediate_size=64, max_position_embeddings=1024)
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("qwen3")
+    Qwen3ForCausalLM(cfg).save_pretrained(path)
+    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def drafter_dir(qwen3_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("own") / "my-drafter"
+    main(["--threads", "1", "train-drafter", "--target", str(qwen3_dir), "--out", str(out), "--preset", "toy",
+          "--corpus-share", "0.25", "--steps", "200"])
+    return out
+
+
+def test_the_drafter_ships_with_its_recipe_and_its_run_beside_it(drafter_dir):
+    manifest = json.loads((drafter_dir / "manifest.json").read_text())
+    assert manifest["arch"] == "attention" and manifest["recipe"]["corpus_share"] == 0.25
+    assert manifest["train_state"]["step"] == 200
+    assert (drafter_dir.parent / "my-drafter.run" / "log.csv").is_file()  # not under data/
+
+
+def test_the_pair_from_directories_decodes_losslessly(qwen3_dir, drafter_dir):
+    pair = pair_from_dirs(qwen3_dir, drafter_dir)
+    assert pair.arch == "attention" and type(pair.tokenizer).__name__ == "Tokenizer"
+    prompt = pair.prompt_ids(0)[:24]
+    ar = generate(pair.target, pair.drafter, prompt, method="ar", max_new_tokens=16)
+    for method in ("dflash", "ddtree"):
+        assert generate(pair.target, pair.drafter, prompt, method=method, block_size=8,
+                        max_new_tokens=16).tokens == ar.tokens
+
+
+def test_dflash_loads_it_and_its_reference_loop_equals_the_labs(qwen3_dir, drafter_dir):
+    pair = load_pair("attention", qwen3_dir, drafter_dir)
+    published = DFlashDraftModel.from_pretrained(drafter_dir, dtype=torch.float32).eval()
+    assert type(pair.drafter.model) is DFlashDraftModel
+    prompt = pair.prompt_ids(3)[:20]
+    ref = official_generate(pair.target, type("D", (), {"model": published})(), prompt, 24, 8)
+    tokens, gen = lab_generate_aligned(pair.target, pair.drafter, prompt, 24, 8)
+    assert tokens == ref["tokens"]
+    assert gen.acceptance_lengths[:-1] == ref["acceptance_lengths"][:len(gen.acceptance_lengths) - 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", [["bench", "--prompts", "1", "--max-new-tokens", "8"],
+                                     ["concurrency", "--smoke", "--prompts", "1"],
+                                     ["compare-drafters", "--prompts", "1", "--max-new-tokens", "8"]])
+def test_the_decoding_commands_run_on_the_directory_pair(qwen3_dir, drafter_dir, command, capsys):
+    pair = ["--target", str(qwen3_dir), "--drafter", str(drafter_dir)]
+    main(["--threads", "1", *command, *pair, *(pair[2:] if command[0] == "compare-drafters" else [])])
+    out = capsys.readouterr().out
+    assert ("attention" in out) if command[0] != "compare-drafters" else ("1/1" in out)
+
+
+@pytest.fixture(scope="module")
+def constant_pair(qwen3_dir, tmp_path_factory):
+    """(target dir, drafter dir): the tiny Qwen3 with its final norm's gain 0, so every logit is
+    0 and its greedy token is always id 0, and a random published drafter whose output norm
+    starts at that gain (``DFlashDrafter.from_config``), so it drafts id 0 too: a pair of a
+    class not shipped here whose drafts the target accepts, without training."""
+    target = Qwen3ForCausalLM.from_pretrained(qwen3_dir)
+    with torch.no_grad():
+        target.model.norm.weight.zero_()
+    root = tmp_path_factory.mktemp("constant")
+    target.save_pretrained(root / "target")
+    PreTrainedTokenizerFast(tokenizer_object=data.load_tokenizer()).save_pretrained(root / "target")
+    cfg = DrafterConfig.for_target(target, data.special_ids(data.load_tokenizer())["mask"], num_layers=1,
+                                   block_size=16)
+    torch.manual_seed(0)
+    DFlashDrafter.from_config(cfg, target).model.save_pretrained(root / "drafter")
+    return root / "target", root / "drafter"
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+def test_the_quickstart_runs_on_a_directory_pair_of_another_class(constant_pair, tmp_path):
+    target_dir, drafter_dir = constant_pair
+    nb = run_notebook(NOTEBOOK_DIR / "00_quickstart.ipynb", timeout=600, executed_dir=tmp_path, SMOKE=True,
+                      ARCH="attention", CHECKPOINTS={"attention": (str(target_dir), str(drafter_dir))})
+    text = json.dumps([c.get("outputs", []) for c in nb.cells])
+    assert "match:    True" in text and "match:    False" not in text
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["train-drafter", "--preset", "toy"], "give --arch"),
+    (["train-drafter", "--arch", "gdn", "--target", "x", "--out", "y"], "not both"),
+    (["train-drafter", "--target", "x"], "--target needs --out"),
+])
+def test_train_drafter_refuses_unclear_targets(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        main(argv)
+
+
+@pytest.mark.parametrize("flag,value", [("--corpus-share", "1.5"), ("--steps", "0")])
+def test_recipe_knobs_are_range_checked(flag, value, capsys):
+    with pytest.raises(SystemExit):
+        main(["train-drafter", "--arch", "gdn", flag, value])
+    assert flag in capsys.readouterr().err
