@@ -12,7 +12,8 @@ import torch
 from ddtree_lab.core import harness
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
 from ddtree_lab.core.models import build_target
-from ddtree_lab.core.tree import DraftTree, build_tree, chain_tree, tree_depths
+from ddtree_lab.core.tree import DraftTree
+from ddtree_lab.experiments.plumbing import measure
 
 
 def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) -> float:
@@ -127,7 +128,6 @@ class BatchHintedDrafter:
 # ----------------------------------------------------------------------------- seeded factories
 
 LOGIT_TOL = {torch.float32: 2e-6, torch.float64: 1e-12}  # tree logits vs the full forward, per dtype
-TREE_KINDS = ("chain", "star", "deep", "bushy", "random")
 
 
 def generator(*key) -> torch.Generator:
@@ -135,25 +135,12 @@ def generator(*key) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
-def _hand_tree(tokens: torch.Tensor, root: int, parents: list[int]) -> DraftTree:
-    parents = torch.tensor([-1] + parents)
-    return DraftTree(tokens=torch.cat([torch.tensor([root]), tokens]), parents=parents,
-                     depths=tree_depths(parents), log_weights=torch.zeros(len(parents), dtype=torch.float64))
+TREE_KINDS = measure.TREE_KINDS
 
 
 def random_tree(kind: str, budget: int, vocab: int, gen: torch.Generator) -> DraftTree:
-    """A tree of ``budget`` draft nodes + the root, drawn from ``gen``, one of ``TREE_KINDS``:
-    chain / star / random (every node's parent uniform among the earlier ones) by hand; deep
-    (peaked logits, 16 rows) and bushy (flat, 4 rows) by ``build_tree``."""
-    root = int(torch.randint(vocab, (1,), generator=gen))
-    if kind == "chain" or budget == 0:
-        return chain_tree(torch.randint(vocab, (budget,), generator=gen), root)
-    if kind in ("star", "random"):
-        tokens = torch.randint(vocab, (budget,), generator=gen)
-        parents = [0 if kind == "star" else int(torch.randint(i, (1,), generator=gen)) for i in range(1, budget + 1)]
-        return _hand_tree(tokens, root, parents)
-    rows, scale = {"deep": (16, 6.0), "bushy": (4, 0.3)}[kind]
-    return build_tree(torch.randn(rows, vocab, generator=gen) * scale, root, budget)
+    """``measure.tree_of_kind``: the lab's one random-tree factory (``TREE_KINDS``)."""
+    return measure.tree_of_kind(kind, budget, vocab, gen)
 
 
 def random_prefix(vocab: int, gen: torch.Generator, low: int = 1, high: int = 20) -> list[int]:

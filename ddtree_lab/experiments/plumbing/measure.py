@@ -24,7 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from ...core.decode import device_sync
-from ...core.tree import build_tree, chain_tree
+from ...core.tree import DraftTree, build_tree, chain_tree, tree_depths
 
 DEPTH_ROWS, PEAKEDNESS = 16, 3.0
 
@@ -98,15 +98,39 @@ def _generator(seed: int, salt: str) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(f"{seed}/{salt}".encode()))
 
 
-def random_tree(vocab_size: int, budget: int, seed: int = 0):
-    """A ``build_tree`` tree of ``budget`` nodes over peaked random logits [16, V] (budget 0:
-    the root only); the same (budget, seed) always gives the same tree."""
-    gen = _generator(seed, f"tree{budget}")
-    root = int(torch.randint(vocab_size, (1,), generator=gen))
-    if budget == 0:
-        return chain_tree(torch.empty(0, dtype=torch.long), root)
-    logits = torch.randn(DEPTH_ROWS, vocab_size, generator=gen) * PEAKEDNESS  # [16, V]
-    return build_tree(logits, root, budget)
+TREE_KINDS = ("chain", "star", "deep", "bushy", "random")
+KIND_LOGITS = {"deep": (DEPTH_ROWS, 6.0), "bushy": (4, 0.3)}  # (draft rows, logit scale) of build_tree kinds
+
+
+def tree_of_kind(kind: str, budget: int, vocab: int, gen: torch.Generator, scale: float | None = None) -> DraftTree:
+    """The lab's one random-tree factory: ``budget`` draft nodes + the root, drawn from ``gen``,
+    one of ``TREE_KINDS``: chain / star / random (every node's parent uniform among the
+    earlier ones) by hand; deep (peaked logits, 16 rows) and bushy (flat, 4 rows) by
+    ``build_tree`` (``scale``: the logits' scale instead of the kind's). Budget 0: the root."""
+    if kind not in TREE_KINDS:
+        raise ValueError(f"kind must be one of {TREE_KINDS}, got {kind!r}")
+    root = int(torch.randint(vocab, (1,), generator=gen))
+    if kind == "chain" or budget == 0:
+        return chain_tree(torch.randint(vocab, (budget,), generator=gen), root)
+    if kind in ("star", "random"):
+        tokens = torch.randint(vocab, (budget,), generator=gen)
+        parents = [0 if kind == "star" else int(torch.randint(i, (1,), generator=gen)) for i in range(1, budget + 1)]
+        return hand_tree(tokens, root, parents)
+    rows, kind_scale = KIND_LOGITS[kind]
+    return build_tree(torch.randn(rows, vocab, generator=gen) * (kind_scale if scale is None else scale), root, budget)
+
+
+def hand_tree(tokens: torch.Tensor, root: int, parents: list[int]) -> DraftTree:
+    """The tree of ``tokens`` [N] under ``root`` with ``parents`` (N entries, node ids 0..N)."""
+    parents = torch.tensor([-1] + parents)
+    return DraftTree(tokens=torch.cat([torch.tensor([root]), tokens]), parents=parents,
+                     depths=tree_depths(parents), log_weights=torch.zeros(len(parents), dtype=torch.float64))
+
+
+def random_tree(vocab_size: int, budget: int, seed: int = 0) -> DraftTree:
+    """The timing benches' tree: ``tree_of_kind("deep")`` at scale ``PEAKEDNESS``, seeded by
+    (budget, seed): the same (budget, seed) always gives the same tree."""
+    return tree_of_kind("deep", budget, vocab_size, _generator(seed, f"tree{budget}"), scale=PEAKEDNESS)
 
 
 def random_prefix(model, prefix_len: int, seed: int = 0) -> torch.Tensor:

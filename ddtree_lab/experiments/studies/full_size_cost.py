@@ -30,9 +30,8 @@ from ...common import ROOT
 from ...core import adapter
 from .full_size import relative_error, stock_path_logits, stock_tree_logits
 from ...core.cache import commit
-from ...core.tree import build_tree
 from ...core.verify import GDN_MODES, prefill, tree_logits, verify
-from ..plumbing.measure import random_tree, timed
+from ..plumbing.measure import random_tree, timed, tree_of_kind
 from .verify_cost import fork_state_bytes, stock_flat_timer, wy_kernel_peak_bytes
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 
@@ -48,9 +47,7 @@ def make_tree(kind: str, vocab_size: int, budget: int, seed: int = 0):
     """deep: peaked draft logits (scale 10, few leaves); bushy: ``verify_cost.random_tree``."""
     if kind == "bushy":
         return random_tree(vocab_size, budget, seed)
-    gen = torch.Generator().manual_seed(seed * 7919 + budget)
-    root = int(torch.randint(vocab_size, (1,), generator=gen))
-    return build_tree(torch.randn(16, vocab_size, generator=gen) * 10.0, root, budget)
+    return tree_of_kind("deep", budget, vocab_size, torch.Generator().manual_seed(seed * 7919 + budget), scale=10.0)
 
 
 def random_prefix(vocab_size: int, length: int, seed: int = 0) -> list[int]:
