@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 
 from ..common import FIGURES_DIR, RESULTS_DIR
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.studies.calibration import calibration_table
 from ..experiments.studies.drafter_grid import pareto_front, point_label
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
@@ -1090,4 +1091,77 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
                    title=f"{arch}: drafter grid")
             ax.margins(x=0.12, y=0.1)
         legend_below(fig, ncols=2)
+    return fig
+
+
+def plot_expected_acceptance(curve, chain: float, block_size: int, arch: str) -> Figure:
+    """The surrogate's expected tau (1 + expected accepted draft tokens) of the best tree of each
+    budget (``tree_shape.expected_acceptance_curve``) against the DFlash chain's (dashed)."""
+    budgets = np.arange(1, len(curve) + 1)
+    with mpl.rc_context(STYLE):
+        fig, (ax,) = _new_axes(None, 1, (6.0, 3.6))
+        ax.plot(budgets, np.asarray(curve) + 1, color=method_style("ddtree")["color"],
+                label="DDTree (best tree of each size)")
+        ax.axhline(chain + 1, ls="--", color="0.5", label=f"DFlash chain ({block_size - 1} nodes)")
+        budget_axis(ax, [1, len(curve)])
+        ax.set(ylabel="surrogate expected τ", title=f"{arch}: expected acceptance length vs budget")
+        legend_right(ax)
+    return fig
+
+
+def plot_tree_shape(shape: pd.DataFrame, budget: int = 64) -> Figure:
+    """Max depth, mean depth and root children of the best tree against the draft temperature
+    (``tree_shape.shape_by_temperature``), one plain label per temperature."""
+    with mpl.rc_context(STYLE):
+        fig, (ax,) = _new_axes(None, 1, (6.0, 3.4))
+        for i, col in enumerate(("max_depth", "mean_depth", "root_children")):
+            ax.plot(shape.index, shape[col], marker="o", color=PALETTE[i], label=col.replace("_", " "))
+        ax.set_xscale("log")
+        value_axis(ax, shape.index)
+        ax.set(xlabel="draft temperature (<1 sharper, >1 flatter)", ylabel="nodes / depth",
+               title=f"budget-{budget} tree shape vs drafter confidence")
+        legend_right(ax)
+    return fig
+
+
+def plot_reliability_by_target(nodes: pd.DataFrame) -> Figure:
+    """One reliability diagram per target (``plot_reliability`` of ``calibration_table(by="bins")``)."""
+    groups = list(nodes.groupby("arch"))
+    fig, axes = _new_axes(None, len(groups), (4.2, 3.8))
+    for ax, (arch, rows) in zip(axes, groups):
+        bins = calibration_table(rows, by="bins")
+        plot_reliability(bins.predicted, bins.observed, bins["count"], ax=ax, title=arch)
+    return fig
+
+
+PHASE_COLORS = dict(zip(("draft", "tree", "verify", "accept", "commit"), (PALETTE[i] for i in (0, 2, 3, 4, 5))))
+
+
+def plot_round_cost(phases: pd.DataFrame) -> Figure:
+    """Milliseconds per round, one horizontal bar per loop and one panel per target, split into
+    the lab's phases (``round_cost.phase_table``: medians over prompts) and the rest of the
+    median total (hatched); the reference loop (``dflash_generate``), which exposes no phase
+    timers, as one grey bar of its total."""
+    archs = list(dict.fromkeys(phases.arch))
+    with mpl.rc_context(STYLE):
+        fig, axes = _new_axes(None, len(archs), (5.0, 3.2))
+        for ax, arch in zip(axes, archs):
+            rows = phases[phases.arch == arch].reset_index(drop=True)
+            labels = ["dflash_generate" if m == "official" else f"lab {m}" + (f" {b}" if m == "ddtree" else "")
+                      for m, b in zip(rows.method, rows.budget)]
+            for i, r in rows.iterrows():
+                if r.method == "official":
+                    ax.barh(i, r.total_ms, color="0.6", label="reference loop (total)")
+                    continue
+                left = 0.0
+                for phase, color in PHASE_COLORS.items():
+                    ax.barh(i, r[f"{phase}_ms"], left=left, color=color, label=phase)
+                    left += r[f"{phase}_ms"]
+                if r.total_ms > left:  # the loop's own time outside the phase timers
+                    ax.barh(i, r.total_ms - left, left=left, color="white", ec="0.4", hatch="//", lw=0.6,
+                            label="outside the phases")
+            ax.set_yticks(range(len(rows)), labels)
+            ax.invert_yaxis()
+            ax.set(xlabel="ms per round (median over prompts)", title=f"{arch}: what a round costs")
+        legend_below(fig, ncols=3)
     return fig

@@ -208,16 +208,7 @@ def render_round_cost() -> str:
     t = round_cost.round_table(frame)
     loads = pd.Series([r.get("load_avg_1min") for r in ResultsStore("round_cost").rows()
                        if r.get("run") == round_cost.ROUND_RUN], dtype=float)
-    names = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
-    rows = []
-    for arch in ("mla", "gdn"):
-        for r in t[t.arch == arch].itertuples():
-            label = names[r.method] + (f" {r.budget}" if r.method == "ddtree" else "")
-            rows.append([arch, label, f"{r.tau:.2f}", f"{r.total_ms:.1f}",
-                         "-" if r.method == "official" else f"{r.draft_ms:.1f}",
-                         "-" if r.method == "official" else f"{r.verify_ms:.1f}",
-                         "-" if r.method == "official" else format_ratio_columns(r._asdict(), "vs_official"),
-                         format_ratio_columns(r._asdict(), "vs_ar")])
+    shown = round_cost.round_display(t)
     n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
     head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
             f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
@@ -225,7 +216,7 @@ def render_round_cost() -> str:
             "own phase timers, the reference loop exposes none; 'vs' columns: tokens/s over the reference loop's "
             "and over AR's on the same prompt, median [95% interval]; on the GDN target the reference loop "
             "departs from AR, see **The leak in the chain**):\n\n")
-    table = _table(["target", "loop", "tau", "ms / round", "draft ms", "verify ms", "vs reference loop", "vs AR"], rows)
+    table = _table(list(shown.columns), shown.values.tolist())
     floor = round_cost.floor_summary(pd.read_csv(RESULTS_DIR / "verify_floor.csv"))
     frows = [[r.arch, r.budget, r.states, f"{r.lab_ms:.1f}", f"{r.floor_ms:.1f}",
               format_ratio_columns({"x": r.ratio, "x_lo": r.ratio_lo, "x_hi": r.ratio_hi}, "x")]

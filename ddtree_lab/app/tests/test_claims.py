@@ -98,7 +98,8 @@ def test_every_claims_function_has_a_mutant_case():
               if f.__module__ == claims.__name__ and not n.startswith("_") and n not in ("fmt_vs", "below", "above", "check", "compare",
                                                                                           "monotone")}
     covered = {c[0].__name__ for c in CASES.values()} | {"leakage_per_node", "precision_exact",
-                                                         "modes_exact_in_float64", "as_goal"}
+                                                         "modes_exact_in_float64", "as_goal",
+                                                         "drafter_grid_goals"}
     assert public <= covered, sorted(public - covered)
 
 
@@ -158,3 +159,16 @@ def test_record_keeps_checks_published_claims_and_why_not(capsys):
     out = capsys.readouterr().out
     assert "reproduced: False\n  why not:    it rises to 128" in out and "unused" not in out
     assert [why for _, why in record.published] == ["it rises to 128", None]
+
+
+def test_drafter_grid_goals_are_met_by_a_better_drafter_and_missed_by_a_worse_one():
+    previous = pd.Series({"arch": "gdn", "decode_dflash_tau": 2.8, "decode_dflash_tau_outside_loops": 2.7,
+                          "tf_dflash_tau": 1.16, "tf_ddtree64_tau": 1.85})
+    better = previous.copy()
+    better[["decode_dflash_tau", "decode_dflash_tau_outside_loops", "tf_dflash_tau", "tf_ddtree64_tau"]] = [3.1, 2.9, 1.5, 2.6]
+    worse = previous.copy()
+    worse[["decode_dflash_tau", "decode_dflash_tau_outside_loops", "tf_dflash_tau", "tf_ddtree64_tau"]] = [2.4, 2.3, 1.3, 2.2]
+    assert all(g.met for g in claims.drafter_grid_goals(better, previous, 1.42, 41))
+    goals = claims.drafter_grid_goals(worse, previous, 1.42, 41)
+    assert len(goals) == 5 and not any(g.met for g in goals)
+    assert "41 HumanEval prompts" in goals[0].goal and goals[3].target == ">= 1.42"

@@ -170,6 +170,16 @@ def _figures():
     exact = pd.Series([3, 2, 1, 0], index=pd.MultiIndex.from_product([[0, 1], [16, 64]], names=["prompt", "budget"]))
     torch.manual_seed(0)
     tree = tree_mod.build_tree(torch.randn(5, 30) * 2, root_token=3, budget=63)
+    grid = pd.DataFrame([{"arch": a, "source": src, "share": sh, "steps": st, "labels": lab, "tf_dflash_tau": x,
+                          "decode_dflash_tau": y} for a in ("gdn", "mla") for src, sh, st, lab, x, y in
+                         [("previous", 0.0, 3000, "hard", 1.16, 2.8), ("shipped", 0.5, 3000, "soft", 1.42, 2.4),
+                          ("trained", 0.25, 6000, "mixed", 1.45, 2.7), ("trained", 0.0, 3000, "soft", 1.2, 2.3)]])
+    nodes = pd.DataFrame({"arch": np.repeat(["gdn", "mla"], 200), "q_cond": rng.random(400),
+                          "accepted": rng.random(400) < 0.5, "reached": True})
+    phases = pd.DataFrame([{"arch": a, "method": m, "budget": b, "total_ms": t, **{f"{p}_ms": v for p, v in zip(
+        ("draft", "tree", "verify", "accept", "commit"), ph)}} for a in ("mla", "gdn") for m, b, t, ph in
+        [("official", 7, 15.0, [np.nan] * 5), ("dflash", 7, 17.7, [3.4, 0.2, 12.7, 0.1, 0.2]),
+         ("ddtree", 16, 20.0, [3.4, 0.7, 14.6, 0.2, 0.3])]])
     return {
         "plot_budget_curves": lambda: plots.plot_budget_curves(summary, "gdn", mark_budget=7),
         "plot_loop_split": lambda: plots.plot_loop_split(loops, "gdn", block_size=4),
@@ -197,6 +207,13 @@ def _figures():
         "plot_leakage_vs_budget": lambda: plots.plot_leakage_vs_budget(tree_rows[tree_rows.arch == "gdn"], exact),
         "plot_verify_cost": lambda: plots.plot_verify_cost(cost),
         "plot_target_curves": lambda: plots.plot_target_curves(tree_rows[tree_rows.gdn_mode.isin(["wy", "-"])], 16),
+        "plot_drafter_grid": lambda: plots.plot_drafter_grid(grid, {"gdn": 1.42, "mla": 1.37}),
+        "plot_expected_acceptance": lambda: plots.plot_expected_acceptance(torch.linspace(0.5, 3.0, 256), 1.2, 16, "gdn"),
+        "plot_tree_shape": lambda: plots.plot_tree_shape(pd.DataFrame(
+            {"max_depth": [12, 6, 3, 1.5, 1], "mean_depth": [6, 3, 2, 1, 1], "root_children": [1, 2, 12, 60, 64]},
+            index=pd.Index([0.25, 0.5, 1.0, 2.0, 4.0], name="temperature"))),
+        "plot_reliability_by_target": lambda: plots.plot_reliability_by_target(nodes),
+        "plot_round_cost": lambda: plots.plot_round_cost(phases),
         "explorer@gdn_all_modes_T0": lambda: widgets.render(results_frame(), "gdn", temperature=0.0),
         "dflash2_explorer@gdn_T0": lambda: plots.plot_dflash2_budgets(_dflash2_summary(), "tau", 0.0, "gdn"),
     }

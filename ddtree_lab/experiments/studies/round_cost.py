@@ -36,7 +36,7 @@ from ...core.models import arch_of
 from ...core.verify import additive_mask, batch_buffers, prefill, verify_batch_unchecked
 from ..plumbing.measure import timed
 from ..plumbing.results import ResultsStore
-from ..plumbing.spread import paired_ratio
+from ..plumbing.spread import format_ratio_columns, paired_ratio
 from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_sweep, with_axes
 from .bench import paired_speedups
 from .official import run_with_official
@@ -77,6 +77,25 @@ def round_table(frame: pd.DataFrame) -> pd.DataFrame:
     out = out.join(taus, on=keys).merge(phase_table(frame)[keys + ["total_ms", "verify_ms", "draft_ms"]],
                                         on=keys, how="left")
     return out[out.method != "ar"].reset_index(drop=True)
+
+
+LOOP_NAMES = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
+ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "draft ms", "verify ms", "vs reference loop", "vs AR"]
+
+
+def round_display(table: pd.DataFrame, archs=("mla", "gdn")) -> pd.DataFrame:
+    """``round_table`` for reading (the README block and notebook 05): one row per loop, ratios
+    as '0.85x [0.74, 1.01] noise', '-' where a cell does not apply (the reference loop exposes
+    no phases and is not compared with itself)."""
+    rows = []
+    for arch in archs:
+        for r in table[table.arch == arch].itertuples():
+            ref = r.method == "official"
+            rows.append([arch, LOOP_NAMES[r.method] + (f" {r.budget}" if r.method == "ddtree" else ""), f"{r.tau:.2f}",
+                         f"{r.total_ms:.1f}", "-" if ref else f"{r.draft_ms:.1f}", "-" if ref else f"{r.verify_ms:.1f}",
+                         "-" if ref else format_ratio_columns(r._asdict(), "vs_official"),
+                         format_ratio_columns(r._asdict(), "vs_ar")])
+    return pd.DataFrame(rows, columns=ROUND_COLUMNS)
 
 
 def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
