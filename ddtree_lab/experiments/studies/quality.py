@@ -22,6 +22,7 @@ from ...train.rollouts import make_rollouts
 from ...common import RESULTS_DIR
 from ..plumbing.loops import is_looping
 from ..plumbing.results import ResultsStore
+from ..plumbing.summary import ar_divergence, equals_ar
 from ..plumbing.sweep import expand_grid, run_sweep
 from .official import run_with_official
 
@@ -73,10 +74,8 @@ def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (arch, method, block, budget): tau (accepted tokens per target forward, pooled over
     every round of every prompt), tau_prompt_mean (mean of per-prompt taus), prompts,
     fraction identical to AR."""
-    ar_rows = frame[frame.method == "ar"]
-    ar = {(a, p): m["tokens"] for a, p, m in zip(ar_rows.arch, ar_rows.prompt, ar_rows["_metrics"])}
     spec = frame[frame.method != "ar"].copy()
-    spec["same_as_ar"] = [m["tokens"] == ar.get((a, p)) for a, p, m in zip(spec.arch, spec.prompt, spec["_metrics"])]
+    spec["same_as_ar"] = [equals_ar(d) for d in ar_divergence(spec, frame, key=("arch",))]
     spec["_acc"] = [sum(m["acceptance_lengths"]) for m in spec["_metrics"]]
     spec["_rounds"] = [len(m["acceptance_lengths"]) for m in spec["_metrics"]]
     out = (spec.groupby(["arch", "method", "gdn_mode", "block_size", "budget"])
