@@ -1,10 +1,13 @@
-"""The lab's verify against its floor (``studies.round_cost.verify_floor``): at real decoding
-states of greedy DDTree runs (budgets 16 and 64, every 4th round), verify as the loop calls it
-against transformers' stock forward of the same flattened tree tokens with the same tree mask
-on a ``DynamicCache`` of the same rows; one thread, 10 interleaved pairs per state.
+"""What a round costs (``studies.round_cost``), on a quiet machine: the interleaved round-cost
+run (AR, ``dflash_generate``, the lab's DFlash and DDTree 4 / 16 / 64 on the same prompts, into
+the store "round_cost"), then the lab's verify against its floor (``verify_floor``): at real
+decoding states of greedy DDTree runs (budgets 16 and 64, every 4th round), verify as the loop
+calls it against transformers' stock forward of the same flattened tree tokens with the same
+tree mask on a ``DynamicCache`` of the same rows; one thread, 10 interleaved pairs per state.
 Writes data/results/verify_floor.csv (one row per state, with the machine's load average).
+``scripts/recompute.sh`` runs it alone, after both lanes.
 
-    python scripts/bench_floor.py [--prompts 6] [--repeats 10]
+    python scripts/bench_round.py [--prompts 12] [--floor-prompts 4] [--repeats 10]
 """
 from __future__ import annotations
 

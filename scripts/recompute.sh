@@ -6,7 +6,8 @@
 #   lane 1: quality (MLA), the DFlash 2 study (MLA), the concurrency sweep, every notebook
 #           (their stores: leakage, verify cost, sweeps, calibration, teacher-forced; 07 and 08
 #           find the concurrency and DFlash 2 rows), exactness, batched verify cost
-# Logs under data/results/recompute-logs/. Every step is resumable: rerun after a crash.
+# Then, alone on one core: the round-cost run (scripts/bench_round.py). Logs under
+# data/results/recompute-logs/. Every step is resumable: rerun after a crash.
 # Rows of older models stay in the stores unless removed (`--fresh` removes every store first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +37,6 @@ lane1() {
 taskset -c 0 bash -c "$(declare -f lab lane0); LOGS=$LOGS; lane0" & p0=$!
 taskset -c 1 bash -c "$(declare -f lab lane1); LOGS=$LOGS; lane1" & p1=$!
 wait $p0 && wait $p1
+# what a round costs: timed alone, one lane, the other core idle (README "What a round costs")
+taskset -c 0 python scripts/bench_round.py > "$LOGS/bench_round.log" 2>&1
 python -m ddtree_lab readme
