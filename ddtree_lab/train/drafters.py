@@ -358,14 +358,16 @@ def dflash2_from(drafter: DFlashDrafter, target, **shape) -> DFlashDrafter:
 
 def train_drafter2(arch: str, preset: str = "default", *, target=None, drafter=None, prompts: list | None = None,
                    tok=None, out: Path | None = None, runs_dir: Path | None = None,
-                   cache_dir: Path | None = data.CACHE_DIR, max_minutes: float | None = None) -> dict:
+                   cache_dir: Path | None = data.CACHE_DIR, max_minutes: float | None = None,
+                   corpus_share: float | None = None, labels: str | None = None) -> dict:
     """Train a DFlash 2 drafter (``dflash.DFlash2DraftModel``, convolutions and candidate selector)
     for ``target``: it starts as ``drafter`` (default the shipped DFlash drafter, ``dflash2_from``)
     and is trained on the same data with the DFlash loss plus the selector's K-way cross
-    entropy (``core.drafter.selector_loss``). Ships under ``data/checkpoints/{arch}-drafter2``."""
+    entropy (``core.drafter.selector_loss``). Ships under ``data/checkpoints/{arch}-drafter2``.
+    corpus_share, labels: the data knobs (``with_knobs``), as the DFlash drafter was trained."""
     if preset not in DFLASH2_RECIPES:
         raise ValueError(f"preset must be one of {sorted(DFLASH2_RECIPES)}, got {preset!r}")
-    recipe = DFLASH2_RECIPES[preset]
+    recipe = with_knobs(DFLASH2_RECIPES[preset], corpus_share, labels=labels)
     cfg = replace(recipe.train, max_minutes=max_minutes)
     if target is None:
         check_manifest(ckpt_path(arch, "target"), REBUILD["target"].format(arch=arch))
