@@ -127,3 +127,4 @@ def test_recipe_knobs_are_range_checked(flag, value, capsys):
     with pytest.raises(SystemExit):
         main(["train-drafter", "--arch", "gdn", flag, value])
     assert flag in capsys.readouterr().err
+

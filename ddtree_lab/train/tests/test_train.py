@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from ddtree_lab.train import data
+from ddtree_lab.train import data, drafters
 from ddtree_lab.train.checkpoints import check_manifest
 from ddtree_lab.core.models import build_target
 from ddtree_lab.train.targets import train_target
@@ -99,3 +99,26 @@ def test_time_schedule_ends_on_the_wall_clock(tmp_path):
     tokens = np.random.default_rng(0).integers(0, 64, 4096).astype(np.uint16)
     st = train(model, lm_loss_fn(tokens, 2, 8), lambda m: 0.0, cfg, tmp_path)
     assert 1.2 <= st["elapsed_s"] < 10 and st["stopped_by"] is None and st["step"] > 2
+
+
+def test_the_corpus_share_splits_every_batch_and_weighs_each_part_by_its_count(monkeypatch):
+    """``drafter_loss_fn``: round(batch * share) sequences from the real-code windows, each part's
+    loss weighted by its share of the batch (0.5 of 8: the old half-and-half mean)."""
+    calls = []
+
+    def fake_loss(drafter, tokens, features, anchors, soft=None):
+        calls.append((len(tokens), soft is not None))
+        return torch.tensor(float(tokens[0, 0]))  # each source's sequences start with its own id
+
+    monkeypatch.setattr(drafters, "drafter_loss", fake_loss)
+    monkeypatch.setattr(drafters, "sample_anchors", lambda source, n, anchors, rng: None)
+    roll = {"tokens": torch.full((4, 6), 1), "features": torch.zeros(4, 6, 2)}
+    corpus = {"tokens": torch.full((4, 6), 3), "features": torch.zeros(4, 6, 2),
+              "soft_ids": torch.zeros(4, 6, 2, dtype=torch.int32), "soft_probs": torch.ones(4, 6, 2)}
+    rng = np.random.default_rng(0)
+    drafter = torch.nn.Linear(1, 1)
+    for share, n_corpus in ((0.0, 0), (0.25, 2), (0.5, 4), (1.0, 8)):
+        calls.clear()
+        loss = drafters.drafter_loss_fn(roll, 8, 3, corpus, corpus_share=share)(drafter, rng)
+        assert loss.item() == pytest.approx((1 * (8 - n_corpus) + 3 * n_corpus) / 8)
+        assert calls == [c for c in ((8 - n_corpus, False), (n_corpus, True)) if c[0]]
