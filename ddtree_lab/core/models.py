@@ -184,6 +184,9 @@ def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = N
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"path must be a checkpoint directory with config.json, got {path}")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise ValueError(f"path must be a checkpoint directory with its weights (*.safetensors or *.bin), "
+                         f"got {path} holding {sorted(p.name for p in path.iterdir())}")
     model_type = json.loads((path / "config.json").read_text()).get("model_type", "")
     cls = TEXT_CLASSES.get(model_type)
     if cls is None and (model_type not in CONFIG_MAPPING

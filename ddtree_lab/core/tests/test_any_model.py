@@ -99,8 +99,15 @@ def test_sliding_window_layers_are_refused():
         arch_of(m)
 
 
+def test_a_directory_without_weights_is_refused_by_name(tmp_path):
+    AutoConfig.for_model("qwen3", **SHAPE).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"with its weights \(\*.safetensors or \*.bin\), got .* \['config.json'\]"):
+        load_target(tmp_path)
+
+
 def test_a_model_type_without_a_causal_lm_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "no_such_model"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")
     with pytest.raises(ValueError, match="model_type 'no_such_model' has no causal LM class"):
         load_target(tmp_path)
 
