@@ -237,3 +237,17 @@ def load_grid(path: Path = GRID_CSV) -> pd.DataFrame:
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path} is missing: run `python scripts/drafter_grid.py --arch gdn` (and mla)")
     return pd.read_csv(path)
+
+
+DISPLAY = {"heldout_tau_block8": "held-out", "decode_dflash_tau": "dflash", "decode_dflash_tau_outside_loops": "outside",
+           "decode_ddtree16_tau": "ddtree16", "tf_dflash_tau": "tf dflash", "tf_ddtree64_tau": "tf ddtree64"}
+
+
+def grid_display(grid: pd.DataFrame) -> pd.DataFrame:
+    """The grid for reading, best free-running first per target: target, the point as 'share x
+    steps labels', and the lenses' tau under short names (``DISPLAY``)."""
+    rows = grid.sort_values(["arch", "decode_dflash_tau"], ascending=[True, False])
+    return pd.concat([rows[["arch"]].rename(columns={"arch": "target"}),
+                      pd.Series([point_label(r) + ("" if r["source"] == "trained" else f" ({r['source']})")
+                                 for _, r in rows.iterrows()], index=rows.index, name="drafter"),
+                      rows[list(DISPLAY)].rename(columns=DISPLAY)], axis=1).reset_index(drop=True)
