@@ -251,3 +251,12 @@ def grid_display(grid: pd.DataFrame) -> pd.DataFrame:
                       pd.Series([point_label(r) + ("" if r["source"] == "trained" else f" ({r['source']})")
                                  for _, r in rows.iterrows()], index=rows.index, name="drafter"),
                       rows[list(DISPLAY)].rename(columns=DISPLAY)], axis=1).reset_index(drop=True)
+
+
+def same_recipe_spread(grid: pd.DataFrame, column: str = "decode_dflash_tau",
+                       pair: tuple = ("previous", "share0-steps3000-hard")) -> pd.Series:
+    """Per target, how far apart ``column`` lies for two trainings of one recipe (the previous
+    release's drafter and today's code on its recipe: rollouts only, hard labels, 3000 steps):
+    grid differences below it are within what retraining alone moves. NaN without both rows."""
+    rows = grid[grid.point.isin(pair)]
+    return rows.groupby("arch")[column].agg(lambda x: x.max() - x.min() if len(x) == 2 else float("nan"))

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from ddtree_lab.experiments.studies.drafter_grid import (GridPoint, append_row, done_points, labels_of, pareto_front,
-                                                         parse_point, point_label, ship_rule)
+                                                         parse_point, point_label, same_recipe_spread, ship_rule)
 from ddtree_lab.train.drafters import RECIPES, with_knobs
 
 
@@ -69,3 +69,10 @@ def test_rows_append_and_mark_points_done(tmp_path):
     append_row({"arch": "mla", "point": "a", "y": 2}, path)  # a new column widens the file
     assert done_points(path) == {("gdn", "a"), ("mla", "a")}
     assert list(pd.read_csv(path).columns) == ["arch", "point", "x", "y"]
+
+
+def test_same_recipe_spread_needs_both_trainings():
+    g = pd.DataFrame({"arch": ["gdn", "gdn", "mla"], "point": ["previous", "share0-steps3000-hard", "previous"],
+                      "decode_dflash_tau": [2.8, 3.0, 2.5]})
+    spread = same_recipe_spread(g)
+    assert spread["gdn"] == pytest.approx(0.2) and spread.isna()["mla"]
