@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3_5ForCausalLM,
+from transformers import (AutoConfig, AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3_5ForCausalLM,
                           Qwen3_5TextConfig)
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -193,9 +193,12 @@ def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = N
                         or CONFIG_MAPPING[model_type] not in AutoModelForCausalLM._model_mapping):
         raise ValueError(f"config.json model_type {model_type!r} has no causal LM class in transformers "
                          f"{transformers.__version__}")
-    model = (cls or AutoModelForCausalLM).from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                                         experts_implementation="eager", **kwargs)
-    arch_of(model)  # refuses an unsupported layer before any work
+    loader = cls or AutoModelForCausalLM
+    config = (cls.config_class if cls else AutoConfig).from_pretrained(path)
+    with torch.device("meta"):  # the layers, without weights: an unsupported one is refused before any loading
+        arch_of(cls(config) if cls else AutoModelForCausalLM.from_config(config))
+    model = loader.from_pretrained(path, dtype=dtype, attn_implementation="eager", experts_implementation="eager",
+                                   **kwargs)
     if device is not None:
         model = model.to(device)
     return model.eval()
