@@ -22,6 +22,7 @@ drafter to ship.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -152,9 +153,14 @@ def append_row(row: dict, path: Path = GRID_CSV) -> None:
         tmp.replace(path)
 
 
-def heldout_tau(manifest: dict) -> dict:
-    return {"heldout_tau_block8": manifest["tau_block8"], "heldout_tau_block16": manifest["tau_block16"],
-            "final_val_loss": manifest["final_val_loss"]}
+def grid_row(arch: str, point: str, source: str, share: float, steps: int, labels: str, drafter_dir: Path,
+             manifest: dict) -> dict:
+    """One stored row: the point, its held-out figures (``manifest``'s: the rollouts' held-out
+    split), every other lens (``measure``) and the machine's load."""
+    return {"arch": arch, "point": point, "source": source, "share": share, "steps": steps, "labels": labels,
+            "heldout_tau_block8": manifest["tau_block8"], "heldout_tau_block16": manifest["tau_block16"],
+            "final_val_loss": manifest["final_val_loss"], "train_time_s": manifest.get("train_time_s"),
+            **measure(arch, drafter_dir), "load_avg_1min": os.getloadavg()[0]}
 
 
 def run_point(arch: str, point: GridPoint, training: tuple, mask_token_id: int, target, *, path: Path = GRID_CSV,
@@ -163,22 +169,16 @@ def run_point(arch: str, point: GridPoint, training: tuple, mask_token_id: int, 
     folder = point_dir(arch, point, runs)
     manifest = fit_drafter(target, arch, point.recipe(), labels_of(training, point.labels), mask_token_id,
                            folder / "run", folder / "drafter")
-    row = {"arch": arch, "point": point.name, "source": "trained", "share": point.share, "steps": point.steps,
-           "labels": point.labels, **heldout_tau(manifest),
-           "train_time_s": manifest["train_time_s"], **measure(arch, folder / "drafter"),
-           "load_avg_1min": os.getloadavg()[0]}
+    row = grid_row(arch, point.name, "trained", point.share, point.steps, point.labels, folder / "drafter", manifest)
     append_row(row, path)
     return row
 
 
 def run_reference(arch: str, name: str, drafter_dir: Path, *, share: float, steps: int, labels: str,
                   path: Path = GRID_CSV) -> dict:
-    """A drafter trained elsewhere (the shipped one, the previous release's) on the same lenses;
-    its held-out figure is its manifest's (the same rollouts' held-out split)."""
-    manifest = pd.read_json(Path(drafter_dir) / "manifest.json", typ="series").to_dict()
-    row = {"arch": arch, "point": name, "source": name, "share": share, "steps": steps, "labels": labels,
-           **heldout_tau(manifest), "train_time_s": manifest.get("train_time_s"), **measure(arch, drafter_dir),
-           "load_avg_1min": os.getloadavg()[0]}
+    """A drafter trained elsewhere (the shipped one, the previous release's) on the same lenses."""
+    manifest = json.loads((Path(drafter_dir) / "manifest.json").read_text())
+    row = grid_row(arch, name, name, share, steps, labels, drafter_dir, manifest)
     append_row(row, path)
     return row
 
