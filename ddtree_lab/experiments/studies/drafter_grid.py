@@ -208,12 +208,14 @@ def run_grid(arch: str, points, references: dict | None = None, *, path: Path = 
     return frame[frame.arch == arch]
 
 
-def ship_rule(grid: pd.DataFrame, floor: dict = TF_FLOOR) -> pd.DataFrame:
-    """Per arch, the point to ship: the highest free-running tau (DFlash decoding, all rounds)
-    among points whose teacher-forced DFlash tau is at least ``floor[arch]``; when none is,
-    the highest free-running one, flagged ``meets_floor`` False. -> one row per arch."""
+def ship_rule(grid: pd.DataFrame, floor: dict = TF_FLOOR, pool=("trained",)) -> pd.DataFrame:
+    """Per arch, the drafter to ship (issue 27): among the grid's own trainings (``pool``: the
+    shipped and previous drafters are the yardsticks, not candidates), the highest free-running
+    tau (DFlash decoding, all rounds) of those whose teacher-forced DFlash tau is at least
+    ``floor[arch]`` (today's); when none is, the best free-running one, flagged ``meets_floor``
+    False. -> one row per arch."""
     out = []
-    for arch, rows in grid.groupby("arch"):
+    for arch, rows in grid[grid.source.isin(pool)].groupby("arch"):
         ok = rows[rows.tf_dflash_tau >= floor[arch]]
         pick = (ok if len(ok) else rows).sort_values("decode_dflash_tau", ascending=False).iloc[0]
         out.append({**pick.to_dict(), "meets_floor": bool(len(ok))})
