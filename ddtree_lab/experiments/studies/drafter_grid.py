@@ -45,9 +45,6 @@ DECODE_MAX_NEW = 128
 TF_PROBLEMS = tuple(range(40))            # notebook 05's teacher-forced problems and stride
 TF_STRIDE = 16
 BLOCK = 8
-# today's shipped drafters' teacher-forced DFlash tau on real code (issue 27): a shipped
-# drafter must keep it
-TF_FLOOR = {"gdn": 1.42, "mla": 1.37}
 
 
 @dataclass(frozen=True)
@@ -208,12 +205,20 @@ def run_grid(arch: str, points, references: dict | None = None, *, path: Path = 
     return frame[frame.arch == arch]
 
 
-def ship_rule(grid: pd.DataFrame, floor: dict = TF_FLOOR, pool=("trained",)) -> pd.DataFrame:
+def tf_floor(grid: pd.DataFrame) -> dict:
+    """{arch: the teacher-forced DFlash tau of the drafter shipped when the grid ran} (its
+    stored "shipped" row): what a drafter to ship must keep (issue 27)."""
+    shipped = grid[grid.source == "shipped"]
+    return dict(zip(shipped.arch, shipped.tf_dflash_tau))
+
+
+def ship_rule(grid: pd.DataFrame, floor: dict | None = None, pool=("trained",)) -> pd.DataFrame:
     """Per arch, the drafter to ship (issue 27): among the grid's own trainings (``pool``: the
     shipped and previous drafters are the yardsticks, not candidates), the highest free-running
     tau (DFlash decoding, all rounds) of those whose teacher-forced DFlash tau is at least
-    ``floor[arch]`` (today's); when none is, the best free-running one, flagged ``meets_floor``
-    False. -> one row per arch."""
+    ``floor[arch]`` (default ``tf_floor``: today's); when none is, the best free-running one,
+    flagged ``meets_floor`` False. -> one row per arch."""
+    floor = tf_floor(grid) if floor is None else floor
     out = []
     for arch, rows in grid[grid.source.isin(pool)].groupby("arch"):
         ok = rows[rows.tf_dflash_tau >= floor[arch]]

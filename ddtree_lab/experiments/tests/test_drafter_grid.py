@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from ddtree_lab.experiments.studies.drafter_grid import (GridPoint, append_row, done_points, labels_of, pareto_front,
-                                                         parse_point, point_label, same_recipe_spread, ship_rule)
+                                                         parse_point, point_label, same_recipe_spread, ship_rule, tf_floor)
 from ddtree_lab.train.drafters import RECIPES, with_knobs
 
 
@@ -78,3 +78,10 @@ def test_same_recipe_spread_needs_both_trainings():
                       "decode_dflash_tau": [2.8, 3.0, 2.5]})
     spread = same_recipe_spread(g)
     assert spread["gdn"] == pytest.approx(0.2) and spread.isna()["mla"]
+
+
+def test_the_floor_is_the_shipped_drafters_stored_teacher_forced_tau():
+    g = grid_rows()
+    gdn = g[g.arch == "gdn"]
+    assert tf_floor(g) == {"gdn": 1.42}
+    assert ship_rule(gdn).point.tolist() == ship_rule(gdn, {"gdn": 1.42}).point.tolist() == ["b"]
