@@ -22,7 +22,6 @@ warm-up), min beside them as a noise check. Results -> data/results/bench_batch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
 
@@ -33,6 +32,7 @@ import transformers
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.core import decode
 from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
+from ddtree_lab.core.harness import timed_calls
 from ddtree_lab.core import verify as vmod
 from ddtree_lab.core.models import build_target, count_parameters
 from ddtree_lab.core.verify import prefill, verify
@@ -138,24 +138,6 @@ def node_rows(model, mode: str, prefix: int, repeats: int, budgets=(16, 64, 256)
 
 # ----------------------------------------------------------------------------- breakdown
 
-@contextlib.contextmanager
-def accumulate(module, name: str, totals: dict):
-    """Time every call of ``module.name`` into totals[name] (ms)."""
-    fn = getattr(module, name)
-
-    def wrapped(*args, **kwargs):
-        start = clock()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            totals[name] = totals.get(name, 0.0) + 1e3 * (clock() - start)
-    setattr(module, name, wrapped)
-    try:
-        yield
-    finally:
-        setattr(module, name, fn)
-
-
 def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
     """Median ms per batched verify spent in each piece, and the rest of the forward
     (gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its per-sequence twin)."""
@@ -164,8 +146,8 @@ def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, 
     rows = []
     for _ in range(repeats + 1):
         totals: dict = {}
-        with accumulate(vmod, "batch_buffers", totals), accumulate(vmod, "additive_mask", totals), \
-                accumulate(vmod.TreeBatch, "_stacked", totals):
+        with timed_calls([(vmod, "batch_buffers", "batch_buffers"), (vmod, "additive_mask", "additive_mask"),
+                          (vmod.TreeBatch, "_stacked", "_stacked")], totals, clock):
             totals["total"] = timed_ms(lambda: vmod.verify_batch(
                 model, [c.snapshot() for c in caches], trees, mode, gdn_layer=timed_layer(layer, totals)))
         rows.append(totals)

@@ -15,7 +15,6 @@ Writes data/results/full_size/tp_<preset>.csv and .json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
@@ -30,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.experiments.studies.full_size import build_full_size, relative_error, save_checkpoint  # noqa: E402
+from ddtree_lab.core.harness import timed_calls  # noqa: E402
 from ddtree_lab.core.models import load_target  # noqa: E402
 from ddtree_lab.core.verify import GDN_MODES, prefill, verify  # noqa: E402
 from ddtree_lab.experiments.studies.full_size_cost import modes_of, random_prefix  # noqa: E402
@@ -43,44 +43,28 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_sca
                "all_to_all_single")
 
 
-@contextlib.contextmanager
-def collective_timer(spent: list):
-    """Add the wall ms of every torch.distributed collective (and funcol wait) to spent[0]."""
+def collectives():
+    """(module, name, key) of every torch.distributed collective (and funcol wait): what
+    ``harness.timed_calls`` times into spent["comms"]."""
     from torch.distributed import _functional_collectives as funcol
-    targets = [(dist, n) for n in COLLECTIVES if hasattr(dist, n)]
-    targets += [(funcol, n) for n in ("wait_tensor",) if hasattr(funcol, n)]
-    saved = [(mod, n, getattr(mod, n)) for mod, n in targets]
-
-    def wrap(fn):
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            spent[0] += 1e3 * (time.perf_counter() - start)
-            return out
-        return timed
-    try:
-        for mod, n, fn in saved:
-            setattr(mod, n, wrap(fn))
-        yield
-    finally:
-        for mod, n, fn in saved:
-            setattr(mod, n, fn)
+    return ([(dist, n, "comms") for n in COLLECTIVES if hasattr(dist, n)]
+            + [(funcol, n, "comms") for n in ("wait_tensor",) if hasattr(funcol, n)])
 
 
 def tp_rows(model, budgets, prefix_len: int, repeats: int, mode: str) -> tuple[list[dict], dict]:
     """(rows of verify ms / collective ms per budget, {budget: tree logits})."""
     V = model.config.vocab_size
     cache, _ = prefill(model, random_prefix(V, prefix_len))
-    rows, logits, spent = [], {}, [0.0]
-    with collective_timer(spent):
+    rows, logits, spent = [], {}, {"comms": 0.0}
+    with timed_calls(collectives(), spent):
         for b in budgets:
             tree, totals, comms = random_tree(V, b), [], []
             for r in range(repeats + 1):
                 dist.barrier()
-                spent[0], start = 0.0, time.perf_counter()
+                spent["comms"], start = 0.0, time.perf_counter()
                 out = verify(model, cache.snapshot(), tree, mode).logits
                 totals += [1e3 * (time.perf_counter() - start)] if r else []
-                comms += [spent[0]] if r else []
+                comms += [spent["comms"]] if r else []
             logits[b] = out.float()
             rows.append({"budget": b, "mode": mode, "verify_ms": statistics.median(totals),
                          "collective_ms": statistics.median(comms),

@@ -83,18 +83,15 @@ class HintedDrafter:
     def new_state(self):
         return self.drafter.new_state()
 
-    def propose(self, state, new_features, last_token: int, block_size: int) -> torch.Tensor:
-        logits = self.drafter.propose(state, new_features, last_token, block_size).clone()  # [bs-1, V]
+    def draft(self, state, new_features, last_token: int, block_size: int) -> Draft:
+        logits = self.drafter.draft(state, new_features, last_token, block_size).logits.clone()  # [bs-1, V]
         root = state.length  # position of ``last_token``: every earlier row is in the context
         for d in range(1, block_size):
             if root + d < len(self.sequence) and (root + d) % 3:
                 logits[d - 1, self.sequence[root + d]] += self.boost
-        return logits
+        return Draft(logits)
 
     selector = None
-
-    def draft(self, state, new_features, last_token: int, block_size: int) -> Draft:
-        return Draft(self.propose(state, new_features, last_token, block_size))
 
     def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
         return [self.draft(*args, block_size) for args in zip(states, new_features, last_tokens)]
@@ -112,17 +109,14 @@ class BatchHintedDrafter:
         self.owner[id(state)] = self.hinted[len(self.owner)]
         return state
 
-    def propose(self, state, new_features, last_token, block_size):
-        return self.owner[id(state)].propose(state, new_features, last_token, block_size)
-
-    def propose_batch(self, states, new_features, last_tokens, block_size) -> torch.Tensor:
-        """[B, bs-1, V]: each state's own hinted proposal."""
-        return torch.stack([self.propose(*args, block_size) for args in zip(states, new_features, last_tokens)])
+    def draft(self, state, new_features, last_token, block_size) -> Draft:
+        return self.owner[id(state)].draft(state, new_features, last_token, block_size)
 
     selector = None
 
     def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
-        return [Draft(row) for row in self.propose_batch(states, new_features, last_tokens, block_size)]
+        """Each state's own hinted proposal."""
+        return [self.draft(*args, block_size) for args in zip(states, new_features, last_tokens)]
 
 
 # ----------------------------------------------------------------------------- seeded factories
@@ -227,17 +221,11 @@ def sharp_drafter(drafter, scale=4.0):
         new_state = drafter.new_state
         selector = None
 
-        def propose(self, state, feats, root, bs):
-            return drafter.propose(state, feats, root, bs) * scale
-
-        def propose_batch(self, states, feats, roots, bs):
-            return drafter.propose_batch(states, feats, roots, bs) * scale
-
         def draft(self, state, feats, root, bs):
-            return Draft(self.propose(state, feats, root, bs))
+            return self.draft_batch([state], [feats], [root], bs)[0]
 
         def draft_batch(self, states, feats, roots, bs):
-            return [Draft(row) for row in self.propose_batch(states, feats, roots, bs)]
+            return [Draft(d.logits * scale) for d in drafter.draft_batch(states, feats, roots, bs)]
     return Sharp()
 
 

@@ -1,8 +1,12 @@
 """The one place that touches `transformers` internals (pinned: transformers==5.23.0).
 
-- Gated DeltaNet layers (``Qwen3_5GatedDeltaNet``): the input projections, the conv weight,
-  the q/k/v split with its l2 norms, the gates, and the gated-RMSNorm output projection;
-  ``route_gdn_trees`` gives them, once per model, a route to the lab's tree layer;
+- Gated DeltaNet layers (``GDN_CLASSES``: Qwen3.5's, Qwen3.5-MoE's (the same layout under
+  another name) and Qwen3-Next's (q|k|v|z and b|a fused per key-head group, unfused by its own
+  ``fix_query_key_value_ordering``)): the input projections, the conv weight, the q/k/v split
+  with its l2 norms, the gates, and the gated-RMSNorm output projection; ``route_gdn_trees``
+  gives them, once per model, a route to the lab's tree layer;
+- ``TEXT_CLASSES``: the text causal LM of a ``config.json`` model type whose
+  ``AutoModelForCausalLM`` class is not it;
 - the stock ``DynamicCache`` after a prefill: attention K/V (MLA stores its compressed latents
   there), GDN conv and recurrent states;
 - ``kernel_dtype``: the dtype the stock GDN kernels compute in (the float64 proof's harness,
@@ -12,12 +16,15 @@
 """
 from __future__ import annotations
 
+import sys
 import weakref
 
 import torch
 import torch.nn.functional as F
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as dsv3
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
+from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen35moe
+from transformers.models.qwen3_next import modeling_qwen3_next as qwen3next
 
 from . import gdn_tree
 
@@ -28,22 +35,53 @@ def decoder_layers(model):
     return model.model.layers
 
 
+# the stock Gated DeltaNet layer classes the tree paths run (``models.layer_kinds`` reads
+# their names); Qwen3.5-MoE's is Qwen3.5's code under another name, Qwen3-Next's differs only
+# in its fused input projections (``gdn_project``)
+GDN_CLASSES = (qwen35.Qwen3_5GatedDeltaNet, qwen35moe.Qwen3_5MoeGatedDeltaNet, qwen3next.Qwen3NextGatedDeltaNet)
+
+# config.json model types whose ``AutoModelForCausalLM`` class is not the text model (the
+# Qwen3.5 types name the vision-language model; Kimi K2's own type is DeepSeek-V3's
+# architecture under another name)
+TEXT_CLASSES = {"qwen3_5": qwen35.Qwen3_5ForCausalLM, "qwen3_5_text": qwen35.Qwen3_5ForCausalLM,
+                "qwen3_5_moe": qwen35moe.Qwen3_5MoeForCausalLM, "qwen3_5_moe_text": qwen35moe.Qwen3_5MoeForCausalLM,
+                "kimi_k2": dsv3.DeepseekV3ForCausalLM}
+
+
 def gdn_modules(model) -> dict[int, torch.nn.Module]:
-    """{layer index: Qwen3_5GatedDeltaNet} (empty for attention-only models)."""
+    """{layer index: its Gated DeltaNet layer} (empty for attention-only models)."""
     return {i: layer.linear_attn for i, layer in enumerate(decoder_layers(model))
             if getattr(layer, "linear_attn", None) is not None}
 
 
-class TreeGatedDeltaNet(qwen35.Qwen3_5GatedDeltaNet):
+class TreeRoute:
     """The stock layer with one more route: handed a cache that runs GDN layers on trees (one
     with a ``gdn_tree_layer(layer, hidden_states [B, T, D]) -> [B, T, D]`` method,
-    ``verify.TreeBatch``), the layer runs there; with any other cache it is the stock forward."""
+    ``verify.TreeBatch``), the layer runs there; with any other cache it is the stock forward.
+    Mixed in before a stock GDN class (``tree_class``)."""
 
     def forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
         route = getattr(cache_params, "gdn_tree_layer", None)
         if route is None:
             return super().forward(hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
         return route(self, hidden_states)
+
+
+class TreeGatedDeltaNet(TreeRoute, qwen35.Qwen3_5GatedDeltaNet):
+    """Qwen3.5's GDN layer with the tree route."""
+
+
+_TREE_CLASSES: dict[type, type] = {qwen35.Qwen3_5GatedDeltaNet: TreeGatedDeltaNet}
+
+
+def tree_class(cls: type) -> type:
+    """The routed twin of a GDN layer class (``TreeRoute`` mixed in before it), made once per
+    class; a class that already has the route is its own twin."""
+    if issubclass(cls, TreeRoute):
+        return cls
+    if cls not in _TREE_CLASSES:
+        _TREE_CLASSES[cls] = type(f"Tree{cls.__name__}", (TreeRoute, cls), {"__module__": __name__})
+    return _TREE_CLASSES[cls]
 
 
 def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
@@ -54,8 +92,8 @@ def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
     if mods is None:
         mods = gdn_modules(model)
         for m in mods.values():
-            if type(m) is qwen35.Qwen3_5GatedDeltaNet:
-                m.__class__ = TreeGatedDeltaNet
+            if isinstance(m, GDN_CLASSES):
+                m.__class__ = tree_class(type(m))
         _ROUTED[model] = mods
     return mods
 
@@ -69,7 +107,15 @@ def attention_layer_ids(model) -> list[int]:
 
 # --- Gated DeltaNet pieces --------------------------------------------------------------
 def gdn_project(m, h: torch.Tensor):
-    """h [T, D] -> x [T, C] (pre-conv q|k|v), z [T, H, dv], a [T, H], b [T, H]."""
+    """h [T, D] -> x [T, C] (pre-conv q|k|v), z [T, H, dv], a [T, H], b [T, H].
+
+    Qwen3-Next fuses q|k|v|z and b|a per key-head group (``in_proj_qkvz``, ``in_proj_ba``):
+    its own ``fix_query_key_value_ordering`` unfuses them, and q|k|v are concatenated as its
+    forward does before the conv."""
+    if hasattr(m, "in_proj_qkvz"):
+        q, k, v, z, b, a = m.fix_query_key_value_ordering(m.in_proj_qkvz(h)[None], m.in_proj_ba(h)[None])
+        x = torch.cat([t[0].reshape(h.shape[0], -1) for t in (q, k, v)], dim=-1)
+        return x, z[0], a[0], b[0]
     return (m.in_proj_qkv(h), m.in_proj_z(h).reshape(h.shape[0], -1, m.head_v_dim),
             m.in_proj_a(h), m.in_proj_b(h))
 
@@ -130,21 +176,26 @@ def kernel_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def check_internals() -> None:
     """Raise if the pinned transformers changed what this adapter relies on."""
-    import transformers
     problems = []
-    if transformers.__version__ != PINNED_TRANSFORMERS:
-        problems.append(f"transformers {transformers.__version__} != pinned {PINNED_TRANSFORMERS}")
-    gdn_attrs = ["in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b", "conv1d", "A_log", "dt_bias",
-                 "norm", "out_proj", "key_dim", "value_dim", "head_k_dim", "head_v_dim",
-                 "num_k_heads", "num_v_heads", "conv_kernel_size"]
-    cfg = qwen35.Qwen3_5TextConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, head_dim=16, linear_num_key_heads=1,
-                                   linear_num_value_heads=2, linear_key_head_dim=8,
-                                   linear_value_head_dim=8, vocab_size=16)
-    m = qwen35.Qwen3_5GatedDeltaNet(cfg, 0)
-    problems += [f"Qwen3_5GatedDeltaNet lost .{a}" for a in gdn_attrs if not hasattr(m, a)]
+    version = sys.modules["transformers"].__version__  # the live module: importing some model classes replaces it
+    if version != PINNED_TRANSFORMERS:
+        problems.append(f"transformers {version} != pinned {PINNED_TRANSFORMERS}")
+    gdn_attrs = ["conv1d", "A_log", "dt_bias", "norm", "out_proj", "key_dim", "value_dim", "head_k_dim",
+                 "head_v_dim", "num_k_heads", "num_v_heads", "conv_kernel_size", "layer_idx"]
+    projections = {qwen3next.Qwen3NextGatedDeltaNet: ["in_proj_qkvz", "in_proj_ba", "fix_query_key_value_ordering"]}
+    shape = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                 linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=8,
+                 linear_value_head_dim=8, vocab_size=16)
+    configs = {qwen35.Qwen3_5GatedDeltaNet: qwen35.Qwen3_5TextConfig,
+               qwen35moe.Qwen3_5MoeGatedDeltaNet: qwen35moe.Qwen3_5MoeTextConfig,
+               qwen3next.Qwen3NextGatedDeltaNet: qwen3next.Qwen3NextConfig}
+    for cls in GDN_CLASSES:
+        m = cls(configs[cls](**shape), 0)
+        attrs = gdn_attrs + projections.get(cls, ["in_proj_qkv", "in_proj_z", "in_proj_a", "in_proj_b"])
+        problems += [f"{cls.__name__} lost .{a}" for a in attrs if not hasattr(m, a)]
     for obj, name in [(qwen35, "l2norm"), (qwen35, "torch_chunk_gated_delta_rule"),
                       (qwen35, "eager_attention_forward"), (dsv3, "eager_attention_forward"),
+                      (qwen35moe, "torch_chunk_gated_delta_rule"), (qwen3next, "torch_chunk_gated_delta_rule"),
                       (dsv3.DeepseekV3TopkRouter, "forward")]:
         if not hasattr(obj, name):
             problems.append(f"{getattr(obj, '__name__', obj)}.{name} is gone")

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from transformers import DynamicCache
 
 from . import tree as tree_mod
 from .allocate import auto_trees
@@ -67,9 +68,12 @@ def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
     return (-(logp.exp() * logp).sum(-1)).tolist()
 
 
+_CUDA = torch.cuda.is_available()
+
+
 def device_sync() -> None:
     """Wait for queued GPU work, so a host timer measures it (a no-op on the CPU)."""
-    if torch.cuda.is_available():
+    if _CUDA:
         torch.cuda.synchronize()
 
 
@@ -169,7 +173,7 @@ def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: 
                          + f"), got {max_new_tokens!r}")
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *, cost_model=None,
              on_round=None, **spec_args) -> Generation:
     """Generate after ``prompt_ids`` as ``spec`` says (a ``GenerationSpec``, or its fields as
@@ -192,7 +196,7 @@ def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *,
     return _decode(target, drafter, [prompt], spec, cost_model=cost_model, on_round=on_round)[0]
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_batch(target, drafter, prompts, spec: GenerationSpec | None = None, *, cost_model=None,
                    on_round=None, **spec_args) -> list[Generation]:
     """``generate`` for a batch of prompts (any lengths): one Generation per prompt.
@@ -271,7 +275,6 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation) ->
     per-sequence positions (equal lengths need neither: batch 1 is the plain loop). Every row
     runs until the longest sequence is done (the stock Qwen3.5 linear-attention cache layer has
     no ``batch_select_indices``); extra tokens of finished rows are dropped."""
-    from transformers import DynamicCache
     device = next(target.parameters()).device
     ids, mask = (t.to(device) for t in left_pad(prompts))
     padded = not bool(mask.all())
@@ -371,12 +374,23 @@ def start(target, drafter, prompt: torch.Tensor) -> tuple:
     return cache, pre.features, int(prompt[-1])
 
 
-def first_draft(target, drafter, prompt, block_size: int) -> tuple:
-    """``start`` plus the first proposal: -> (target cache, draft logits [block_size - 1, V],
-    root token, the drafter state after it)."""
+@dataclass(frozen=True, eq=False)
+class Opening:
+    """A speculative generation opened on a prompt [T] (``first_draft``): the target cache of
+    prompt[:-1], the features [T-1, F] of those rows, the root token prompt[-1], the drafter
+    state after the first block and that block (``drafter.Draft``: logits [bs-1, V])."""
+    cache: TreeCache
+    features: torch.Tensor
+    root: int
+    state: DrafterState
+    draft: object
+
+
+def first_draft(target, drafter, prompt, block_size: int) -> Opening:
+    """``start`` plus the first proposal: the round-0 state every study of one block starts from."""
     cache, features, root = start(target, drafter, torch.as_tensor(prompt, dtype=torch.long).reshape(-1))
     state = drafter.new_state()
-    return cache, drafter.propose(state, features, root, block_size), root, state
+    return Opening(cache, features, root, state, drafter.draft(state, features, root, block_size))
 
 
 def _open(target, drafter, seq: _Sequence, prompt) -> None:

@@ -14,11 +14,12 @@ drafter's weights (the published layout: ``save_pretrained`` / ``from_pretrained
 ``DFlashDrafter`` holds the published model (``.model``) and the target's embedding and head,
 and gives the lab's two calls on it, both through ``DFlashDraftModel.forward``:
 
-- ``propose_batch`` / ``propose`` (inference): B sequences in ONE block forward. Each
+- ``draft_batch`` / ``draft`` (inference): B sequences in ONE block forward. Each
   sequence keeps its own context K/V (``DrafterState``); ``ContextCache`` is the cache object
   the model's attention layers update: it appends each sequence's new context rows to its
   state and returns the left-padded [context ; block] keys and values, masked per sequence.
-  ``propose`` is the batch of one. -> ``[B, block_size - 1, V]`` logits, row d-1 = depth d;
+  ``draft`` is the batch of one. -> one ``Draft`` per sequence, logits [block_size - 1, V],
+  row d-1 = depth d. ``propose_reference`` is their plain twin (``dflash_generate``'s step);
 - ``block_logits`` (training): all anchors of a sequence in one forward through an attention
   mask (block of anchor a sees context rows < a and its own block), used by ``drafter_loss``
   with the position weights exp(-(k-1)/gamma).
@@ -29,6 +30,7 @@ committed since the previous round as ``new_features``.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -36,8 +38,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from dflash import DFlashDraftModel, extract_context_feature
+from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
+
+from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
 
@@ -63,7 +68,7 @@ class DrafterConfig:
     target_hidden_size: int
     mask_token_id: int
     num_layers: int = 3
-    block_size: int = 16              # training block size; propose accepts 2..block_size
+    block_size: int = 16              # training block size; draft accepts 2..block_size
     rope_theta: float = 10000.0
     gamma: float = 7.0                # loss weight of predicted position k: exp(-(k-1)/gamma)
     max_positions: int = 2048
@@ -110,7 +115,6 @@ class DrafterConfig:
         block_size = int(get("block_size", 16))
         layer_ids = get("target_layer_ids")
         if layer_ids is None:
-            from dflash.model import build_target_layer_ids
             layer_ids = build_target_layer_ids(c.num_target_layers, c.num_hidden_layers)
         rope = getattr(c, "rope_parameters", None) or {}
         return cls(vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_heads=c.num_attention_heads,
@@ -267,80 +271,79 @@ class DFlashDrafter(nn.Module):
         return DrafterState([empty] * n, [empty] * n, 0)
 
     @torch.no_grad()
-    def propose(self, state: DrafterState, new_features: torch.Tensor, last_token: int,
-                block_size: int) -> torch.Tensor:
-        """The batch of one: extend the context, draft one block -> logits [block_size - 1, V]."""
-        return self.propose_batch([state], [new_features], [last_token], block_size)[0]
-
-    @torch.no_grad()
     def draft(self, state: DrafterState, new_features: torch.Tensor, last_token: int, block_size: int) -> "Draft":
-        """The batch of one of ``draft_batch``."""
+        """One sequence: extend its context, draft one block -> ``Draft`` (logits [bs-1, V]);
+        the batch of one of ``draft_batch``."""
         return self.draft_batch([state], [new_features], [last_token], block_size)[0]
 
     @torch.no_grad()
     def draft_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
                     last_tokens: list[int], block_size: int) -> list["Draft"]:
-        """One ``Draft`` per sequence from ONE block forward (``propose_hidden_batch``): its
-        logits, and for a DFlash 2 drafter its parent-conditioned selector view."""
-        hidden = self.propose_hidden_batch(states, new_features, last_tokens, block_size)  # [B, bs-1, H]
+        """One ``Draft`` per sequence from ONE block forward (``block_hidden_batch``): its
+        logits [bs-1, V], and for a DFlash 2 drafter its parent-conditioned selector view."""
+        hidden = self.block_hidden_batch(states, new_features, last_tokens, block_size)  # [B, bs-1, H]
         logits = self.logits(hidden)
         if self.selector is None:
             return [Draft(row, None) for row in logits]
-        from .conditional import from_selector
         return [Draft(lg, from_selector(self.selector, h, lg)) for h, lg in zip(hidden, logits)]
 
     @torch.no_grad()
-    def propose_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
-                      last_tokens: list[int], block_size: int) -> torch.Tensor:
-        """B sequences in ONE block forward: -> logits [B, bs-1, V]."""
-        return self.logits(self.propose_hidden_batch(states, new_features, last_tokens, block_size))
-
-    @torch.no_grad()
-    def propose_hidden_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
-                             last_tokens: list[int], block_size: int) -> torch.Tensor:
+    def block_hidden_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
+                           last_tokens: list[int], block_size: int) -> torch.Tensor:
         """B sequences in ONE block forward: -> normed hidden states [B, bs-1, H] of depths 1..bs-1.
 
         new_features[b] [n_b, F]: the features of the tokens sequence b committed since its last
         round; they are left-padded to n_max and appended to b's context by ``ContextCache``.
         Block row j of sequence b sees b's own context (L_b rows after the append) and its whole
-        block (bool mask [B, 1, bs, W + bs], W = max L_b) at position L_b + j.
+        block (bool mask [B, 1, bs, W + bs], W = max L_b) at position L_b + j. A batch of one
+        has no padding: its rows are its positions, with no mask where the layers need none.
         """
         block_size = self._check_block_size(block_size)
         for f in new_features:
             if f.dim() != 2 or f.shape[1] != self.cfg.feature_size:
                 raise ValueError(f"new_features must be [n, {self.cfg.feature_size}], got {tuple(f.shape)}")
-        dev = self.device
         new_rows = [int(f.shape[0]) for f in new_features]
-        lengths = torch.tensor([s.length + n for s, n in zip(states, new_rows)])  # [B] after the append
-        width, n_max = int(lengths.max()), max(new_rows)
+        width = max(s.length + n for s, n in zip(states, new_rows))
         if width + block_size > self.cfg.max_positions:
             raise ValueError(f"positions must stay below max_positions={self.cfg.max_positions}, "
                              f"block would end at {width + block_size}")
-        feats = torch.stack([F.pad(f.to(dev, self.model.fc.weight.dtype), (0, 0, n_max - f.shape[0], 0))
-                             for f in new_features])  # [B, n_max, F]
-        ctx_pos = torch.stack([F.pad(torch.arange(s.length, s.length + n), (n_max - n, 0))
-                               for s, n in zip(states, new_rows)])  # [B, n_max] (padding at 0)
-        pos = torch.cat([ctx_pos, lengths[:, None] + torch.arange(block_size)], 1).to(dev)  # [B, n_max + bs]
-        mask = self._block_mask(lengths, width, block_size)
+        feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
+            states, new_features, new_rows, width, block_size)
         cache = ContextCache(states, new_rows, block_size, width)
-        ids = self._block_ids(torch.tensor(last_tokens, device=dev), block_size)  # [B, bs]
+        ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = self.model(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
                             target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
         for state, n in zip(states, new_rows):
             state.length += n
         return hidden[:, 1:]
 
-    def _block_mask(self, lengths: torch.Tensor, width: int, block_size: int) -> torch.Tensor | None:
+    def _inputs_one(self, states, new_features, new_rows, width: int, block_size: int) -> tuple:
+        """One sequence: (features [1, n, F], positions [1, n + bs], mask or None)."""
+        dev, start = self.device, states[0].length
+        mask = None if self._attends_all else self._block_mask(torch.tensor([width]), width, block_size)
+        return (new_features[0].to(dev, self.model.fc.weight.dtype)[None],
+                torch.arange(start, width + block_size, device=dev)[None], mask)
+
+    def _inputs_padded(self, states, new_features, new_rows, width: int, block_size: int) -> tuple:
+        """B sequences: (features [B, n_max, F] and context positions left-padded (position 0),
+        positions [B, n_max + bs], the block mask)."""
+        dev, n_max = self.device, max(new_rows)
+        lengths = torch.tensor([s.length + n for s, n in zip(states, new_rows)])  # [B] after the append
+        feats = torch.stack([F.pad(f.to(dev, self.model.fc.weight.dtype), (0, 0, n_max - f.shape[0], 0))
+                             for f in new_features])  # [B, n_max, F]
+        ctx_pos = torch.stack([F.pad(torch.arange(s.length, s.length + n), (n_max - n, 0))
+                               for s, n in zip(states, new_rows)])  # [B, n_max] (padding at 0)
+        pos = torch.cat([ctx_pos, lengths[:, None] + torch.arange(block_size)], 1).to(dev)  # [B, n_max + bs]
+        return feats, pos, self._block_mask(lengths, width, block_size)
+
+    def _block_mask(self, lengths: torch.Tensor, width: int, block_size: int) -> torch.Tensor:
         """bool [B, 1, bs, W + bs]: block rows see their own context (right-aligned in W) and the
-        whole block. None (no mask: every row sees every column, as ``dflash_generate`` runs)
-        when nothing is padded and the published layers attend without a causal or sliding mask."""
-        if len(lengths) == 1 and self._attends_all:
-            return None
+        whole block."""
         visible = (torch.arange(width) >= width - lengths[:, None]).to(self.device)  # [B, W]
         return torch.cat([visible[:, None, None].expand(-1, 1, block_size, width),
                           visible.new_ones(len(lengths), 1, block_size, block_size)], -1)
 
-    @property
+    @functools.cached_property
     def _attends_all(self) -> bool:
         """True when the published attention layers add no mask of their own to a None mask."""
         return all(not getattr(layer.self_attn, "is_causal", True) and getattr(layer.self_attn, "sliding_window", 1)
@@ -349,7 +352,7 @@ class DFlashDrafter(nn.Module):
     @torch.no_grad()
     def propose_reference(self, cache, new_features: torch.Tensor, last_token: int,
                           block_size: int) -> torch.Tensor:
-        """Twin of ``propose``: ``dflash_generate``'s own drafting step. The published model runs
+        """Twin of ``draft`` (its logits): ``dflash_generate``'s own drafting step. The published model runs
         on a transformers ``DynamicCache`` holding the context K/V (``cache``), which is cropped
         back to the context after the block. -> logits [block_size - 1, V]."""
         block_size = self._check_block_size(block_size)
@@ -469,7 +472,6 @@ def selector_loss(selector, hidden: torch.Tensor, logits: torch.Tensor, predeces
     distribution restricted to the candidates, renormalised: soft K-way cross entropy (with a
     one-token target it is the public hard K-way cross entropy; docs/background.md, 10).
     """
-    from .conditional import selector_scores
     ids, probs = target
     cand = torch.topk(logits.detach(), selector.top_k, dim=-1).indices  # [..., K]
     top1 = ids[..., :1].long()

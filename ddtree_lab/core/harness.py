@@ -1,22 +1,36 @@
 """The float64 proof's harness, apart from the code it tests.
 
 ``float64_harness()`` swaps the float32 casts of the stock modules (RMSNorms, eager softmax,
-the MoE router, the GDN kernels) for dtype-preserving versions, and the adapter's
+the MoE routers, the GDN kernels) for dtype-preserving versions, and the adapter's
 ``kernel_dtype`` with them, so a float64 model computes in float64 end to end and tree vs full
-forward can be compared to ~1e-14. For tests and the proof notebooks only: nothing in the
+forward can be compared to ~1e-14. The patches are found by name in every modeling module of
+``MODULES`` (``patches``): a module's ``eager_attention_forward`` and GDN kernels, its
+``*RMSNorm`` (plain, or zero-centred: a weight initialised to zeros, used as 1 + w),
+``*RMSNormGated`` and softmax ``*TopKRouter`` classes; DeepSeek-V3's group-limited router by
+its own name. For tests and the proof notebooks only: nothing in the
 decoding path imports this module or asks whether it is active.
+
+``timed_calls(targets, spent)`` is the other instrument that swaps module attributes: the
+verify-cost breakdowns and the scripts time kernels through it, so the package patches a
+module in this file only.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
+import time
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
+from transformers.activations import ACT2FN
 from transformers.models.deepseek_v3 import modeling_deepseek_v3 as dsv3
-from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from . import adapter, gdn_tree
+
+# the modeling modules whose float32 casts the harness swaps (transformers.models.<name>.modeling_<name>)
+MODULES = ("qwen3", "qwen3_moe", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3")
 
 
 def _same_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -30,7 +44,7 @@ def _rmsnorm_zero_centered(self, x):
 
 def _rmsnorm_gated(self, h, gate):
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
-    return self.weight.to(h.dtype) * h * F.silu(gate.to(h.dtype))
+    return self.weight.to(h.dtype) * h * ACT2FN[getattr(self, "activation", "silu")](gate.to(h.dtype))
 
 
 def _rmsnorm_plain(self, h):
@@ -46,6 +60,17 @@ def _eager_attention(module, query, key, value, attention_mask, scaling, dropout
         w = w + attention_mask
     w = torch.softmax(w, dim=-1)
     return torch.matmul(w, value).transpose(1, 2).contiguous(), w
+
+
+def _softmax_router(self, h):
+    """The Qwen3-MoE / Qwen3.5-MoE / Qwen3-Next ``*TopKRouter.forward`` without the float32
+    softmax (top-k of the softmax, renormalised where the router does: Qwen3.5-MoE's always)."""
+    h = h.reshape(-1, self.hidden_dim)
+    logits = F.linear(h, self.weight.to(h.dtype))
+    top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+    if getattr(self, "norm_topk_prob", True):
+        top = top / top.sum(dim=-1, keepdim=True)
+    return logits, top, idx
 
 
 def _router(self, h):
@@ -75,27 +100,81 @@ def _chunk_rule(query, key, value, g, beta, initial_state=None, output_final_sta
     return o[None], (S[None] if output_final_state else None)
 
 
+def _rmsnorm_patch(cls):
+    """The dtype-preserving forward of an ``*RMSNorm`` class: zero-centred (1 + w) when a fresh
+    one's weight is zeros (Qwen3.5, Qwen3-Next), plain (w) otherwise (Qwen3, Llama, DeepSeek-V3)."""
+    fresh = cls(4)
+    if not torch.all(fresh.weight == 0):
+        return _rmsnorm_plain
+    return _rmsnorm_zero_centered
+
+
+def _module_patches(mod) -> list:
+    """(object, attribute, replacement) for one modeling module, found by name."""
+    out = [(mod, name, fn) for name, fn in (("eager_attention_forward", _eager_attention),
+                                            ("torch_chunk_gated_delta_rule", _chunk_rule),
+                                            ("torch_recurrent_gated_delta_rule", _chunk_rule))
+           if hasattr(mod, name)]
+    for name, obj in sorted(vars(mod).items()):
+        if not isinstance(obj, type) or obj.__module__ != mod.__name__:
+            continue  # imported, not defined here
+        if name.endswith("RMSNormGated"):
+            out.append((obj, "forward", _rmsnorm_gated))
+        elif name.endswith("RMSNorm"):
+            out.append((obj, "forward", _rmsnorm_patch(obj)))
+        elif name.endswith("TopKRouter"):
+            out.append((obj, "forward", _softmax_router))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def patches() -> tuple:
+    """Every (object, attribute, replacement) the harness swaps: those found in ``MODULES``,
+    DeepSeek-V3's router and the adapter's ``kernel_dtype``."""
+    out = []
+    for name in MODULES:
+        out += _module_patches(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
+    return tuple(out + [(dsv3.DeepseekV3TopkRouter, "forward", _router), (adapter, "kernel_dtype", _same_dtype)])
+
+
 @contextlib.contextmanager
 def float64_harness() -> Iterator[None]:
-    """Swap the float32 casts of the stock modules for dtype-preserving versions.
+    """Swap the float32 casts of the stock modules for dtype-preserving versions (``patches``).
 
     For tests and the proof notebook only: with it, a float64 model computes in float64 end
     to end, so tree vs full forward can be compared to ~1e-14.
     """
-    patches = [(qwen35.Qwen3_5RMSNorm, "forward", _rmsnorm_zero_centered),
-               (qwen35.Qwen3_5RMSNormGated, "forward", _rmsnorm_gated),
-               (dsv3.DeepseekV3RMSNorm, "forward", _rmsnorm_plain),
-               (qwen35, "eager_attention_forward", _eager_attention),
-               (dsv3, "eager_attention_forward", _eager_attention),
-               (dsv3.DeepseekV3TopkRouter, "forward", _router),
-               (qwen35, "torch_chunk_gated_delta_rule", _chunk_rule),
-               (qwen35, "torch_recurrent_gated_delta_rule", _chunk_rule),
-               (adapter, "kernel_dtype", _same_dtype)]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    swaps = patches()
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in swaps]
     try:
-        for obj, name, fn in patches:
+        for obj, name, fn in swaps:
             setattr(obj, name, fn)
         yield
     finally:
         for obj, name, fn in saved:
             setattr(obj, name, fn)
+
+
+
+@contextlib.contextmanager
+def timed_calls(targets, spent: dict, clock=time.perf_counter) -> Iterator[dict]:
+    """While open, every call of ``owner.name`` for (owner, name, key) in ``targets`` (a module
+    or class attribute) adds its wall milliseconds to ``spent[key]``; ``clock``: a timer (one
+    that syncs the device first, on a GPU). Every attribute is restored on exit."""
+    saved = [(owner, name, getattr(owner, name), key) for owner, name, key in targets]
+
+    def wrap(fn, key):
+        def timed_call(*args, **kwargs):
+            start = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] = spent.get(key, 0.0) + 1e3 * (clock() - start)
+        return timed_call
+    try:
+        for owner, name, fn, key in saved:
+            setattr(owner, name, wrap(fn, key))
+        yield spent
+    finally:
+        for owner, name, fn, _ in saved:
+            setattr(owner, name, fn)

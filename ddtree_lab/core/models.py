@@ -7,8 +7,8 @@ Two named presets (one frozen dataclass per model config and a small table of pr
   rope/nope split, MoE with one shared expert, first layer dense.
 
 ``load_target(path)`` loads any local HF checkpoint directory of a causal LM whose layers the
-lab verifies exactly (``layer_kinds``: softmax attention of any form, Qwen3.5's Gated DeltaNet),
-so the same code runs a real Qwen3.6, Kimi, Qwen3 or Llama checkpoint.
+lab verifies exactly (``layer_kinds``: softmax attention of any form, the Gated DeltaNet of Qwen3.5,
+Qwen3.5-MoE and Qwen3-Next), so the same code runs a real Qwen3.6, Kimi, Qwen3 or Llama checkpoint.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, DeepseekV3Config, De
                           Qwen3_5TextConfig)
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+from . import adapter
 from .adapter import decoder_layers
 
 ARCHS = ("gdn", "mla")            # the shipped pairs
@@ -107,15 +108,16 @@ TOY_PRESETS: dict[str, TargetConfig] = {
 
 
 # the linear-attention (GDN) layer classes the adapter routes through the tree paths
-# (``adapter.route_gdn_trees``); any other recurrent layer would leak between branches
-GDN_LAYERS = ("Qwen3_5GatedDeltaNet",)
+# (``adapter.GDN_CLASSES``, ``adapter.route_gdn_trees``): Qwen3.5's, Qwen3.5-MoE's, Qwen3-Next's;
+# any other recurrent layer would leak between branches
+GDN_LAYERS = tuple(cls.__name__ for cls in adapter.GDN_CLASSES)
 LAYER_TYPES = ("full_attention", "linear_attention")
 
 
 def layer_kinds(model) -> list[str]:
     """Per decoder layer, how the lab verifies it: 'attention' (softmax self-attention of any
     form: MHA, GQA, MLA, with a dense or MoE MLP; the tree mask makes it exact) or 'gdn' (a
-    Gated DeltaNet layer of a class in ``GDN_LAYERS``). Any other layer is a ``ValueError``
+    Gated DeltaNet layer of a class in ``GDN_LAYERS``, or a subclass). Any other layer is a ``ValueError``
     naming the layer, its type or class and the model's class."""
     name = type(model).__name__
     types = getattr(model.config, "layer_types", None) or []
@@ -126,12 +128,16 @@ def layer_kinds(model) -> list[str]:
     kinds = []
     for i, layer in enumerate(decoder_layers(model)):
         linear, attn = getattr(layer, "linear_attn", None), getattr(layer, "self_attn", None)
+        # a 'linear_attention' layer is recurrent whatever its attribute is called (Kimi Linear's
+        # KDA layer sits in ``self_attn``): only a routed GDN class is verified exactly
+        recurrent = linear is not None or (i < len(types) and types[i] == "linear_attention")
         if linear is not None and any(c.__name__ in GDN_LAYERS for c in type(linear).__mro__):  # routed: a subclass
             kinds.append("gdn")
-        elif linear is None and attn is not None:
+        elif not recurrent and attn is not None:
             kinds.append("attention")
         else:
-            cls = type(linear if linear is not None else layer).__name__
+            mixer = linear if linear is not None else attn
+            cls = type(mixer if mixer is not None else layer).__name__
             raise ValueError(f"{name}: layer {i} ({cls}) is not supported: the lab verifies softmax attention "
                              f"layers and the GDN layers {GDN_LAYERS} exactly")
     return kinds
@@ -139,7 +145,7 @@ def layer_kinds(model) -> list[str]:
 
 def arch_of(model) -> str:
     """The lab's label of a loaded causal LM, from its layers (``layer_kinds``): 'gdn' when it
-    has Gated DeltaNet layers (Qwen3.5 / 3.6), 'mla' for multi-head latent attention
+    has Gated DeltaNet layers (Qwen3.5 / 3.6, Qwen3.5-MoE, Qwen3-Next), 'mla' for multi-head latent attention
     (DeepSeek-V3, Kimi K2: the config has ``kv_lora_rank``), else 'attention' (Qwen3, Qwen3-MoE,
     Llama, ...). An unsupported layer is a ``ValueError`` naming it."""
     kinds = layer_kinds(model)
@@ -169,14 +175,13 @@ def build_target(preset: str | TargetConfig, *, dtype=torch.float32, seed: int |
     return model.eval()
 
 
-# config.json model types whose ``AutoModelForCausalLM`` class is not the text model
-# (Kimi K2's own type is DeepSeek-V3's architecture under another name)
-TEXT_CLASSES = {"qwen3_5": Qwen3_5ForCausalLM, "qwen3_5_text": Qwen3_5ForCausalLM, "kimi_k2": DeepseekV3ForCausalLM}
+# config.json model types whose ``AutoModelForCausalLM`` class is not the text model (the adapter's table)
+TEXT_CLASSES = adapter.TEXT_CLASSES
 
 
 def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = None, **kwargs):
     """Load a local HF checkpoint directory of a causal LM whose layers the lab verifies
-    exactly (``layer_kinds``): Qwen3.5 / 3.6, DeepSeek-V3 / Kimi K2, Qwen3 and Qwen3-MoE,
+    exactly (``layer_kinds``): Qwen3.5 / 3.6, Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3 / Kimi K2, Qwen3 and Qwen3-MoE,
     Llama, ... The class follows ``config.json``'s ``model_type`` (``AutoModelForCausalLM``),
     with eager attention and (MoE) eager experts, which the tree mask and the exact harness
     need. ``kwargs`` go to ``from_pretrained`` (``device_map="auto"`` spreads a large model over GPUs).

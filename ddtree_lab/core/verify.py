@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from transformers import DynamicCache
 
 from . import adapter, gdn_tree
 from .cache import Pending, TreeCache, check_cache, empty_cache
 from .drafter import left_padded
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
-from .models import arch_of
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
 GDN_MODES = MODE_NAMES
@@ -160,7 +160,6 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     if ids.numel() == 0:
         return empty_cache(model), _empty_forward(model, feature_layers)
     _check_positions(model, ids.numel() - 1)
-    from transformers import DynamicCache
     hf_cache = DynamicCache(config=model.config)
     out = model(ids[None].to(next(model.parameters()).device), past_key_values=hf_cache, use_cache=True,
                 output_hidden_states=bool(feature_layers))
@@ -267,11 +266,13 @@ class TreeBatch:
 
 def tree_forward(model, view: TreeBatch, hidden: bool = False):
     """The verify's one target forward over ``view`` (a ``TreeBatch``): -> the model output
-    (logits [B, T, V], hidden states if ``hidden``). A pure function of (model, view): what
-    ``torch.compile`` captures (scripts/bench_compile.py)."""
+    (logits [B, T, V], hidden states if ``hidden``). Its inputs are (model, view) only and no
+    module is patched per call, so ``torch.compile`` can capture it (scripts/bench_compile.py).
+    Not pure: through ``TreeBatch.update`` every sequence's cache takes its tree rows, pending
+    until ``cache.commit``."""
     p = next(model.parameters())
     bias = additive_mask(view.bufs.allowed, p.dtype, p.device)
-    mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
+    mask = bias if view.bufs.gdn_anc is None else {"full_attention": bias, "linear_attention": None}
     return model(view.bufs.tokens.to(p.device), attention_mask=mask, position_ids=view.bufs.positions.to(p.device),
                  past_key_values=view, use_cache=True, output_hidden_states=hidden)
 

@@ -112,17 +112,17 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
                      gdn_tree.wy_state(recs[b].wy, recs[b].S0, path), LOGIT_TOL[dtype])
 
 
-def test_propose_batch_equals_propose_per_sequence():
-    """Contexts of 0, 3 and 9 rows, two rounds: one batched block forward == propose per state."""
+def test_draft_batch_equals_draft_per_sequence():
+    """Contexts of 0, 3 and 9 rows, two rounds: one batched block forward == draft per state."""
     target, drafter = PAIRS["gdn-toy", torch.float32]
     gen, F = generator("propose"), drafter.cfg.feature_size
     one, many = [drafter.new_state() for _ in range(3)], [drafter.new_state() for _ in range(3)]
     for new_rows in ((0, 3, 9), (2, 1, 4)):
         feats = [torch.randn(n, F, generator=gen) for n in new_rows]
         roots = torch.randint(64, (3,), generator=gen).tolist()
-        out = drafter.propose_batch(many, feats, roots, 6)
+        out = drafter.draft_batch(many, feats, roots, 6)
         for b in range(3):
-            assert_close(f"propose seq{b}", drafter.propose(one[b], feats[b], roots[b], 6), out[b], 2e-6)
+            assert_close(f"draft seq{b}", drafter.draft(one[b], feats[b], roots[b], 6).logits, out[b].logits, 2e-6)
 
 
 # ----------------------------------------------------------------------------- T = 0

@@ -95,8 +95,8 @@ def test_dflash2_from_starts_as_the_dflash_drafter():
     target, drafter = toy_pair()
     d2 = dflash2_from(drafter, target, selector_rank=8, selector_top_k=4)
     feats = torch.randn(9, drafter.cfg.feature_size, generator=torch.Generator().manual_seed(0))
-    assert_close("DFlash 2 at init == DFlash", drafter.propose(drafter.new_state(), feats, 3, 8),
-                 d2.propose(d2.new_state(), feats, 3, 8), 1e-6)
+    assert_close("DFlash 2 at init == DFlash", drafter.draft(drafter.new_state(), feats, 3, 8).logits,
+                 d2.draft(d2.new_state(), feats, 3, 8).logits, 1e-6)
     draft = d2.draft(d2.new_state(), feats, 3, 8).conditional
     assert torch.equal(draft.scores(5, 1), draft.unary[0].double())  # zero successor codebook: unary only
 
@@ -108,7 +108,7 @@ def test_conditional_chain_is_dflash_selector_path_walk():
     target, d2 = _toy_dflash2()
     feats = torch.randn(11, d2.cfg.feature_size, generator=torch.Generator().manual_seed(2))
     for root in (0, 7, 33):
-        hidden = d2.propose_hidden_batch([d2.new_state()], [feats], [root], 8)  # [1, 7, H]
+        hidden = d2.block_hidden_batch([d2.new_state()], [feats], [root], 8)  # [1, 7, H]
         path, _, _ = d2.selector.select(hidden, d2.logits(hidden), torch.tensor([root]), 0.0)
         chain = conditional_chain(d2.draft(d2.new_state(), feats, root, 8).conditional, root)
         assert chain.tokens[1:].tolist() == path[0].tolist()

@@ -1,6 +1,6 @@
 """Tests for the DFlash drafter (ddtree_lab.core.drafter, drafter_data, drafters).
 
-The training forward (all anchors in one masked pass) must equal inference (``propose`` on
+The training forward (all anchors in one masked pass) must equal inference (``draft`` on
 an incrementally built context cache) at the same anchor: that pins training/inference
 consistency. Toy targets (vocab 64) use a fake MASK id inside the vocab.
 """
@@ -65,12 +65,12 @@ def test_propose_matches_training_forward(preset, block_size):
         for j, a in enumerate(anchors[b].tolist()):
             state = drafter.new_state()
             for lo, hi in [(0, a // 3), (a // 3, a // 2)]:  # several rounds, then the proposal
-                drafter.propose(state, feats[b, lo:hi], tokens[b, hi].item(), block_size)
-            incremental = drafter.propose(state, feats[b, a // 2:a], tokens[b, a].item(), block_size)
-            one_shot = drafter.propose(drafter.new_state(), feats[b, :a], tokens[b, a].item(), block_size)
+                drafter.draft(state, feats[b, lo:hi], tokens[b, hi].item(), block_size).logits
+            incremental = drafter.draft(state, feats[b, a // 2:a], tokens[b, a].item(), block_size).logits
+            one_shot = drafter.draft(drafter.new_state(), feats[b, :a], tokens[b, a].item(), block_size).logits
             assert incremental.shape == (block_size - 1, 64) and state.length == a
             assert_close(f"incremental vs one-shot a={a}", one_shot, incremental, 1e-5)
-            assert_close(f"propose vs training a={a}", train_logits[b, j], incremental, 1e-5)
+            assert_close(f"draft vs training a={a}", train_logits[b, j], incremental, 1e-5)
 
 
 @pytest.mark.parametrize("preset", TARGETS)
@@ -83,8 +83,8 @@ def test_propose_equals_its_reference_twin_the_dflash_loops_cache(preset):
     state, cache = drafter.new_state(), DynamicCache(config=drafter.model.config)
     for n, root in zip((0, 7, 1, 4), (5, 9, 2, 11)):
         feats = torch.randn(n, drafter.cfg.feature_size, generator=gen)
-        assert_close(f"propose after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
-                     drafter.propose(state, feats, root, 8), 1e-5)
+        assert_close(f"draft after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
+                     drafter.draft(state, feats, root, 8).logits, 1e-5)
         assert cache.get_seq_length() == state.length
 
 
@@ -101,18 +101,18 @@ def test_drafter_is_the_published_class_and_round_trips_its_layout(tmp_path):
     again = DFlashDrafter(DFlashDraftModel.from_pretrained(tmp_path), target).eval()
     assert again.cfg == drafter.cfg
     feats = torch.randn(5, drafter.cfg.feature_size)
-    assert_close("round trip", drafter.propose(drafter.new_state(), feats, 3, 8),
-                 again.propose(again.new_state(), feats, 3, 8), 1e-6)
+    assert_close("round trip", drafter.draft(drafter.new_state(), feats, 3, 8).logits,
+                 again.draft(again.new_state(), feats, 3, 8).logits, 1e-6)
 
 
 def test_block_size_validation():
     _, drafter = make_drafter()
     feats = torch.randn(5, drafter.cfg.feature_size)
     for bs in (8, 16):
-        assert drafter.propose(drafter.new_state(), feats, 3, bs).shape == (bs - 1, 64)
+        assert drafter.draft(drafter.new_state(), feats, 3, bs).logits.shape == (bs - 1, 64)
     for bad in (1, 17, 0):
         with pytest.raises(ValueError, match=r"block_size must be an int in \[2, 16\]"):
-            drafter.propose(drafter.new_state(), feats, 3, bad)
+            drafter.draft(drafter.new_state(), feats, 3, bad).logits
 
 
 def test_loss_weights_and_labels():
@@ -229,8 +229,8 @@ def test_train_drafter_toy_ships_reloads_and_resumes(tmp_path):
     trained.load_state_dict({k: v.bfloat16().float() for k, v in saved.items()})
     loaded = load_drafter(kw["out"], target)
     feats = torch.randn(6, loaded.cfg.feature_size)
-    assert torch.equal(loaded.propose(loaded.new_state(), feats, 5, 16),
-                       trained.propose(trained.new_state(), feats, 5, 16))
+    assert torch.equal(loaded.draft(loaded.new_state(), feats, 5, 16).logits,
+                       trained.draft(trained.new_state(), feats, 5, 16).logits)
     # second run: cached rollouts, resumed training state, no new steps
     log = (kw["runs_dir"] / "log.csv").read_text()
     again = train_drafter("gdn", "toy", **kw)

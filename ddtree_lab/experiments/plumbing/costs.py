@@ -5,7 +5,7 @@ size; the curve is measured once per (model, mode, block size) on a real prefix,
 JSON under ``data/results/costs/`` and interpolated in between measured budgets.
 
 Batched rounds (issue 13 item 3): ``BatchCostModel`` holds the seconds of a batched round
-(one ``propose_batch`` + the batch's tree builds, one ``verify_batch`` + the commits) over a
+(one ``draft_batch`` + the batch's tree builds, one ``verify_batch`` + the commits) over a
 grid of batch x per-sequence budget, i.e. batch x verify tokens (B equal trees of b nodes:
 B b tokens; ``core.allocate`` counts a padded verify's tokens as B x the largest tree), measured by
 ``measure_batch_cost_model`` and stored as ``batchcost-<key>.json`` beside the batch-1 curves;
@@ -22,7 +22,7 @@ import torch
 
 from ...core import tree as tree_mod
 from ...common import RESULTS_DIR, stable_hash
-from ...core.decode import start
+from ...core.decode import first_draft
 from ...core.verify import verify
 from ...core.cache import commit
 from .measure import median_seconds
@@ -65,11 +65,12 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
     """Time drafter + tree build and verify + commit per budget on ``prefix_ids``."""
     layers = tuple(drafter.cfg.target_layer_ids)
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long)
-    cache, feats, root = start(target, drafter, prefix)
-    full = tree_mod.build_tree(drafter.propose(drafter.new_state(), feats, root, block_size), root, max(budgets))
+    o = first_draft(target, drafter, prefix, block_size)
+    cache, feats, root = o.cache, o.features, o.root
+    full = tree_mod.build_tree(o.draft.logits, root, max(budgets))
 
     def draft():
-        tree_mod.build_tree(drafter.propose(drafter.new_state(), feats[-64:], root, block_size), root, 32)
+        tree_mod.build_tree(drafter.draft(drafter.new_state(), feats[-64:], root, block_size).logits, root, 32)
 
     def round_at(b):
         t = tree_mod.truncate(full, min(b, full.num_nodes))
@@ -153,9 +154,8 @@ class BatchCostModel:
 
 def _measure_sequence(target, drafter, prefix: torch.Tensor, layers: tuple, block_size: int, budget: int) -> tuple:
     """(cache, features [<=64, F], root, tree of ``budget`` nodes) for one prefilled prefix."""
-    cache, feats, root = start(target, drafter, prefix)
-    logits = drafter.propose(drafter.new_state(), feats, root, block_size)  # [bs-1, V]
-    return cache, feats[-64:], root, tree_mod.build_tree(logits, root, budget)
+    o = first_draft(target, drafter, prefix, block_size)
+    return o.cache, o.features[-64:], o.root, tree_mod.build_tree(o.draft.logits, o.root, budget)
 
 
 @torch.no_grad()
@@ -169,10 +169,10 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
             for i in range(max(batches))]
 
     def draft(B):
-        logits = drafter.propose_batch([drafter.new_state() for _ in range(B)], [s[1] for s in seqs[:B]],
-                                       [s[2] for s in seqs[:B]], block_size)  # [B, bs-1, V]
-        for row, s in zip(logits, seqs[:B]):
-            tree_mod.build_tree(row, s[2], max(budgets))
+        drafts = drafter.draft_batch([drafter.new_state() for _ in range(B)], [s[1] for s in seqs[:B]],
+                                     [s[2] for s in seqs[:B]], block_size)  # logits [bs-1, V] each
+        for d, s in zip(drafts, seqs[:B]):
+            tree_mod.build_tree(d.logits, s[2], max(budgets))
 
     def round_at(B, b):
         trees = [tree_mod.truncate(s[3], min(b, s[3].num_nodes)) for s in seqs[:B]]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ...core.decode import start
+from ...core.decode import first_draft
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import ar_divergence, equals_ar, summarize
 from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_config, run_sweep
@@ -305,8 +305,7 @@ def overlap_at(drafters: Drafters, text: list[int], position: int, temperatures=
     proposals = {}
     for name in ("dflash", "dflash2"):
         pair = drafters.pairs[name]
-        _, features, root = start(pair.target, pair.drafter, ctx)
-        draft = pair.drafter.draft(pair.drafter.new_state(), features, root, block_size)
+        draft = first_draft(pair.target, pair.drafter, ctx, block_size).draft
         proposals["DFlash marginal" if name == "dflash" else "DFlash 2 unary"] = Marginal(draft.logits)
         if name == "dflash2":
             proposals["DFlash 2 conditional"] = Conditional(draft.conditional)
@@ -358,8 +357,7 @@ def tree_shapes(drafters: dict, problem_ids, *, budget: int = 64, block_size: in
                          disable=not progress):
             for name, tree in (("DFlash marginal", None), ("DFlash 2 unary", "unary"), ("DFlash 2 conditional", "conditional")):
                 pair = d.pairs["dflash" if tree is None else "dflash2"]
-                _, features, root = start(pair.target, pair.drafter, torch.as_tensor(t[:p + 1]))
-                draft = pair.drafter.draft(pair.drafter.new_state(), features, root, block_size)
+                draft, root = first_draft(pair.target, pair.drafter, t[:p + 1], block_size).draft, int(t[p])
                 built = tree_rule(pair.drafter, tree).tree(draft, root, "ddtree", budget)
                 rows.append({"arch": arch, "proposal": name, "root_children": len(built.children[0]),
                              "max_depth": int(built.depths.max())})

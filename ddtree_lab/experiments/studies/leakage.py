@@ -42,12 +42,6 @@ def node_errors(model, prefix_ids, tree: DraftTree) -> pd.DataFrame:
 
 
 @torch.no_grad()
-def first_draft_logits(model, drafter, prompt_ids, block_size: int) -> torch.Tensor:
-    """The drafter's first proposal [block_size - 1, V] after ``prompt_ids`` (as decode does:
-    target features of prompt[:-1] as context, the last prompt token as the block's first)."""
-    return first_draft(model, drafter, prompt_ids, block_size)[1]
-
-
 def leakage_table(model, prompts, drafter, budgets, block_size: int = 8) -> pd.DataFrame:
     """``node_errors`` of the real DDTree tree at the end of each prompt, for each budget.
 
@@ -58,8 +52,8 @@ def leakage_table(model, prompts, drafter, budgets, block_size: int = 8) -> pd.D
     frames = []
     for p, prompt in enumerate(prompts):
         prompt = [int(t) for t in prompt]
-        logits = (drafter(prompt) if not hasattr(drafter, "propose")
-                  else first_draft_logits(model, drafter, prompt, block_size))
+        logits = (drafter(prompt) if not hasattr(drafter, "draft")
+                  else first_draft(model, drafter, prompt, block_size).draft.logits)
         for budget in budgets:
             tree = build_tree(logits, prompt[-1], budget)
             frames.append(node_errors(model, prompt[:-1], tree).assign(prompt=p, budget=budget))

@@ -20,13 +20,13 @@ import torch
 from transformers import DynamicCache
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
+from ...core.decode import first_draft
 from ...core.gdn_layer import gdn_mode
 from ...core.harness import float64_harness
 from ...core.tree import DraftTree, build_tree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ...core.cache import commit
 from ..plumbing.sweep import mode_name
-from .leakage import first_draft_logits
 
 
 def in_dtype(model, dtype):
@@ -210,7 +210,7 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
     cases = []
     for p in prompts:
         ids = pair.prompt_ids(p)
-        cases.append((ids[:-1], build_tree(first_draft_logits(pair.target, pair.drafter, ids, 8), ids[-1], budget)))
+        cases.append((ids[:-1], build_tree(first_draft(pair.target, pair.drafter, ids, 8).draft.logits, ids[-1], budget)))
     rows = []
     for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
         m = in_dtype(pair.target, dtype)

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...core import tree as tree_mod
-from ...core.decode import start, tree_rule
+from ...core.decode import first_draft, tree_rule
 from ...core.gdn_layer import gdn_mode as as_gdn_mode
 from ...core.verify import GDN_MODES, verify
 from ..plumbing.sweep import exact_mode
@@ -39,9 +39,9 @@ def positions_in(text_len: int, start: int, stride: int, lookahead: int) -> list
 
 def _draft_at(target, drafter, context: torch.Tensor, block_size: int):
     """The target's cache of context[:-1], the root context[-1], and the drafter's block
-    (``drafter.Draft``) from that context (``decode.start``)."""
-    cache, features, root = start(target, drafter, context)
-    return cache, root, drafter.draft(drafter.new_state(), features, root, block_size)
+    (``drafter.Draft``) from that context (``decode.first_draft``)."""
+    o = first_draft(target, drafter, context, block_size)
+    return o.cache, o.root, o.draft
 
 
 @torch.no_grad()

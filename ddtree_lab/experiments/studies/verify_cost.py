@@ -25,7 +25,6 @@ WY kernel on chain parents, so wy's N x N matrices cost naive as much (peak wy =
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import statistics
 import time
@@ -40,6 +39,7 @@ from ...core.tree import ancestor_mask
 from ...core.verify import GDN_MODES, prefill, verify
 from ...core.cache import TreeCache, commit
 from ...core.decode import device_sync
+from ...core.harness import timed_calls
 from ..plumbing.measure import LiveBytes, random_prefix, random_tree, timed
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 
@@ -209,30 +209,16 @@ KERNELS = ((gdn_tree, "tree_conv", "tree_conv"), (gdn_layer, "tree_conv_batch", 
            (gdn_tree, "gated_delta_chain", "gated_delta_chain"), (cache_module, "replay_gdn", "replay_gdn"))
 
 
-@contextlib.contextmanager
-def _timed_kernels(spent: dict):
-    """Wrap every function of ``KERNELS`` with a timer adding its ms to ``spent[column]``."""
-    saved = [(mod, name, getattr(mod, name), column) for mod, name, column in KERNELS]
-
-    def wrap(fn, name):
-        def timed_kernel(*args, **kwargs):
-            ms, out = timed(lambda: fn(*args, **kwargs))
-            spent[name] += ms
-            return out
-        return timed_kernel
-    try:
-        for mod, name, fn, column in saved:
-            setattr(mod, name, wrap(fn, column))
-        yield
-    finally:
-        for mod, name, fn, _ in saved:
-            setattr(mod, name, fn)
+def synced_clock() -> float:
+    """``time.perf_counter`` after the device's queued work (``decode.device_sync``)."""
+    device_sync()
+    return time.perf_counter()
 
 
 def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int = 5,
                   seed: int = 0) -> pd.DataFrame:
     """Where a verify (and a commit of the deepest path) spends its time, per mode: one row per
-    (mode, part) with median ms total, inside each GDN kernel of ``KERNELS`` (all GDN layers;
+    (mode, part) with median ms total, inside each GDN kernel of ``KERNELS`` (``harness.timed_calls``) (all GDN layers;
     replay includes its chain and tree_conv) and rest = outside the GDN kernels. Same tree
     and prefix as ``gdn_cost_table`` at this budget and seed."""
     _check_gdn(model)
@@ -245,7 +231,7 @@ def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int =
         ms, _ = timed(fn)
         return {"total": ms, **{k: spent[k] - before[k] for k in spent}}
     runs = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit") if (m, part) != ("naive", "commit")}
-    with _timed_kernels(spent):
+    with timed_calls(KERNELS, spent, synced_clock):
         for _ in range(repeats):
             for mode in GDN_MODES:
                 work = cache.snapshot()

@@ -21,6 +21,9 @@ from ddtree_lab.train import data
 from ddtree_lab.train.pair import load_pair, pair_from_dirs
 
 torch.set_num_threads(1)
+# one worker holds the module's fixtures: two workers training the same drafter would race on
+# its content-keyed rollout cache (data/cache)
+pytestmark = pytest.mark.xdist_group("own_target")
 
 
 @pytest.fixture(scope="module")

@@ -116,7 +116,7 @@ def test_a_dflash2_directory_loads_as_its_own_class(tmp_path):
     assert type(pair.drafter.model) is DFlash2DraftModel
     for (name, a), b in zip(model.state_dict().items(), pair.drafter.model.state_dict().values()):
         assert torch.equal(a.float(), b), name
-    logits = pair.drafter.propose(pair.drafter.new_state(), torch.randn(4, pair.drafter.cfg.feature_size), 5, 8)
+    logits = pair.drafter.draft(pair.drafter.new_state(), torch.randn(4, pair.drafter.cfg.feature_size), 5, 8).logits
     assert logits.shape == (7, 4096) and torch.isfinite(logits).all()
 
 
