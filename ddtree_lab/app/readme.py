@@ -203,8 +203,9 @@ def render_leak() -> str:
 def render_round_cost() -> str:
     """What a round costs: the quiet round-cost run (phases, tokens/s over the reference loop
     and over AR) and the lab's verify against its floor."""
-    frame = ResultsStore("round_cost").frame()
-    frame = frame[frame.run == round_cost.ROUND_RUN]
+    frame = round_cost.stored_round_run()
+    if frame is None:
+        return "No stored round-cost run for these models and this code: `python scripts/bench_round.py` makes one."
     t = round_cost.round_table(frame)
     loads = pd.Series([r.get("load_avg_1min") for r in ResultsStore("round_cost").rows()
                        if r.get("run") == round_cost.ROUND_RUN], dtype=float)

@@ -64,6 +64,15 @@ def run_round_cost(pairs: dict, prompts: list[int], store: ResultsStore | None =
                      run=ROUND_RUN)
 
 
+def stored_round_run(store: ResultsStore | None = None) -> pd.DataFrame | None:
+    """The stored round-cost run (``ROUND_RUN``) of these models and code, or None when there
+    is none yet (``python scripts/bench_round.py`` makes it)."""
+    frame = (store or ResultsStore("round_cost")).frame()
+    if frame.empty or "run" not in frame or not (frame.run == ROUND_RUN).any():
+        return None
+    return frame[frame.run == ROUND_RUN]
+
+
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per config: tau, ms per round (``phase_table``'s total) and tokens/s over the reference
     loop's and over AR's on the same prompts (paired medians with 95% intervals)."""

@@ -1,13 +1,14 @@
 """Peer tests: the lab's loop beside the field's reference loop, ``dflash_generate``.
 
 MLA (no recurrent state): the lab's linear DFlash equals the reference loop token for token and
-round for round. GDN hybrid: the reference loop's rollback (``DynamicCache.crop``) leaves the
+round for round, and so on every attention-only class (Qwen3, Qwen3-MoE, Llama). GDN hybrid: the reference loop's rollback (``DynamicCache.crop``) leaves the
 recurrent state of the rejected tokens in place, so it departs from AR; the lab does not."""
 import pytest
 import torch
 
 from ddtree_lab import generate, load_pair
-from ddtree_lab.core.drafter import DFlashDrafter
+from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.core.tests import test_any_model as any_model
 from ddtree_lab.experiments.studies.official import crop_rollback_error, lab_generate_aligned, official_generate
 from ddtree_lab.train.data import prompt_tokens
 
@@ -114,3 +115,19 @@ def test_round_lengths_read_by_the_hook_are_the_loops_own_stats(pairs, arch, mon
                                return_stats=True)
     assert got["acceptance_lengths"] == list(stats.acceptance_lengths)
     assert got["tokens"] == stats.output_ids[0, len(ids):].tolist() and sum(got["acceptance_lengths"]) == 39
+
+
+@pytest.mark.parametrize("model_type", [t for t in sorted(any_model.MODELS) if any_model.label(t) == "attention"])
+def test_on_every_attention_class_the_lab_equals_the_reference_loop(model_type):
+    """The DDTree paper's own target classes (Qwen3, Qwen3-MoE) and Llama, tiny and random:
+    the lab's DFlash equals ``dflash_generate`` in tokens and in rounds (issue 25)."""
+    model = any_model.target(model_type)
+    cfg = DrafterConfig.for_target(model, mask_token_id=any_model.SHAPE["vocab_size"] - 1, num_layers=1, block_size=6)
+    torch.manual_seed(1)
+    drafter = DFlashDrafter.from_config(cfg, model).eval()
+    prompt = [5, 9, 3, 17, 22, 8, 4, 11]
+    ref = official_generate(model, drafter, prompt, 24, 6)
+    tokens, gen = lab_generate_aligned(model, drafter, prompt, 24, 6)
+    assert tokens == ref["tokens"]
+    assert gen.acceptance_lengths[:-1] == ref["acceptance_lengths"][:len(gen.acceptance_lengths) - 1]
+    assert len(gen.acceptance_lengths) == len(ref["acceptance_lengths"]) and max(ref["acceptance_lengths"]) > 1
