@@ -182,7 +182,8 @@ def _cmd_compare_drafters(args):
 
 
 def _cmd_quality(args):
-    run_quality(_pairs(args.archs), num_prompts=args.prompts)
+    pairs, prompts, directory = _chosen_pairs(args, args.archs)
+    run_quality(pairs, num_prompts=len(prompts), directory=directory)
 
 
 def _cmd_bench(args):
@@ -279,9 +280,11 @@ def main(argv=None):
                    help="retrain data/tokenizer.json too (invalidates every checkpoint)")
     s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
     s.set_defaults(func=_cmd_train_all)
-    s = sub.add_parser("quality", help="quality table of the shipped targets and drafters")
-    s.add_argument("--prompts", type=int, default=164, help="HumanEval prompts for the decoding checks")
+    s = sub.add_parser("quality", help="quality and lossless table of the shipped pairs (or --target / --drafter)")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=164,
+                   help="N: HumanEval prompts 0..N-1 for the decoding checks; FILE.jsonl: its prompts (--field)")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
+    _pair_args(s)
     s.set_defaults(func=_cmd_quality)
     s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
     s.add_argument("--prompts", type=_prompt_count_or_file, default=10,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -86,30 +87,38 @@ def lossless_and_tau(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["_acc", "_rounds"])
 
 
-def target_table(pairs: dict) -> pd.DataFrame:
-    """One row per shipped pair ({arch: Pair}): sizes, losses, train times, drafter agreement."""
+def target_table(pairs: dict, shipped: bool = True) -> pd.DataFrame:
+    """One row per pair ({arch: Pair}): drafter agreement with the target's greedy HumanEval
+    continuations, the canonical-solution loss and (``shipped``: the shipped checkpoints, whose
+    manifests the lab wrote) sizes, losses and train times from the manifests."""
     rows = []
     for arch, (target, drafter, tok) in pairs.items():
-        tman = check_manifest(ckpt_path(arch, "target"))
-        dman = check_manifest(ckpt_path(arch, "drafter"))
-        he = humaneval_agreement(target, drafter, tok, block_size=16)
-        rows.append({"arch": arch, "humaneval_agreement_block16": [round(a, 3) for a in he["agreement"]],
-                     "humaneval_offline_tau_block16": he["tau"], "params_total": tman["parameters"]["total"],
-                     "params_active": tman["parameters"]["active"], "val_loss": tman["final_val_loss"],
-                     "humaneval_solution_loss": humaneval_solution_loss(target, tok),
-                     "target_train_min": tman["train_time_s"] / 60,
-                     "drafter_val_loss": dman["final_val_loss"], "drafter_train_min": dman["train_time_s"] / 60,
-                     "agreement_block16": dman.get("agreement_block16"),
-                     "offline_tau_block16": dman.get("tau_block16"), "offline_tau_block8": dman.get("tau_block8")})
+        he = humaneval_agreement(target, drafter, tok, block_size=min(16, drafter.cfg.block_size))
+        row = {"arch": arch, "humaneval_agreement_block16": [round(a, 3) for a in he["agreement"]],
+               "humaneval_offline_tau_block16": he["tau"], "humaneval_solution_loss": humaneval_solution_loss(target, tok)}
+        rows.append({**row, **(_manifest_columns(arch) if shipped else {})})
     return pd.DataFrame(rows)
 
 
-def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128) -> dict:
-    """Compute and print both tables for ``pairs`` ({arch: Pair} of the shipped checkpoints);
-    saves them into data/results/quality-gdn-mla.json (other targets' rows kept)."""
-    archs = tuple(pairs)
-    tt = target_table(pairs)
-    store = ResultsStore("quality")
+def _manifest_columns(arch: str) -> dict:
+    """Sizes, losses and train times of the shipped pair of ``arch``, from its manifests."""
+    tman = check_manifest(ckpt_path(arch, "target"))
+    dman = check_manifest(ckpt_path(arch, "drafter"))
+    return {"params_total": tman["parameters"]["total"], "params_active": tman["parameters"]["active"],
+            "val_loss": tman["final_val_loss"], "target_train_min": tman["train_time_s"] / 60,
+            "drafter_val_loss": dman["final_val_loss"], "drafter_train_min": dman["train_time_s"] / 60,
+            "agreement_block16": dman.get("agreement_block16"), "offline_tau_block16": dman.get("tau_block16"),
+            "offline_tau_block8": dman.get("tau_block8")}
+
+
+def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128, directory=RESULTS_DIR) -> dict:
+    """Compute and print both tables for ``pairs`` ({arch: Pair}); the shipped pairs' go into
+    data/results/quality-gdn-mla.json (other targets' rows kept). A pair of one's own
+    (``directory``: its own results folder, ``cli._chosen_pairs``) keeps its rows and its
+    quality.json there, and its target table has no manifest columns."""
+    archs, shipped = tuple(pairs), Path(directory) == RESULTS_DIR
+    tt = target_table(pairs, shipped)
+    store = ResultsStore("quality", directory)
     frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store, pairs,
                       runner=run_with_official)
     lt = lossless_and_tau(frame[frame.prompt < num_prompts])
@@ -125,8 +134,9 @@ def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128) 
         print(f"{r.arch}: linear tau at block 8 {r.tau:.2f} (goal >= {GOALS['tau_block8']}: "
               f"{_verdict(r.tau >= GOALS['tau_block8'])})")
     out = {"targets": tt.to_dict("records"), "decoding": lt.to_dict("records")}
-    merged = merge_quality(QUALITY_JSON, out, archs)
-    QUALITY_JSON.write_text(json.dumps(merged, indent=1, default=_jsonable))
+    path = QUALITY_JSON if shipped else Path(directory) / "quality.json"
+    path.write_text(json.dumps(merge_quality(path, out, archs), indent=1, default=_jsonable))
+    print(f"tables -> {path}")
     return out
 
 
