@@ -63,7 +63,8 @@ METHOD_STYLES = {
 }
 METHOD_STYLES["-"] = METHOD_STYLES["ddtree"]    # a gdn_mode of '-': plain DDTree
 # One colour and marker per target (figures that colour by target, never by method).
-TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#b8336a", "marker": "D"}}
+TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#b8336a", "marker": "D"},
+                 "attention": {"color": "#5d4037", "marker": "s"}}   # a target of one's own (``models.LABELS``)
 # The two acceptance lenses: visibly different in the legend (thick solid + filled vs thin dashed + open).
 LENS_STYLES = {"tau": {"ls": "-", "lw": 2.4, "ms": 5},
                "tau_outside_loops": {"ls": (0, (3.5, 2)), "lw": 1.3, "ms": 6, "mfc": "white"}}
