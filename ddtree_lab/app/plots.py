@@ -1065,14 +1065,14 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
     return fig
 
 
-GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped today", "s"), "previous": ("previous release", "^")}
+GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped before the grid", "s"), "previous": ("previous release", "^")}
 
 
 def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau", y: str = "decode_dflash_tau") -> Figure:
     """The drafter grid (``studies.drafter_grid``), one panel per target: free-running DFlash tau
     (``y``: decoding HumanEval prompts, every round) against teacher-forced DFlash tau on the
     canonical solutions (``x``); every point labelled share x steps, the Pareto front joined,
-    today's teacher-forced floor (``floor[arch]``) dashed."""
+    teacher-forced floor of the drafter shipped before the grid (``floor[arch]``) dashed."""
     archs = sorted(grid.arch.unique())
     with mpl.rc_context(STYLE):
         fig, axes = _new_axes(None, len(archs), (5.0, 3.9))
@@ -1087,7 +1087,7 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
                            alpha=1.0 if source == "trained" else 0.55)
             for _, r in rows.iterrows():
                 ax.annotate(point_label(r), (r[x], r[y]), xytext=(4, 4), textcoords="offset points", fontsize=8)
-            ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (today's drafter)")
+            ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (drafter shipped before the grid)")
             ax.set(xlabel="teacher-forced DFlash τ (real code)", ylabel="free-running DFlash τ (decoding)",
                    title=f"{arch}: drafter grid")
             ax.margins(x=0.12, y=0.1)

@@ -216,7 +216,7 @@ def ship_rule(grid: pd.DataFrame, floor: dict | None = None, pool=("trained",)) 
     """Per arch, the drafter to ship (issue 27): among the grid's own trainings (``pool``: the
     shipped and previous drafters are the yardsticks, not candidates), the highest free-running
     tau (DFlash decoding, all rounds) of those whose teacher-forced DFlash tau is at least
-    ``floor[arch]`` (default ``tf_floor``: today's); when none is, the best free-running one,
+    ``floor[arch]`` (default ``tf_floor``: the drafter shipped before the grid); when none is, the best free-running one,
     flagged ``meets_floor`` False. -> one row per arch."""
     floor = tf_floor(grid) if floor is None else floor
     out = []
@@ -250,12 +250,18 @@ DISPLAY = {"heldout_tau_block8": "held-out", "decode_dflash_tau": "dflash", "dec
            "decode_ddtree16_tau": "ddtree16", "tf_dflash_tau": "tf dflash", "tf_ddtree64_tau": "tf ddtree64"}
 
 
+# how a reader names a yardstick row's source: the grid ran before its pick shipped
+SOURCE_NAMES = {"shipped": "shipped before the grid", "previous": "previous release"}
+
+
 def grid_display(grid: pd.DataFrame) -> pd.DataFrame:
     """The grid for reading, best free-running first per target: target, the point as 'share x
-    steps labels', and the lenses' tau under short names (``DISPLAY``)."""
+    steps labels' (a yardstick's source in brackets, ``SOURCE_NAMES``), and the lenses' tau under
+    short names (``DISPLAY``)."""
     rows = grid.sort_values(["arch", "decode_dflash_tau"], ascending=[True, False])
     return pd.concat([rows[["arch"]].rename(columns={"arch": "target"}),
-                      pd.Series([point_label(r) + ("" if r["source"] == "trained" else f" ({r['source']})")
+                      pd.Series([point_label(r) + ("" if r["source"] == "trained"
+                                                   else f" ({SOURCE_NAMES.get(r['source'], r['source'])})")
                                  for _, r in rows.iterrows()], index=rows.index, name="drafter"),
                       rows[list(DISPLAY)].rename(columns=DISPLAY)], axis=1).reset_index(drop=True)
 
