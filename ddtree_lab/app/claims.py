@@ -88,8 +88,8 @@ class Record:
 
     def check(self, claim: "Claim", few_prompts: bool = False) -> None:
         """``claims.check``. few_prompts: a statistical claim (a tau comparison, not an
-        identity) on a SMOKE run's couple of prompts and tokens: printed with its match, not
-        asserted and not counted; the full run (and the main job, from the stores) asserts it."""
+        identity) on a SMOKE run's couple of prompts and tokens: printed with whether it holds
+        ("asserted: no ..."), not asserted and not counted; the full run (and the main job, from the stores) asserts it."""
         if few_prompts:
             claim, expected, got, ok = _unpack(claim, None, None, None)
             print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  asserted: no (SMOKE: too few prompts; "

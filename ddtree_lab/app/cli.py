@@ -183,7 +183,7 @@ def _cmd_compare_drafters(args):
 
 def _cmd_quality(args):
     pairs, prompts, directory = _chosen_pairs(args, args.archs)
-    run_quality(pairs, num_prompts=len(prompts), directory=directory)
+    run_quality(pairs, num_prompts=len(prompts), directory=directory, manifests=args.target is None)
 
 
 def _cmd_bench(args):

@@ -167,6 +167,9 @@ def test_a_statistical_check_on_a_smoke_run_is_printed_not_asserted(capsys):
     assert record.checks == []                                                      # nor counts as held
     out = capsys.readouterr().out
     assert "asserted: no (SMOKE: too few prompts" in out and "does not hold" in out and "match" not in out
+    record.check(claims.leakage_costs_acceptance(2.5, 4.8, 64), few_prompts=True)    # one that holds says so
+    out = capsys.readouterr().out
+    assert "here it holds" in out and "does not hold" not in out and record.checks == []
     with pytest.raises(AssertionError):                                             # the full run asserts it
         record.check(claims.leakage_costs_acceptance(3.4, 2.8, 64))
 

@@ -111,13 +111,16 @@ def _manifest_columns(arch: str) -> dict:
             "offline_tau_block8": dman.get("tau_block8")}
 
 
-def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128, directory=RESULTS_DIR) -> dict:
+def run_quality(pairs: dict, num_prompts: int = 164, max_new_tokens: int = 128, directory=RESULTS_DIR,
+                manifests: bool | None = None) -> dict:
     """Compute and print both tables for ``pairs`` ({arch: Pair}); the shipped pairs' go into
-    data/results/quality-gdn-mla.json (other targets' rows kept). A pair of one's own
-    (``directory``: its own results folder, ``cli._chosen_pairs``) keeps its rows and its
-    quality.json there, and its target table has no manifest columns."""
+    data/results/quality-gdn-mla.json (other targets' rows kept). A run with its own results
+    folder (``directory``: a pair of one's own, a prompts file or another dtype,
+    ``cli._chosen_pairs``) keeps its rows and its quality.json there. manifests: whether the
+    pairs are the shipped checkpoints, whose manifests fill the target table's sizes, losses
+    and train times (None: when ``directory`` is the README's)."""
     archs, shipped = tuple(pairs), Path(directory) == RESULTS_DIR
-    tt = target_table(pairs, shipped)
+    tt = target_table(pairs, shipped if manifests is None else manifests)
     store = ResultsStore("quality", directory)
     frame = run_sweep(quality_grid(archs, max_new_tokens), list(range(num_prompts)), store, pairs,
                       runner=run_with_official)

@@ -64,13 +64,15 @@ def run_round_cost(pairs: dict, prompts: list[int], store: ResultsStore | None =
                      run=ROUND_RUN)
 
 
-def stored_round_run(store: ResultsStore | None = None) -> pd.DataFrame | None:
-    """The stored round-cost run (``ROUND_RUN``) of these models and code, or None when there
-    is none yet (``python scripts/bench_round.py`` makes it)."""
+def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFrame | None:
+    """The stored round-cost run (``ROUND_RUN``) of these models and code, of the targets
+    ``archs`` (None: all), or None when there is none (``python scripts/bench_round.py`` makes
+    it for the shipped pairs)."""
     frame = (store or ResultsStore("round_cost")).frame()
-    if frame.empty or "run" not in frame or not (frame.run == ROUND_RUN).any():
+    if frame.empty or "run" not in frame:
         return None
-    return frame[frame.run == ROUND_RUN]
+    frame = frame[(frame.run == ROUND_RUN) & (frame.arch.isin(archs) if archs is not None else True)]
+    return None if frame.empty else frame
 
 
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -120,8 +120,7 @@ def test_the_notebooks_run_on_a_directory_pair_of_another_class(constant_pair, t
     nb = run_notebook(NOTEBOOK_DIR / f"{name}.ipynb", timeout=600, executed_dir=tmp_path, SMOKE=True,
                       CHECKPOINTS={"attention": (str(target_dir), str(drafter_dir))}, **params)
     text = json.dumps([c.get("outputs", []) for c in nb.cells])
-    assert "match:    False" not in text and "Traceback" not in text
-    assert "match:    True" in text or name != "00_quickstart"
+    assert "match:    False" not in text and "match:    True" in text   # checks ran, and every one held
 
 
 @pytest.mark.parametrize("argv,message", [
