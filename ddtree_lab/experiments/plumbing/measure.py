@@ -3,7 +3,8 @@ seeded random trees and prefixes every cost measurement times (``studies.verify_
 ``plumbing.costs``, scripts/bench_*.py).
 
 - ``timed(fn, clock) -> (ms, result)``: wall (or thread CPU) time, device-synced at both ends
-  (``decode.device_sync``);
+  (``decode.device_sync``); ``synced_clock()``: the same wall clock as a bare timer (for
+  ``harness.timed_calls``, which times calls it does not make itself);
 - ``median_seconds(fn, repeats, warmup)``: the median of ``repeats`` timed calls;
 - ``interleaved(fns, repeats, clock)``: every fn in turn per repeat after one warm-up repeat
   (repeat r of every fn is one pair for ``spread.ratio_columns``);
@@ -27,6 +28,12 @@ from ...core.decode import device_sync
 from ...core.tree import DraftTree, build_tree, chain_tree, tree_depths
 
 DEPTH_ROWS, PEAKEDNESS = 16, 3.0
+
+
+def synced_clock() -> float:
+    """``time.perf_counter`` after the device's queued work (``decode.device_sync``)."""
+    device_sync()
+    return time.perf_counter()
 
 
 def timed(fn, clock=time.perf_counter) -> tuple[float, object]:

@@ -357,8 +357,8 @@ def tree_shapes(drafters: dict, problem_ids, *, budget: int = 64, block_size: in
                          disable=not progress):
             for name, tree in (("DFlash marginal", None), ("DFlash 2 unary", "unary"), ("DFlash 2 conditional", "conditional")):
                 pair = d.pairs["dflash" if tree is None else "dflash2"]
-                draft, root = first_draft(pair.target, pair.drafter, t[:p + 1], block_size).draft, int(t[p])
-                built = tree_rule(pair.drafter, tree).tree(draft, root, "ddtree", budget)
+                o = first_draft(pair.target, pair.drafter, t[:p + 1], block_size)
+                built = tree_rule(pair.drafter, tree).tree(o.draft, o.root, "ddtree", budget)
                 rows.append({"arch": arch, "proposal": name, "root_children": len(built.children[0]),
                              "max_depth": int(built.depths.max())})
     return pd.DataFrame(rows).groupby(["arch", "proposal"], sort=False).mean().reset_index()

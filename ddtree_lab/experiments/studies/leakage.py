@@ -41,7 +41,6 @@ def node_errors(model, prefix_ids, tree: DraftTree) -> pd.DataFrame:
     })
 
 
-@torch.no_grad()
 def leakage_table(model, prompts, drafter, budgets, block_size: int = 8) -> pd.DataFrame:
     """``node_errors`` of the real DDTree tree at the end of each prompt, for each budget.
 

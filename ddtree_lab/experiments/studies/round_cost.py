@@ -71,8 +71,10 @@ def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFr
     frame = (store or ResultsStore("round_cost")).frame()
     if frame.empty or "run" not in frame:
         return None
-    frame = frame[(frame.run == ROUND_RUN) & (frame.arch.isin(archs) if archs is not None else True)]
-    return None if frame.empty else frame
+    keep = frame.run == ROUND_RUN
+    if archs is not None:
+        keep &= frame.arch.isin(archs)
+    return frame[keep] if keep.any() else None
 
 
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:

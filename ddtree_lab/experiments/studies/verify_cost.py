@@ -40,7 +40,7 @@ from ...core.verify import GDN_MODES, prefill, verify
 from ...core.cache import TreeCache, commit
 from ...core.decode import device_sync
 from ...core.harness import timed_calls
-from ..plumbing.measure import LiveBytes, random_prefix, random_tree, timed
+from ..plumbing.measure import LiveBytes, random_prefix, random_tree, synced_clock, timed
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 
 GDN_BUDGETS = (1, 8, 16, 32, 64, 128, 256)
@@ -207,12 +207,6 @@ def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
 KERNELS = ((gdn_tree, "tree_conv", "tree_conv"), (gdn_layer, "tree_conv_batch", "tree_conv"),
            (gdn_tree, "gated_delta_fork", "gated_delta_fork"), (gdn_tree, "gated_delta_wy", "gated_delta_wy"),
            (gdn_tree, "gated_delta_chain", "gated_delta_chain"), (cache_module, "replay_gdn", "replay_gdn"))
-
-
-def synced_clock() -> float:
-    """``time.perf_counter`` after the device's queued work (``decode.device_sync``)."""
-    device_sync()
-    return time.perf_counter()
 
 
 def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int = 5,
