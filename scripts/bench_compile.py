@@ -4,7 +4,9 @@
 call (the GDN layers are routed once, ``adapter.route_gdn_trees``), so ``torch.compile`` can
 capture it. On the real-size random-init targets (``build_target("gdn" | "mla")``, float32,
 one thread), a committed prefix of ``--prefix`` random tokens and ``measure.random_tree``
-trees of each budget, for each budget (its own static shape, ``dynamic=False``):
+trees of each budget, for each budget (its own static shape, ``dynamic=False``); a
+mixture-of-experts target runs its experts as grouped matmuls in both (``compile_ready``, as
+in the compiled loop: the eager experts loop breaks the graph at every MoE layer):
 
 - ``compile_s``: seconds of the first compiled verify (tracing, graph capture, inductor's C++
   codegen and build; the cache dir is fresh per run so nothing is reused);
@@ -29,6 +31,7 @@ import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.core.compiled import compile_ready
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, tree_forward, verify_batch
 from ddtree_lab.experiments.plumbing.spread import ratio_columns
@@ -64,14 +67,18 @@ def budget_row(model, cache, budget: int, repeats: int, mode: str, device) -> di
 
 
 def run_arch(arch: str, args, device) -> list[dict]:
+    """Every budget on one target; eager and compiled alike run a mixture-of-experts layer as
+    the compiled loop does (``compiled.compile_ready``: grouped matmuls), so the ratio is the
+    compiler's alone."""
     model = build_target(arch).to(device).eval()
-    cache, _ = prefill(model, random_prefix(model, args.prefix))
     rows = []
-    for budget in args.budgets:
-        row = {"arch": arch, "prefix": args.prefix, "repeats": args.repeats, **budget_row(
-            model, cache, budget, args.repeats, args.mode, device)}
-        print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
-        rows.append(row)
+    with compile_ready(model):
+        cache, _ = prefill(model, random_prefix(model, args.prefix))
+        for budget in args.budgets:
+            row = {"arch": arch, "prefix": args.prefix, "repeats": args.repeats, **budget_row(
+                model, cache, budget, args.repeats, args.mode, device)}
+            print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+            rows.append(row)
     return rows
 
 

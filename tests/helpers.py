@@ -83,8 +83,12 @@ class HintedDrafter:
     def new_state(self):
         return self.drafter.new_state()
 
-    def draft(self, state, new_features, last_token: int, block_size: int) -> Draft:
-        logits = self.drafter.draft(state, new_features, last_token, block_size).logits.clone()  # [bs-1, V]
+    @property
+    def model(self):
+        return self.drafter.model
+
+    def draft(self, state, new_features, last_token: int, block_size: int, forward=None) -> Draft:
+        logits = self.drafter.draft(state, new_features, last_token, block_size, forward).logits.clone()  # [bs-1, V]
         root = state.length  # position of ``last_token``: every earlier row is in the context
         for d in range(1, block_size):
             if root + d < len(self.sequence) and (root + d) % 3:
@@ -93,8 +97,8 @@ class HintedDrafter:
 
     selector = None
 
-    def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
-        return [self.draft(*args, block_size) for args in zip(states, new_features, last_tokens)]
+    def draft_batch(self, states, new_features, last_tokens, block_size, forward=None) -> list:
+        return [self.draft(*args, block_size, forward) for args in zip(states, new_features, last_tokens)]
 
 
 class BatchHintedDrafter:
@@ -109,14 +113,14 @@ class BatchHintedDrafter:
         self.owner[id(state)] = self.hinted[len(self.owner)]
         return state
 
-    def draft(self, state, new_features, last_token, block_size) -> Draft:
-        return self.owner[id(state)].draft(state, new_features, last_token, block_size)
+    def draft(self, state, new_features, last_token, block_size, forward=None) -> Draft:
+        return self.owner[id(state)].draft(state, new_features, last_token, block_size, forward)
 
     selector = None
 
-    def draft_batch(self, states, new_features, last_tokens, block_size) -> list:
+    def draft_batch(self, states, new_features, last_tokens, block_size, forward=None) -> list:
         """Each state's own hinted proposal."""
-        return [self.draft(*args, block_size) for args in zip(states, new_features, last_tokens)]
+        return [self.draft(*args, block_size, forward) for args in zip(states, new_features, last_tokens)]
 
 
 # ----------------------------------------------------------------------------- seeded factories
@@ -221,11 +225,11 @@ def sharp_drafter(drafter, scale=4.0):
         new_state = drafter.new_state
         selector = None
 
-        def draft(self, state, feats, root, bs):
-            return self.draft_batch([state], [feats], [root], bs)[0]
+        def draft(self, state, feats, root, bs, forward=None):
+            return self.draft_batch([state], [feats], [root], bs, forward)[0]
 
-        def draft_batch(self, states, feats, roots, bs):
-            return [Draft(d.logits * scale) for d in drafter.draft_batch(states, feats, roots, bs)]
+        def draft_batch(self, states, feats, roots, bs, forward=None):
+            return [Draft(d.logits * scale) for d in drafter.draft_batch(states, feats, roots, bs, forward)]
     return Sharp()
 
 

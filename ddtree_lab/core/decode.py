@@ -23,7 +23,7 @@ its own generator (seed + b), so its output does not depend on the rest of the b
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -31,12 +31,13 @@ from transformers import DynamicCache
 
 from . import tree as tree_mod
 from .allocate import auto_trees
+from .compiled import compile_ready, compiled_module, compiled_tree_forward
 from .cache import TreeCache, commit
 from .conditional import build_conditional_tree, conditional_chain
-from .drafter import DrafterState
+from .drafter import Draft, DrafterState
 from .sampling import Conditional, Marginal, accept_rejection
 from .spec import TREES, GenerationSpec, Sampling
-from .verify import prefill, token_ids, verify_batch_unchecked
+from .verify import prefill, token_ids, tree_forward, verify_batch_unchecked
 PHASES = ("draft", "tree", "verify", "accept", "commit")
 
 
@@ -225,18 +226,36 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     s = spec.sampling
     rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
-    t0 = time.perf_counter()
-    if spec.method == "ar":
-        gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock)
-    else:
-        seqs = [_Sequence(b, None, None, None, 0, budget, new, rng)
-                for b, (budget, new, rng) in enumerate(zip(budgets, news, rngs))]
-        _generate_spec(target, drafter, prompts, seqs, spec, clock, _Hooks(cost_model, on_round))
-        gens = [s.gen for s in seqs]
-    clock.timings["total"] = time.perf_counter() - t0
+    with compile_ready(target) if spec.compile else nullcontext():
+        t0 = time.perf_counter()
+        if spec.method == "ar":
+            gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock, _forwards(target, None, spec).ar)
+        else:
+            seqs = [_Sequence(b, None, None, None, 0, budget, new, rng)
+                    for b, (budget, new, rng) in enumerate(zip(budgets, news, rngs))]
+            _generate_spec(target, drafter, prompts, seqs, spec, clock, _Hooks(cost_model, on_round))
+            gens = [s.gen for s in seqs]
+        clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
         g.tokens, g.entropies, g.timings = g.tokens[:n], g.entropies[:n], dict(clock.timings)
     return gens
+
+
+@dataclass(frozen=True)
+class _Forwards:
+    """The per-round forwards a generation calls: the AR step (the target), the verify
+    (``verify.tree_forward``) and the drafter's block forward (None: its own); eager, or
+    compiled copies (``spec.compile``, see ``compiled``)."""
+    ar: object
+    verify: object
+    draft: object
+
+
+def _forwards(target, drafter, spec: GenerationSpec) -> _Forwards:
+    if not spec.compile:
+        return _Forwards(target, tree_forward, None)  # None: the drafter's own block forward
+    return _Forwards(compiled_module(target), compiled_tree_forward(),
+                     None if drafter is None else compiled_module(drafter.model))
 
 
 @dataclass(frozen=True)
@@ -269,8 +288,9 @@ def check_generate_batch_args(target, drafter, prompts, spec: GenerationSpec, co
     return checked
 
 
-def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation) -> list[Generation]:
-    """AR on the stock forward and ``DynamicCache``: one target forward per token for the whole
+def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, forward=None) -> list[Generation]:
+    """AR on the stock forward (``forward``: the target or its compiled copy) and
+    ``DynamicCache``: one target forward per token for the whole
     batch. Prompts of different lengths are left-padded, with a 2-D attention mask and
     per-sequence positions (equal lengths need neither: batch 1 is the plain loop). Every row
     runs until the longest sequence is done (the stock Qwen3.5 linear-attention cache layer has
@@ -295,7 +315,7 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation) ->
             break
         with timed_phase(clock, "verify"):
             mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)  # [B, P + step + 1]
-            logits = target(tokens[:, None].to(device), attention_mask=mask if padded else None,
+            logits = (target if forward is None else forward)(tokens[:, None].to(device), attention_mask=mask if padded else None,
                             position_ids=positions + step if padded else None,
                             past_key_values=cache, use_cache=True).logits[:, -1]
     return gens
@@ -383,7 +403,7 @@ class Opening:
     features: torch.Tensor
     root: int
     state: DrafterState
-    draft: object
+    draft: Draft
 
 
 def first_draft(target, drafter, prompt, block_size: int) -> Opening:
@@ -404,6 +424,7 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
     """The speculative loop over ``seqs`` (one per prompt, filled in place): rounds until every
     sequence has its ``max_new_tokens``. Everything was validated before: nothing per round."""
     layers, rule, s = tuple(drafter.cfg.target_layer_ids), tree_rule(drafter, spec.tree), spec.sampling
+    forwards = _forwards(target, drafter, spec)
     with timed_phase(clock, "prefill"):
         for seq, prompt in zip(seqs, prompts):
             _open(target, drafter, seq, prompt)
@@ -411,13 +432,15 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
     while running:
         with timed_phase(clock, "draft"):
             drafts = drafter.draft_batch([q.dstate for q in running], [q.features for q in running],
-                                         [q.root for q in running], spec.block_size)  # Draft each, logits [bs-1, V]
+                                         [q.root for q in running], spec.block_size,
+                                         forward=forwards.draft)  # Draft each, logits [bs-1, V]
             proposals = [rule.proposal(d) for d in drafts]
         with timed_phase(clock, "tree"):
             trees = [sampled(t, q, s, seq.rng) for t, q, seq in
                      zip(draft_trees(drafts, running, spec.method, hooks.cost_model, rule), proposals, running)]
         with timed_phase(clock, "verify"):
-            outs = verify_batch_unchecked(target, [q.cache for q in running], trees, spec.gdn_mode, layers)
+            outs = verify_batch_unchecked(target, [q.cache for q in running], trees, spec.gdn_mode, layers,
+                                          forward=forwards.verify)
         with timed_phase(clock, "accept"):
             # every sequence walks its own tree with its own generator: lossless per sequence
             # whatever the other sequences of the batch accept

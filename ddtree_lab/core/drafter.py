@@ -271,25 +271,27 @@ class DFlashDrafter(nn.Module):
         return DrafterState([empty] * n, [empty] * n, 0)
 
     @torch.no_grad()
-    def draft(self, state: DrafterState, new_features: torch.Tensor, last_token: int, block_size: int) -> "Draft":
+    def draft(self, state: DrafterState, new_features: torch.Tensor, last_token: int, block_size: int,
+              forward=None) -> "Draft":
         """One sequence: extend its context, draft one block -> ``Draft`` (logits [bs-1, V]);
         the batch of one of ``draft_batch``."""
-        return self.draft_batch([state], [new_features], [last_token], block_size)[0]
+        return self.draft_batch([state], [new_features], [last_token], block_size, forward)[0]
 
     @torch.no_grad()
     def draft_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
-                    last_tokens: list[int], block_size: int) -> list["Draft"]:
-        """One ``Draft`` per sequence from ONE block forward (``block_hidden_batch``): its
-        logits [bs-1, V], and for a DFlash 2 drafter its parent-conditioned selector view."""
-        hidden = self.block_hidden_batch(states, new_features, last_tokens, block_size)  # [B, bs-1, H]
+                    last_tokens: list[int], block_size: int, forward=None) -> list["Draft"]:
+        """One ``Draft`` per sequence from ONE block forward (``_block_hidden_batch``): its
+        logits [bs-1, V], and for a DFlash 2 drafter its parent-conditioned selector view.
+        forward: the block forward to call (None: ``self.model``; or its compiled copy)."""
+        hidden = self._block_hidden_batch(states, new_features, last_tokens, block_size, forward)  # [B, bs-1, H]
         logits = self.logits(hidden)
         if self.selector is None:
             return [Draft(row, None) for row in logits]
         return [Draft(lg, from_selector(self.selector, h, lg)) for h, lg in zip(hidden, logits)]
 
     @torch.no_grad()
-    def block_hidden_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
-                           last_tokens: list[int], block_size: int) -> torch.Tensor:
+    def _block_hidden_batch(self, states: list[DrafterState], new_features: list[torch.Tensor],
+                           last_tokens: list[int], block_size: int, forward=None) -> torch.Tensor:
         """B sequences in ONE block forward: -> normed hidden states [B, bs-1, H] of depths 1..bs-1.
 
         new_features[b] [n_b, F]: the features of the tokens sequence b committed since its last
@@ -311,8 +313,8 @@ class DFlashDrafter(nn.Module):
             states, new_features, new_rows, width, block_size)
         cache = ContextCache(states, new_rows, block_size, width)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
-        hidden = self.model(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
-                            target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
+        hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
+                                         target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
         for state, n in zip(states, new_rows):
             state.length += n
         return hidden[:, 1:]

@@ -78,7 +78,7 @@ class GenerationSpec:
     a batch; block_size: drafter block (>= 2; its upper bound is the drafter's, checked with the
     models); max_new_tokens: an int, or a tuple with one per prompt; sampling: ``Sampling``;
     tree: "unary" / "conditional" / None (the drafter's own); gdn_mode: a ``GdnMode`` (a name
-    is resolved once, here).
+    is resolved once, here); compile: run the loop's forwards compiled (``compiled``).
     """
     method: str = "ddtree"
     budget: int | str | tuple = 32
@@ -87,6 +87,7 @@ class GenerationSpec:
     sampling: Sampling = field(default_factory=Sampling)
     tree: str | None = None
     gdn_mode: GdnMode | str = "wy"
+    compile: bool = False
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -107,6 +108,8 @@ class GenerationSpec:
         if self.tree is not None and self.tree not in TREES:
             raise ValueError(f"tree must be one of {TREES} or None (the drafter's own), got {self.tree!r}")
         object.__setattr__(self, "gdn_mode", as_gdn_mode(self.gdn_mode))
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile must be True or False, got {self.compile!r}")
 
     @classmethod
     def build(cls, spec: "GenerationSpec | None" = None, **kwargs) -> "GenerationSpec":

@@ -207,9 +207,9 @@ def test_finished_sequences_leave_the_batch(monkeypatch):
     target, drafter = PAIRS["gdn-toy", torch.float32]
     sizes, real = [], decode.verify_batch_unchecked
 
-    def spy(model, caches, trees, *args):
+    def spy(model, caches, trees, *args, **kwargs):
         sizes.append(len(trees))
-        return real(model, caches, trees, *args)
+        return real(model, caches, trees, *args, **kwargs)
     monkeypatch.setattr(decode, "verify_batch_unchecked", spy)
     gens = decode.generate_batch(target, drafter, prompts_for(3, 64)[:3], method="ddtree", budget=8,
                                 block_size=4, max_new_tokens=[2, 9, 5])

@@ -108,7 +108,7 @@ def test_conditional_chain_is_dflash_selector_path_walk():
     target, d2 = _toy_dflash2()
     feats = torch.randn(11, d2.cfg.feature_size, generator=torch.Generator().manual_seed(2))
     for root in (0, 7, 33):
-        hidden = d2.block_hidden_batch([d2.new_state()], [feats], [root], 8)  # [1, 7, H]
+        hidden = d2._block_hidden_batch([d2.new_state()], [feats], [root], 8)  # [1, 7, H]
         path, _, _ = d2.selector.select(hidden, d2.logits(hidden), torch.tensor([root]), 0.0)
         chain = conditional_chain(d2.draft(d2.new_state(), feats, root, 8).conditional, root)
         assert chain.tokens[1:].tolist() == path[0].tolist()

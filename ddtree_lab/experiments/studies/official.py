@@ -15,12 +15,14 @@ two loops' rounds line up one for one (``lab_generate_aligned``).
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 
 import dflash.model as dm
 import pandas as pd
 import torch
 from transformers import DynamicCache
 
+from ...core.compiled import compile_ready, compiled_module
 from ...core.decode import PHASES, generate, start
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.summary import ar_divergence
@@ -29,9 +31,11 @@ from ..plumbing.sweep import run_config
 
 @torch.no_grad()
 def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_size: int,
-                      temperature: float = 0.0, seed: int = 0) -> dict:
+                      temperature: float = 0.0, seed: int = 0, compile: bool = False) -> dict:
     """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``), as shipped:
     -> {"tokens": new tokens (t1 first), "acceptance_lengths": tokens per verify round}.
+    compile: the loop as shipped on compiled copies of both models, as the lab's compiled loop
+    (``core.compiled``: ``compiled_module``, MoE experts as ``grouped_mm`` while it runs).
 
     The round lengths are read without touching the loop (its own ``return_stats`` timer needs
     CUDA): a forward pre-hook on ``target`` sees the target cache's length at every call, and
@@ -40,11 +44,13 @@ def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_si
     ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1).to(target.device)
     torch.manual_seed(seed)
     lengths: list[int] = []
-    hook = target.register_forward_pre_hook(
+    model, draft = (compiled_module(target), compiled_module(drafter.model)) if compile else (target, drafter.model)
+    hook = model.register_forward_pre_hook(
         lambda module, args, kwargs: lengths.append(kwargs["past_key_values"].get_seq_length()), with_kwargs=True)
     try:
-        out = dm.dflash_generate(drafter.model, target, ids, max_new_tokens, None, temperature=temperature,
-                                 block_size=block_size)
+        with compile_ready(target) if compile else nullcontext():
+            out = dm.dflash_generate(draft, model, ids, max_new_tokens, None, temperature=temperature,
+                                     block_size=block_size)
     finally:
         hook.remove()
     starts = lengths[1:] + [out.shape[1] - 1]  # after the prefill call: the committed length at each round

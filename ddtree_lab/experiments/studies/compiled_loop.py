@@ -1,0 +1,141 @@
+"""The compiled loop against the eager one, and each against AR of its own kind
+(``GenerationSpec.compile``; ``scripts/bench_loop_compile.py`` stores the run).
+
+For every prompt the configs (AR, the field's reference loop ``dflash_generate``, the lab's
+DFlash and DDTree at two budgets) run eager then compiled, back to back, so each pair of a
+prompt shares the machine's state. Compilation is paid before the timed run, config by config,
+on the first two prompts (two lengths: the recompile with a symbolic length), so each config's
+graph breaks and new graphs are its own. Rows: one per (target, config, prompt, kind) with
+tokens/s (max_new_tokens over the wall seconds), tau, whether the tokens equal the eager
+ones, and the load average.
+
+``loop_summary``: per target and config, compiled / eager tokens/s, and each kind's tokens/s
+over AR of the same kind (eager over eager, compiled over compiled), as medians of per-prompt
+ratios with 95% intervals; graph breaks and graphs from dynamo's counters.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pandas as pd
+import torch
+from torch._dynamo.utils import counters
+
+from ...core.decode import generate
+from .official import official_generate
+from ...common import RESULTS_DIR
+from ..plumbing.results import code_version
+from ..plumbing.spread import format_ratio_columns, ratio_columns
+
+CONFIGS = (("ar", 1), ("dflash", 1), ("ddtree", 16), ("ddtree", 64), ("official", 1))  # the reference loop last
+KINDS = ("eager", "compiled")
+STORE = RESULTS_DIR / "loop_compile.csv"
+
+
+def _run(pair, ids, method: str, budget: int, compiled: bool, max_new_tokens: int) -> tuple[float, list, float]:
+    """One generation -> (seconds, new tokens, tau); method "official": ``dflash_generate``."""
+    start = time.perf_counter()
+    if method == "official":
+        out = official_generate(pair.target, pair.drafter, ids, max_new_tokens, 8, compile=compiled)
+        seconds, acc = time.perf_counter() - start, out["acceptance_lengths"]
+        return seconds, out["tokens"], sum(acc) / max(1, len(acc))
+    g = generate(pair.target, pair.drafter, ids, method=method, budget=budget, block_size=8,
+                 max_new_tokens=max_new_tokens, compile=compiled)
+    return time.perf_counter() - start, g.tokens, g.tau
+
+
+def warm_up(pair, prompt_ids: list[list[int]], configs=CONFIGS, max_new_tokens: int = 128) -> dict:
+    """Compile each config's graphs on the first two prompts (two lengths: the recompile with a
+    symbolic length); -> {config: (seconds, graph breaks, new graphs)} from dynamo's counters."""
+    out = {}
+    for method, budget in configs:
+        breaks, graphs = sum(counters["graph_break"].values()), counters["stats"].get("unique_graphs", 0)
+        start = time.perf_counter()
+        for ids in prompt_ids[:2]:
+            _run(pair, ids, method, budget, True, max_new_tokens)
+        out[method, budget] = (time.perf_counter() - start, sum(counters["graph_break"].values()) - breaks,
+                               counters["stats"].get("unique_graphs", 0) - graphs)
+    return out
+
+
+def run_compiled_loop(pair, arch: str, prompt_ids: dict, configs=CONFIGS, max_new_tokens: int = 128,
+                      progress=None) -> list[dict]:
+    """The timed run over ``prompt_ids`` ({prompt id: token ids}), after ``warm_up``; -> rows.
+
+    Dynamo runs with its defaults, as a user's would, from a clean slate per target
+    (``torch._dynamo.reset``). Its recompile limit (8 graphs) counts per code object, and
+    every transformers model's forward enters through one decorator's code: the reference
+    loop calls the compiled target with several signatures and cache states and can fill it,
+    after which new shapes run eager. Its configs come last, so the lab's AR and loops hold
+    their graphs first."""
+    torch._dynamo.reset()
+    stamp = {"target_digest": pair.digests["target"], "drafter_digest": pair.digests["drafter"], "code": code_version()}
+    compiled = warm_up(pair, list(prompt_ids.values()), configs, max_new_tokens)
+    rows = []
+    for pid, ids in prompt_ids.items():
+        for method, budget in configs:
+            compile_s, breaks, graphs = compiled[method, budget]
+            eager = None
+            for kind in KINDS:
+                seconds, tokens, tau = _run(pair, ids, method, budget, kind == "compiled", max_new_tokens)
+                eager = tokens if eager is None else eager
+                rows.append({"arch": arch, **stamp, "method": method, "budget": budget, "prompt_id": pid, "kind": kind,
+                             "tokens_per_s": len(tokens) / seconds, "tau": tau, "equals_eager": tokens == eager,
+                             "compile_s": compile_s, "graph_breaks": breaks, "new_graphs": graphs,
+                             "threads": torch.get_num_threads(), "load_avg_1min": os.getloadavg()[0]})
+                if progress:
+                    progress(rows[-1])
+    return rows
+
+
+def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (arch, method, budget): tau per kind, compiled / eager, and eager / compiled over AR of
+    the same kind (paired per prompt: medians with 95% intervals)."""
+    wide = rows.pivot_table(index=["arch", "method", "budget", "prompt_id"], columns="kind",
+                            values="tokens_per_s").reset_index()
+    out = []
+    for (arch, method, budget), g in wide.groupby(["arch", "method", "budget"], sort=False):
+        ar = wide[(wide.arch == arch) & (wide.method == "ar")].set_index("prompt_id").loc[g.prompt_id]
+        r = rows[(rows.arch == arch) & (rows.method == method) & (rows.budget == budget)]
+        out.append({"arch": arch, "method": method, "budget": budget, "prompts": len(g),
+                    "tau": r[r.kind == "eager"].tau.mean(), "eager_tok_s": g.eager.median(),
+                    "compiled_tok_s": g.compiled.median(),
+                    **ratio_columns("compiled/eager", g.compiled.values, g.eager.values),
+                    **ratio_columns("eager/ar", g.eager.values, ar.eager.values),
+                    **ratio_columns("compiled/ar", g.compiled.values, ar.compiled.values),
+                    "equals_eager": bool(r.equals_eager.all()), "graph_breaks": int(r.graph_breaks.max()),
+                    "new_graphs": int(r.new_graphs.max()), "compile_s": float(r.compile_s.max()),
+                    "load_avg_max": float(r.load_avg_1min.max())})
+    return pd.DataFrame(out)
+
+
+def stored_loop_compile(pairs: dict, path=STORE) -> pd.DataFrame | None:
+    """The stored run's rows (``scripts/bench_loop_compile.py``) of ``pairs`` ({arch: Pair}: their
+    weights) and this code, or None when there are none."""
+    if not path.is_file():
+        return None
+    rows = pd.read_csv(path)
+    if not {"code", "target_digest", "drafter_digest"} <= set(rows.columns):
+        return None  # written before rows named their code and models
+    keep = rows.code == code_version()
+    keep &= pd.Series([a in pairs and (t, d) == (pairs[a].digests["target"], pairs[a].digests["drafter"])
+                       for a, t, d in zip(rows.arch, rows.target_digest, rows.drafter_digest)], index=rows.index)
+    return rows[keep] if keep.any() else None
+
+
+LOOP_LABELS = {"ar": "AR", "official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash",
+               "ddtree": "lab DDTree"}
+
+
+def loop_display(summary: pd.DataFrame) -> pd.DataFrame:
+    """``loop_summary`` for reading (README block and notebook 05): one row per loop, ratios
+    as 'median [95% interval]'."""
+    rows = [{"target": r.arch, "loop": LOOP_LABELS[r.method] + (f" {r.budget}" if r.method == "ddtree" else ""),
+             "tau": f"{r.tau:.2f}", "eager tok/s": f"{r.eager_tok_s:.0f}", "compiled tok/s": f"{r.compiled_tok_s:.0f}",
+             "compiled / eager": format_ratio_columns(r, "compiled/eager"),
+             "eager vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "eager/ar"),
+             "compiled vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "compiled/ar"),
+             "compiled == eager tokens": "yes" if r.equals_eager else "**no**", "graph breaks": int(r.graph_breaks),
+             "compile s": f"{r.compile_s:.0f}"} for r in summary.itertuples()]
+    return pd.DataFrame(rows)
