@@ -280,7 +280,8 @@ def render_loop_compile() -> str:
             f"{int(t.prompts.max())} HumanEval prompts, 128 new tokens, block 8, T = 0, one thread, one lane, "
             "load average over its rows "
             f"{rows.load_avg_1min.median():.2f} median, {rows.load_avg_1min.max():.2f} max; per prompt eager then "
-            "compiled, after every graph is built (compile s: that warm-up, two prompts); the reference loop "
+            "compiled, after every graph is built (compile s: that warm-up, two prompts, in a fresh inductor cache); "
+            "the reference loop "
             "compiled is `dflash_generate` as shipped on compiled copies of both models; MoE experts run as "
             "`grouped_mm` while compiled; ratios: medians of per-prompt tokens/s ratios [95% interval]; "
             "'vs AR' compares each kind with AR of the same kind):\n\n")

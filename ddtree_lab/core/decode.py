@@ -179,7 +179,8 @@ def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *,
              on_round=None, **spec_args) -> Generation:
     """Generate after ``prompt_ids`` as ``spec`` says (a ``GenerationSpec``, or its fields as
     keyword arguments: method, budget, block_size, max_new_tokens, temperature, accept_rule,
-    seed, tree, gdn_mode): the batch of one of ``generate_batch``.
+    seed, tree, gdn_mode, compile): the batch of one of ``generate_batch``. compile: the same
+    loop on compiled copies of its forwards (``compiled``; the first call builds the graphs).
 
     budget: draft nodes per DDTree round, or "auto" (per round, maximise expected tokens
     per predicted second with ``cost_model``, see ``allocate.auto_trees``).
