@@ -1,7 +1,7 @@
 """The compiled decoding loop against the eager one (``GenerationSpec.compile``), on the shipped
 pairs: AR, DFlash and DDTree 16 / 64 on the same HumanEval prompts, eager then compiled per
-prompt (``studies.compiled_loop``), one thread, after every graph is compiled (in a fresh
-inductor cache, so the compile seconds are a new process's). Each kind is
+prompt (``studies.compiled_loop``), one thread, after every graph is compiled (inductor's on-disk cache of
+earlier runs in use: the compile seconds are a warm machine's). Each kind is
 also compared with AR of its own kind (eager over eager, compiled over compiled).
 Writes data/results/loop_compile.csv (one row per target, config, prompt and kind, with the
 load average) and prints ``loop_summary``. ``scripts/recompute.sh`` runs it alone.
@@ -11,9 +11,7 @@ load average) and prints ``loop_summary``. ``scripts/recompute.sh`` runs it alon
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +32,6 @@ def main() -> None:
     if args.prompts < 6:
         raise SystemExit(f"--prompts must be >= 6 (a 95% interval needs 6 pairs), got {args.prompts}")
     torch.set_num_threads(1)
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="inductor-"))  # compile s: no reuse
     rows = []
     for arch in args.archs.split(","):
         pair = load_pair(arch)

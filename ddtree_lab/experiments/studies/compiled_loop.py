@@ -137,5 +137,5 @@ def loop_display(summary: pd.DataFrame) -> pd.DataFrame:
              "eager vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "eager/ar"),
              "compiled vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "compiled/ar"),
              "compiled == eager tokens": "yes" if r.equals_eager else "**no**", "graph breaks": int(r.graph_breaks),
-             "compile s": f"{r.compile_s:.0f}"} for r in summary.itertuples()]
+             "compile s": f"{r.compile_s:.0f}"} for _, r in summary.iterrows()]
     return pd.DataFrame(rows)
