@@ -5,6 +5,7 @@ import argparse
 import json
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -12,7 +13,7 @@ from ..common import DATA_DIR, RESULTS_DIR
 from ..core.models import load_target
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
-from ..train.drafters import train_drafter, train_drafter2
+from ..train.drafters import load_drafter, train_drafter, train_drafter2
 from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
 from ..train.targets import train_target
 from ..experiments.plumbing.results import ResultsStore
@@ -55,7 +56,19 @@ def _cmd_train_drafter(args):
 
 
 def _cmd_train_drafter2(args):
-    man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes)
+    """The shipped pair's DFlash 2 drafter (--arch), or one for a target of your own (--target DIR
+    --drafter DIR --out DIR: it starts from that DFlash drafter)."""
+    if (args.target is None) == (args.arch is None):
+        raise SystemExit("train-drafter2: give --arch (a shipped target) or --target DIR (your own), not both")
+    own = {}
+    if args.target is not None:
+        if args.drafter is None or args.out is None:
+            raise SystemExit("train-drafter2: --target needs --drafter DIR (its DFlash drafter, the start) "
+                             "and --out DIR (where the DFlash 2 drafter ships)")
+        target = load_target(args.target)
+        own = {"target": target, "drafter": load_drafter(Path(args.drafter), target),
+               "tok": load_tokenizer_for(args.target), "out": Path(args.out)}
+    man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes, **own)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time", "unary",
                                                               "selector"))}))
 
@@ -236,8 +249,7 @@ def _cmd_notebooks(args):
 def _training_parser(sub, name: str, func, what: str, device: bool):
     """One training command: --arch, --preset, --max-minutes (and --device where it trains on one)."""
     s = sub.add_parser(name, help=what)
-    s.add_argument("--arch", choices=["gdn", "mla"], required=name != "train-drafter",
-                   default=None)
+    s.add_argument("--arch", choices=["gdn", "mla"], required=name == "train-target", default=None)
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
     s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
     if device:
@@ -256,9 +268,14 @@ def main(argv=None):
     for name, func, what, device in (
             ("train-target", _cmd_train_target, "train a target on the stdlib corpus (resumable)", True),
             ("train-drafter", _cmd_train_drafter, "train a DFlash drafter on target rollouts (resumable)", True),
-            ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from the "
-                                                    "shipped DFlash drafter, on the same data (resumable)", False)):
+            ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from a "
+                                                    "DFlash drafter (the shipped one of --arch, or --drafter with "
+                                                    "--target), on the same data (resumable)", False)):
         s = _training_parser(sub, name, func, what, device)
+    s = sub.choices["train-drafter2"]
+    s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
+    s.add_argument("--drafter", default=None, help="the DFlash drafter directory of --target (the start)")
+    s.add_argument("--out", default=None, help="where the DFlash 2 drafter ships (with --target)")
     s = sub.choices["train-drafter"]
     s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
     s.add_argument("--out", default=None, help="where the drafter ships (with --target)")

@@ -275,11 +275,15 @@ def train_drafter(arch: str | None, preset: str = "default", *, target=None, pro
                          f"no {data.MASK!r} token: pass one, e.g. an unused special token), got {mask_token_id!r}")
     training = training_data(target, recipe, tok, prompts, recipe.train.seed, cache_dir)
     out = Path(out or ckpt_path(arch, "drafter"))
+    return fit_drafter(target, arch, recipe, training, mask_token_id, Path(runs_dir or default_runs_dir(out, preset)),
+                       out, preset=preset, max_minutes=max_minutes)
+
+
+def default_runs_dir(out: Path, preset: str) -> Path:
+    """Where a drafter's resumable training state lives: ``data/runs/{out's name}-{preset}`` for
+    a drafter inside ``data/`` (the shipped ones), else ``{out}.run`` beside ``out``."""
     inside = out.resolve().is_relative_to(data.DATA_DIR.resolve())
-    runs_dir = Path(runs_dir or (data.DATA_DIR / "runs" / f"{out.name}-{preset}" if inside
-                                 else out.with_name(f"{out.name}.run")))
-    return fit_drafter(target, arch, recipe, training, mask_token_id, runs_dir, out,
-                       preset=preset, max_minutes=max_minutes)
+    return data.DATA_DIR / "runs" / f"{out.name}-{preset}" if inside else out.with_name(f"{out.name}.run")
 
 
 def fit_drafter(target, arch: str, recipe: DrafterRecipe, training: tuple, mask_token_id: int, runs_dir: Path,
@@ -358,14 +362,16 @@ def dflash2_from(drafter: DFlashDrafter, target, **shape) -> DFlashDrafter:
     return DFlashDrafter(model, target)
 
 
-def train_drafter2(arch: str, preset: str = "default", *, target=None, drafter=None, prompts: list | None = None,
-                   tok=None, out: Path | None = None, runs_dir: Path | None = None,
+def train_drafter2(arch: str | None, preset: str = "default", *, target=None, drafter=None,
+                   prompts: list | None = None, tok=None, out: Path | None = None, runs_dir: Path | None = None,
                    cache_dir: Path | None = data.CACHE_DIR, max_minutes: float | None = None,
                    corpus_share: float | None = None, labels: str | None = None) -> dict:
     """Train a DFlash 2 drafter (``dflash.DFlash2DraftModel``, convolutions and candidate selector)
     for ``target``: it starts as ``drafter`` (default the shipped DFlash drafter, ``dflash2_from``)
     and is trained on the same data with the DFlash loss plus the selector's K-way cross
-    entropy (``core.drafter.selector_loss``). Ships under ``data/checkpoints/{arch}-drafter2``.
+    entropy (``core.drafter.selector_loss``). Ships under ``data/checkpoints/{arch}-drafter2``,
+    or ``out`` (a target of one's own: ``target`` and its ``drafter`` given, arch None reads
+    as ``arch_of(target)``; the run beside ``out``, ``default_runs_dir``).
     corpus_share, labels: the data knobs (``with_knobs``), as the DFlash drafter was trained."""
     if preset not in DFLASH2_RECIPES:
         raise ValueError(f"preset must be one of {sorted(DFLASH2_RECIPES)}, got {preset!r}")
@@ -374,14 +380,15 @@ def train_drafter2(arch: str, preset: str = "default", *, target=None, drafter=N
     if target is None:
         check_manifest(ckpt_path(arch, "target"), REBUILD["target"].format(arch=arch))
         target = load_target(ckpt_path(arch, "target"))
+    arch = arch_of(target) if arch is None else arch
     drafter = drafter or load_drafter(ckpt_path(arch, "drafter"), target)
     tok = tok or data.load_tokenizer()
     rollouts, train_r, val_r, corpus = training_data(target, recipe, tok, prompts, cfg.seed, cache_dir)
     torch.manual_seed(cfg.seed)
     drafter2 = dflash2_from(drafter, target).float().train()
-    runs_dir = Path(runs_dir or data.DATA_DIR / "runs" / f"{arch}-drafter2-{preset}")
-    return _train_and_ship(drafter2, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus, runs_dir,
-                           Path(out or ckpt_path(arch, "drafter2")), "drafter2",
+    out = Path(out or ckpt_path(arch, "drafter2"))
+    return _train_and_ship(drafter2, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
+                           Path(runs_dir or default_runs_dir(out, preset)), out, "drafter2",
                            initialised_from=drafter_digest(drafter))
 
 

@@ -49,3 +49,17 @@ def test_compiled_equals_eager_and_ar(preset):
     assert accepted > 0
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
     assert target.config._experts_implementation == "eager"
+
+
+@pytest.mark.slow
+def test_a_compiled_batch_equals_the_eager_batch():
+    """``generate_batch(..., compile=True)``: prompts of three lengths (left padding, per-sequence
+    trees), AR and DDTree, the same tokens as eager."""
+    target, drafter = toy_pair("mla-toy")
+    prompts = [torch.arange(3, 12), torch.arange(20, 25), torch.arange(5, 19)]
+    for method in ("ar", "ddtree"):
+        eager = decode.generate_batch(target, drafter, prompts, method=method, budget=8, block_size=6,
+                                      max_new_tokens=12)
+        fast = decode.generate_batch(target, drafter, prompts, method=method, budget=8, block_size=6,
+                                     max_new_tokens=12, compile=True)
+        assert [g.tokens for g in fast] == [g.tokens for g in eager], method

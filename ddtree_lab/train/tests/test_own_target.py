@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dflash.model import DFlashDraftModel
+from dflash.model import DFlash2DraftModel, DFlashDraftModel
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from ddtree_lab.app.cli import main
@@ -123,8 +123,28 @@ def test_the_notebooks_run_on_a_directory_pair_of_another_class(constant_pair, t
     assert "match:    False" not in text and "match:    True" in text   # checks ran, and every one held
 
 
+@pytest.mark.slow
+def test_train_drafter2_for_your_own_target(qwen3_dir, drafter_dir, tmp_path):
+    """``train-drafter2 --target DIR --drafter DIR --out DIR``: a published DFlash 2 drafter of a
+    class not shipped here, started from its DFlash drafter, whose conditional trees decode
+    losslessly."""
+    out = tmp_path / "my-drafter2"
+    main(["--threads", "1", "train-drafter2", "--target", str(qwen3_dir), "--drafter", str(drafter_dir),
+          "--out", str(out), "--preset", "toy"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["arch"] == "attention" and (tmp_path / "my-drafter2.run").is_dir()
+    assert type(DFlash2DraftModel.from_pretrained(out, dtype=torch.float32)) is DFlash2DraftModel
+    pair = pair_from_dirs(qwen3_dir, out)
+    assert pair.drafter.selector is not None
+    prompt = pair.prompt_ids(1)[:20]
+    ar = generate(pair.target, None, prompt, method="ar", max_new_tokens=12)
+    assert generate(pair.target, pair.drafter, prompt, method="ddtree", budget=8, max_new_tokens=12).tokens == ar.tokens
+
+
 @pytest.mark.parametrize("argv,message", [
     (["train-drafter", "--preset", "toy"], "give --arch"),
+    (["train-drafter2", "--preset", "toy"], "give --arch"),
+    (["train-drafter2", "--target", "x", "--out", "y"], "--target needs --drafter"),
     (["train-drafter", "--arch", "gdn", "--target", "x", "--out", "y"], "not both"),
     (["train-drafter", "--target", "x"], "--target needs --out"),
 ])
