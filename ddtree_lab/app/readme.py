@@ -275,7 +275,10 @@ def render_compile() -> str:
 def render_loop_compile() -> str:
     """The compiled loop against the eager one, each against AR of its own kind
     (scripts/bench_loop_compile.py)."""
-    rows = pd.read_csv(RESULTS_DIR / "loop_compile.csv")
+    rows = compiled_loop.stored_loop_compile()
+    if rows is None:
+        return ("No stored compiled-loop run for this code: `python scripts/bench_loop_compile.py` makes one "
+                "(for the shipped pairs).")
     t = compiled_loop.loop_summary(rows)
     head = (f"**The loop compiled** (`python scripts/bench_loop_compile.py`: `generate(..., compile=True)`, "
             f"{int(t.prompts.max())} HumanEval prompts, 128 new tokens, block 8, T = 0, one thread, one lane, "

@@ -6,8 +6,8 @@ DFlash and DDTree at two budgets) run eager then compiled, back to back, so each
 prompt shares the machine's state. Compilation is paid before the timed run, config by config,
 on the first two prompts (two lengths: the recompile with a symbolic length), so each config's
 graph breaks and new graphs are its own. Rows: one per (target, config, prompt, kind) with
-tokens/s (max_new_tokens over the wall seconds), tau, whether the tokens equal the eager
-ones, and the load average.
+tokens/s (new tokens over the wall seconds), tau, whether the tokens equal the eager ones, the
+load average, and the code version and both models' digests (``stored_loop_compile``).
 
 ``loop_summary``: per target and config, compiled / eager tokens/s, and each kind's tokens/s
 over AR of the same kind (eager over eager, compiled over compiled), as medians of per-prompt
@@ -22,11 +22,12 @@ import pandas as pd
 import torch
 from torch._dynamo.utils import counters
 
-from ...core.decode import generate
-from .official import official_generate
 from ...common import RESULTS_DIR
+from ...core.decode import generate
 from ..plumbing.results import code_version
 from ..plumbing.spread import format_ratio_columns, ratio_columns
+from .official import official_generate
+from .round_cost import LOOP_NAMES
 
 CONFIGS = (("ar", 1), ("dflash", 1), ("ddtree", 16), ("ddtree", 64), ("official", 1))  # the reference loop last
 KINDS = ("eager", "compiled")
@@ -110,22 +111,22 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def stored_loop_compile(pairs: dict, path=STORE) -> pd.DataFrame | None:
-    """The stored run's rows (``scripts/bench_loop_compile.py``) of ``pairs`` ({arch: Pair}: their
-    weights) and this code, or None when there are none."""
+def stored_loop_compile(pairs: dict | None = None, path=STORE) -> pd.DataFrame | None:
+    """The stored run's rows (``scripts/bench_loop_compile.py``) of this code and of ``pairs``
+    ({arch: Pair}: their weights; None: any models), or None when there are none."""
     if not path.is_file():
         return None
     rows = pd.read_csv(path)
     if not {"code", "target_digest", "drafter_digest"} <= set(rows.columns):
         return None  # written before rows named their code and models
     keep = rows.code == code_version()
-    keep &= pd.Series([a in pairs and (t, d) == (pairs[a].digests["target"], pairs[a].digests["drafter"])
-                       for a, t, d in zip(rows.arch, rows.target_digest, rows.drafter_digest)], index=rows.index)
+    if pairs is not None:
+        keep &= pd.Series([a in pairs and (t, d) == (pairs[a].digests["target"], pairs[a].digests["drafter"])
+                           for a, t, d in zip(rows.arch, rows.target_digest, rows.drafter_digest)], index=rows.index)
     return rows[keep] if keep.any() else None
 
 
-LOOP_LABELS = {"ar": "AR", "official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash",
-               "ddtree": "lab DDTree"}
+LOOP_LABELS = {"ar": "AR", **LOOP_NAMES}
 
 
 def loop_display(summary: pd.DataFrame) -> pd.DataFrame:
