@@ -842,48 +842,71 @@ def _concurrency_axis(ax, levels) -> None:
     ax.set_xlabel("concurrency (sequences per batch)")
 
 
+def _interval_bars(ax, x, rows: pd.DataFrame, col: str, color) -> None:
+    """Error bars of ``col``'s 95% interval (``col``_lo / _hi), where the table has them."""
+    if f"{col}_lo" not in rows or rows[f"{col}_lo"].isna().all():
+        return
+    y = rows[col].to_numpy(float)
+    err = np.vstack([y - rows[f"{col}_lo"].to_numpy(float), rows[f"{col}_hi"].to_numpy(float) - y])
+    ax.errorbar(np.asarray(x, float), y, yerr=err, fmt="none", ecolor=color, elinewidth=1.2, capsize=3)
+
+
 @styled
 def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
-    """Best fixed DDTree budget (by aggregate tokens/s) vs concurrency, one line per (target,
-    T) in the target's colour and marker (T = 0 solid, sampled dashed open), targets offset
-    sideways. table: ``experiments.concurrency.concurrency_table`` (arch, temperature,
-    concurrency, best_budget)."""
+    """Best fixed DDTree budget (the highest median speedup) vs concurrency, one line per
+    (target, T) in the target's colour and marker (T = 0 solid, sampled dashed open), targets
+    offset sideways; a light bar spans the budgets tied with the best (``tied_budgets``: not
+    told apart outside the noise). table: ``experiments.concurrency.concurrency_table`` (arch,
+    temperature, concurrency, best_budget[, tied_budgets])."""
     fig, (ax,) = _new_axes(ax, 1, (6.0, 3.8))
     archs = sorted(table.arch.unique())
+    ties = "tied_budgets" in table and (table.tied_budgets.map(len) > 1).any()
     for (arch, temp), g in table.groupby(["arch", "temperature"]):
         style = target_style(arch)
-        ax.plot(g.concurrency * spread(archs.index(arch), len(archs), 0.16), g.best_budget, **style,
-                ms=7 if temp == 0 else 6, mfc="white" if temp else style["color"], ls="-" if temp == 0 else "--",
-                label=f"{arch}, T = {temp:g}")
+        x = g.concurrency * spread(archs.index(arch), len(archs), 0.16)
+        ax.plot(x, g.best_budget, **style, ms=7 if temp == 0 else 6, mfc="white" if temp else style["color"],
+                ls="-" if temp == 0 else "--", label=f"{arch}, T = {temp:g}")
+        if ties:
+            tied = [(xi, min(t), max(t)) for xi, t in zip(x, g.tied_budgets) if len(t) > 1]
+            ax.vlines([t[0] for t in tied], [t[1] for t in tied], [t[2] for t in tied], color=style["color"],
+                      alpha=0.3, lw=7)
     _concurrency_axis(ax, table.concurrency)
     ax.set_yscale("log", base=2)
-    budgets = sorted({int(b) for b in table.best_budget})
+    budgets = sorted({int(b) for b in table.best_budget} | {int(b) for t in table.get("tied_budgets", []) for b in t})
     ax.set_yticks(budgets, [str(b) for b in budgets])
     ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
     ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
-    legend_below(fig, "targets offset sideways: equal values stay visible", ncols=4)
+    note = "targets offset sideways: equal values stay visible"
+    legend_below(fig, note + ("; light bars: budgets tied with the best (paired 95% interval holds 1)"
+                              if ties else ""), ncols=4)
     return fig
 
 
 @styled
 def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.0, ax=None) -> Figure:
     """Speedup over batched AR at the same concurrency vs concurrency, one panel per target:
-    DFlash, the best fixed DDTree budget (labelled with it) and ``auto``, in the method
-    colours. table: ``concurrency_table`` (arch, temperature, concurrency, dflash_speedup,
-    best_speedup, best_budget, auto_speedup)."""
+    DFlash, the best fixed DDTree budget (labelled with it; "a,b": a tie) and ``auto``, in the
+    method colours, with 95% interval bars where the table has them. table:
+    ``concurrency_table`` (arch, temperature, concurrency, dflash_speedup, best_speedup,
+    best_budget, auto_speedup[, their _lo / _hi, tied_budgets])."""
     fig, axes = _new_axes(ax, len(archs), (4.6, 3.6))
     for ax, arch in zip(axes, archs):
         rows = table[(table.arch == arch) & (table.temperature == temperature)]
-        ax.plot(rows.concurrency, rows.dflash_speedup, ls="--", label="DFlash", **method_style("dflash"))
-        ax.plot(rows.concurrency, rows.best_speedup, label="DDTree, best fixed budget", **method_style("ddtree"))
-        ax.plot(rows.concurrency, rows.auto_speedup, ms=11, ls=":", label="DDTree auto (load-aware)",
-                **method_style("auto"))
-        for c, s, b in zip(rows.concurrency, rows.best_speedup, rows.best_budget):
-            ax.annotate(str(int(b)), (c, s), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+        for col, name, extra in (("dflash_speedup", "DFlash", {"ls": "--"}),
+                                 ("best_speedup", "DDTree, best fixed budget", {}),
+                                 ("auto_speedup", "DDTree auto (load-aware)", {"ms": 11, "ls": ":"})):
+            key = {"dflash_speedup": "dflash", "best_speedup": "ddtree", "auto_speedup": "auto"}[col]
+            ax.plot(rows.concurrency, rows[col], label=name, **{**method_style(key), **extra})
+            _interval_bars(ax, rows.concurrency, rows, col, METHOD_STYLES[key]["color"])
+        for r in rows.itertuples():
+            tied = getattr(r, "tied_budgets", ()) or (int(r.best_budget),)
+            ax.annotate("|".join(str(b) for b in tied), (r.concurrency, r.best_speedup), textcoords="offset points",
+                        xytext=(0, 7), ha="center", fontsize=9)
         ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")
         _concurrency_axis(ax, rows.concurrency)
         ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
-    legend_below(fig, ncols=4)
+    legend_below(fig, "bars: 95% intervals of the paired per-batch ratios; labels: the best budget "
+                      "(a,b: a tie)", ncols=4)
     return fig
 
 
@@ -900,6 +923,8 @@ def plot_concurrency_budgets(summary: pd.DataFrame, arch: str, temperature: floa
     fixed = rows[(rows.method == "ddtree") & (rows.budget != "auto")].astype({"budget": int}).sort_values("budget")
     for ax, metric, label in zip(axes, ("tokens_per_s", "speedup"), ("aggregate tokens/s", "speedup over batched AR")):
         ax.plot(fixed.budget, fixed[metric], label="DDTree", **method_style("ddtree"))
+        if metric == "speedup":
+            _interval_bars(ax, fixed.budget, fixed, "speedup", METHOD_STYLES["ddtree"]["color"])
         for _, r in rows[rows.method == "dflash"].iterrows():
             ax.axhline(r[metric], ls="--", c=METHOD_STYLES["dflash"]["color"], label="DFlash")
         for _, r in rows[rows.budget == "auto"].iterrows():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 from ..experiments.plumbing.loops import WINDOW, loop_period, loop_split, round_loop_flags
+from ..experiments.studies.concurrency import budget_label
 
 
 def _pct(x: float) -> str:
@@ -164,7 +165,8 @@ def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
     """Notebook 07: where the best budget, the trees' edge over DFlash and ``auto`` went with
     load (t0: ``concurrency_table`` rows of one arch at T = 0, index: concurrency)."""
     lo, hi = t0.index.min(), t0.index.max()
-    best = ", ".join(str(int(b)) for b in t0.best_budget)
+    best = ", ".join(budget_label(r) for r in t0.itertuples())
+    ties = sum(len(getattr(r, "tied_budgets", ())) > 1 for r in t0.itertuples())
     edge = t0.best_speedup / t0.dflash_speedup
     b_dir = ("falls" if t0.best_budget[hi] < t0.best_budget[lo] else
              "rises" if t0.best_budget[hi] > t0.best_budget[lo] else "ends where it started")
@@ -172,13 +174,15 @@ def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
     return (f"{arch}: over concurrency {', '.join(str(c) for c in t0.index)} the best budget goes {best} "
             f"({b_dir} from c={lo} to c={hi}); the best tree's speedup over DFlash's goes {edge[lo]:.2f} -> "
             f"{edge[hi]:.2f} ({e_dir}); auto reaches {t0.auto_vs_best.min():.2f}-{t0.auto_vs_best.max():.2f} "
-            f"of the best fixed budget's tokens/s")
+            f"of the best fixed budget's tokens/s"
+            + (f"; at {ties} of {len(t0)} loads the best budget is a tie (not told apart outside the noise)"
+               if ties else ""))
 
 
 def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
     """Notebook 07: why the published shrinking best budget does not reproduce here."""
     hi = t0.index.max()
-    path = ", ".join(f"{int(b)} (c={c})" for c, b in t0.best_budget.items())
+    path = ", ".join(f"{budget_label(r)} (c={r.Index})" for r in t0.itertuples())
     return (f"{arch}'s best budget goes {path}: the published shrinkage assumes a verify whose cost grows with "
             f"the batch's total nodes, and here a budget-{int(t0.best_budget[hi])} tree still paid for itself "
             f"at c={hi}")

@@ -24,8 +24,8 @@ from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
 from ..experiments.studies import dflash2 as d2
 from ..experiments.studies import compiled_loop, full_size_cost, round_cost
-from ..experiments.studies.concurrency import (GRIDS, concurrency_store, concurrency_table, grid_frame,
-                                               summarize_concurrency)
+from ..experiments.studies.concurrency import (GRIDS, concurrency_display, concurrency_store, concurrency_table,
+                                               grid_frame, summarize_concurrency)
 from ..experiments.studies.official import chain_divergence
 from ..experiments.studies.teacher_forced import tf_summary
 
@@ -404,13 +404,6 @@ def render_teacher_forced() -> str:
 CONCURRENCY_STORE = "data/results/concurrency.jsonl"
 
 
-def _concurrency_row(r: pd.Series) -> list:
-    """One (target, concurrency) row of the concurrency table (T = 0)."""
-    return [r.arch, int(r.concurrency), int(r.best_budget), f"{r.ar_tokens_per_s:.0f}", f"{r.dflash_speedup:.2f}x",
-            f"{r.best_speedup:.2f}x", f"{r.auto_speedup:.2f}x", f"{r.auto_vs_best:.2f}",
-            f"{r.best_tau:.2f} / {r.best_tau_outside_loops:.2f} ({100 * r.best_loop_round_share:.0f}%)"]
-
-
 def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     """The concurrency table from the store "concurrency" (the full grid's rows); a line saying
     it is not measured yet when the store holds none (no stored file is then required)."""
@@ -418,16 +411,18 @@ def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     frame = grid_frame(concurrency_store(directory=directory), grid)
     head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
             f"1-{max(grid.concurrency)} sequences, {grid.max_new_tokens} new tokens each, block {grid.block_size}, T = 0, "
-            "one thread; speedup: aggregate tokens/s over batched AR at the same concurrency; auto: the load-aware "
-            "budget, its tokens/s over the best fixed budget's; tau of the best budget, all rounds / outside loops "
-            "(rounds in loops))")
+            f"one thread; every config timed on at least {grid.min_pairs} units, a unit one batch of one repeat, "
+            "each method back to back; speedup: the median of the per-unit tokens/s ratios over batched AR at the "
+            "same concurrency, [95% interval], 'noise' where it holds 1; best budget: the highest median, shown "
+            "as a tie with every budget it does not beat outside the noise; auto: the load-aware budget, its "
+            "tokens/s over the best fixed budget's, paired the same way; tau of the best budget, all rounds / "
+            "outside loops (rounds in loops))")
     if frame.empty:
         return head + (": not measured yet; run `ddtree-lab concurrency` (both targets, concurrency "
-                       f"{', '.join(str(c) for c in grid.concurrency)}; about 18 min of one thread).")
+                       f"{', '.join(str(c) for c in grid.concurrency)}; about 15 min of one thread).")
     table = concurrency_table(summarize_concurrency(frame))
-    rows = [_concurrency_row(r) for _, r in table[table.temperature == 0].iterrows()]
-    return head + ":\n\n" + _table(["target", "concurrency", "best budget", "batched AR tokens/s", "DFlash speedup",
-                                     "best DDTree speedup", "auto speedup", "auto / best", "tau (best budget)"], rows)
+    shown = concurrency_display(table[table.temperature == 0])
+    return head + ":\n\n" + _table(list(shown), shown.values.tolist())
 
 
 # ----------------------------------------------------------------------------- batched verify cost

@@ -13,6 +13,16 @@ and that per new token), tau over all rounds and outside loops (with the loop sh
 share of sequences equal to batched AR, and the speedup over batched AR at the same
 concurrency. ``concurrency_table``: per (target, T, concurrency) the best fixed budget,
 the speedups of DFlash, the best fixed DDTree and auto, and auto against the best fixed.
+
+Intervals (issue 26 item 6). Every config is timed on at least ``min_pairs`` units, a unit
+being one (repeat, group): a concurrency with fewer groups than that is repeated
+(``num_repeats``: 1 repeat of 8 groups at c = 1, 6 of one group at c >= 8). Repeats are the
+outer loop (repeat r is the named run "repeat-r"), so an interrupted run keeps whole repeats.
+Within a unit every method is timed back to back, so a speedup is the median of the paired
+per-unit ratios with its order-statistic 95% interval (``plumbing.spread``). The best fixed
+budget is the one with the highest median speedup; it is called best only when the paired
+ratio over every other budget lies above 1 outside the noise, otherwise the budgets it cannot
+be told from are listed as tied (``tied_budgets``).
 """
 from __future__ import annotations
 
@@ -28,6 +38,7 @@ from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.results import ResultsStore
+from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns
 from ..plumbing.summary import pooled
 from ..plumbing.sweep import AXES, mode_name, normalise, run_rows, spec_of
 
@@ -40,7 +51,8 @@ class ConcurrencyGrid:
     (``t1_budgets``), ``auto`` added to both; temperatures; block size; new tokens per
     sequence; num_prompts: HumanEval prompts 0..num_prompts-1, decoded at every concurrency;
     cost_batches x cost_budgets: the grid the batched cost model of ``auto`` is measured on
-    (its largest budget is auto's per-sequence maximum)."""
+    (its largest budget is auto's per-sequence maximum); min_pairs: timed (repeat, group)
+    units per config at least (``num_repeats``; 6 is the fewest with a 95% interval)."""
     archs: tuple = ("gdn", "mla")
     concurrency: tuple = (1, 2, 4, 8, 16)
     budgets: tuple = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -51,16 +63,21 @@ class ConcurrencyGrid:
     num_prompts: int = 8
     cost_batches: tuple = DEFAULT_BATCHES
     cost_budgets: tuple = BATCH_BUDGETS
+    min_pairs: int = 6
+
+    def __post_init__(self):
+        if not isinstance(self.min_pairs, int) or isinstance(self.min_pairs, bool) or self.min_pairs < 1:
+            raise ValueError(f"min_pairs must be an int >= 1, got {self.min_pairs!r}")
 
 
-# full: about 18 min of one thread for both targets, from thread-CPU times of sample groups of
-# the shipped pairs (concurrency 1: ~11 s of T = 0 configs per prompt; concurrency 16, T = 0: ~55 s
-# per group). 8 prompts x 64 new tokens; at T = 1 (tau ~1.2-1.4, ~55 rounds) the budgets stop
-# at 16: one T = 1 group of 16 at budget 64 alone costs ~25 s.
-# smoke: seconds, the notebook's and the tests' size
+# full: 8 prompts x 64 new tokens, 6 timed units per config (repeats: 1, 2, 3, 6, 6 at
+# concurrency 1, 2, 4, 8, 16); the decoding seconds of one repeat of the whole grid summed to
+# ~4 min of one thread (stored rows of the last release), ~11 min with the repeats. At T = 1
+# (tau ~1.2-1.4) the budgets stop at 16: one T = 1 group of 16 at budget 64 alone costs ~25 s.
+# smoke: seconds, the notebook's and the tests' size (one unit: no interval)
 GRIDS = {"full": ConcurrencyGrid(),
          "smoke": ConcurrencyGrid(concurrency=(1, 2), budgets=(1, 4, 16), t1_budgets=(4,), max_new_tokens=12,
-                                  num_prompts=2, cost_batches=(1, 2), cost_budgets=(1, 4, 16))}
+                                  num_prompts=2, cost_batches=(1, 2), cost_budgets=(1, 4, 16), min_pairs=1)}
 
 
 def concurrency_store(smoke: bool = False, directory=None) -> ResultsStore:
@@ -85,6 +102,16 @@ def concurrency_configs(grid: ConcurrencyGrid) -> list[dict]:
 
 def num_groups(concurrency: int, num_prompts: int) -> int:
     return math.ceil(num_prompts / concurrency)
+
+
+def num_repeats(concurrency: int, grid: ConcurrencyGrid) -> int:
+    """Repeats of a concurrency's groups: enough for ``grid.min_pairs`` (repeat, group) units."""
+    return math.ceil(grid.min_pairs / num_groups(concurrency, grid.num_prompts))
+
+
+def repeat_run(repeat: int) -> str:
+    """The stored run name of repeat ``repeat`` (0-based)."""
+    return f"repeat-{repeat}"
 
 
 def group_prompts(group: int, concurrency: int, num_prompts: int) -> list[int]:
@@ -127,15 +154,16 @@ def _metrics(pids: list[int], ids: list, gens: list) -> dict:
             "tau": sum(acc) / max(1, len(acc)), "rounds": max(len(g.acceptance_lengths) for g in gens)}
 
 
-def _rows(configs: list[dict], grid: ConcurrencyGrid) -> list[tuple]:
-    """Every (config, group); per (arch, T, concurrency, group) every method in turn, so the
-    configs compared with each other are timed side by side (``configs`` in
-    ``concurrency_configs``' order)."""
+def _rows(configs: list[dict], grid: ConcurrencyGrid, repeat: int) -> list[tuple]:
+    """Every (config, group) of repeat ``repeat`` (the concurrencies repeated that often); per
+    (arch, T, concurrency, group) every method in turn, so the configs compared with each other
+    are timed side by side (``configs`` in ``concurrency_configs``' order)."""
     rows = []
     for _, block in itertools.groupby(configs, key=lambda c: (c["arch"], c["temperature"], c["concurrency"])):
         block = list(block)
-        for g in range(num_groups(block[0]["concurrency"], grid.num_prompts)):
-            rows += [(c, g) for c in block]
+        if repeat < num_repeats(block[0]["concurrency"], grid):
+            for g in range(num_groups(block[0]["concurrency"], grid.num_prompts)):
+                rows += [(c, g) for c in block]
     return rows
 
 
@@ -151,20 +179,26 @@ def run_concurrency(grid: ConcurrencyGrid, store: ResultsStore, pairs: dict, *, 
     missing = sorted(set(grid.archs) - set(pairs))
     if missing:
         raise ValueError(f"pairs must hold a Pair (ddtree_lab.load_pair) for every arch of the grid; missing {missing}")
-    run_rows(_rows(concurrency_configs(grid), grid), store, pairs,
-             lambda cfg, g, pair: runner(cfg, g, pair, grid, prompts, cost_dir),
-             desc=f"concurrency ({', '.join(grid.archs)})", progress=progress)
+    configs, repeats = concurrency_configs(grid), max(num_repeats(c, grid) for c in grid.concurrency)
+    for r in range(repeats):  # the outer loop: an interrupted run keeps whole repeats
+        run_rows(_rows(configs, grid, r), store, pairs, lambda cfg, g, pair: runner(cfg, g, pair, grid, prompts, cost_dir),
+                 repeat_run(r), desc=f"concurrency ({', '.join(grid.archs)}), repeat {r + 1}/{repeats}",
+                 progress=progress)
     return grid_frame(store, grid, pairs)
 
 
 def grid_frame(store: ResultsStore, grid: ConcurrencyGrid, pairs: dict | None = None) -> pd.DataFrame:
-    """The store's rows of ``grid``'s length and prompt count (and of ``pairs``' models, when given)."""
+    """The store's rows of ``grid``'s length, prompt count and repeats (and of ``pairs``'
+    models, when given)."""
     frame = store.frame(models=None if pairs is None else {a: p.digests for a, p in pairs.items()})
     if frame.empty:
         return frame
     same_prompts = np.array([m["prompts"] == group_prompts(g, c, grid.num_prompts)
                              for m, g, c in zip(frame._metrics, frame.prompt, frame.concurrency)])
-    return frame[(frame.max_new_tokens == grid.max_new_tokens) & frame.arch.isin(grid.archs) & same_prompts]
+    repeats = np.array([run in {repeat_run(r) for r in range(num_repeats(c, grid))}
+                        for run, c in zip(frame.run, frame.concurrency)])
+    return frame[(frame.max_new_tokens == grid.max_new_tokens) & frame.arch.isin(grid.archs) & same_prompts
+                 & repeats].reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -193,58 +227,133 @@ def _matches(frame: pd.DataFrame) -> list[float]:
     return out
 
 
-def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per config (C_AXES) from a concurrency frame (one row per config x group).
+UNIT = ["arch", "temperature", "max_new_tokens", "concurrency", "run", "prompt"]  # one timed (repeat, group)
 
-    n_groups, n_sequences; tokens_per_s (aggregate: every token over every group's seconds);
-    latency_s (mean wall seconds of a group = of its slowest sequence); ms_per_token (latency
-    per new token of a sequence); tau (accepted tokens per target forward), tau_outside_loops, loop_round_share (pooled
-    over every sequence's rounds); loop_sequences (share ending in a loop); mean_tree_size;
-    matches_ar (share of sequences equal to batched AR's); speedup (tokens/s over batched AR
-    at the same arch, T, length and concurrency).
+
+def _unit_rates(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per row: its unit (``UNIT``), tokens/s and batched AR's tokens/s in the same unit (NaN
+    without one)."""
+    units = frame[list(C_AXES) + ["run", "prompt"]].copy()
+    units["_tps"] = [sum(len(t) for t in m["tokens"]) / max(m["seconds"], 1e-12) for m in frame._metrics]
+    ar = units[units.method == "ar"].set_index(UNIT)["_tps"]
+    units["_ar_tps"] = [ar.get(tuple(k), np.nan) for k in units[UNIT].itertuples(index=False)]
+    return units
+
+
+def _paired_speedup(units: pd.DataFrame) -> dict:
+    """speedup (median of the per-unit ratios over AR), its 95% interval and sign test; n_pairs."""
+    u = units.dropna(subset=["_ar_tps"])
+    if u.empty:
+        return {"speedup": np.nan, "speedup_lo": np.nan, "speedup_hi": np.nan, "speedup_p": np.nan, "n_pairs": 0}
+    return {**ratio_columns("speedup", u._tps, u._ar_tps), "n_pairs": len(u)}
+
+
+def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per config (C_AXES) from a concurrency frame (one row per config x unit: a
+    (repeat, group)).
+
+    n_groups, n_sequences (per repeat); n_pairs (timed units); tokens_per_s (aggregate: every
+    token over every unit's seconds); speedup, speedup_lo, speedup_hi, speedup_p (the median of
+    the per-unit tokens/s ratios over batched AR timed in the same unit, its 95% interval and
+    sign test); latency_s (mean wall seconds of a unit = of its slowest sequence); ms_per_token
+    (latency per new token of a sequence); tau (accepted tokens per target forward),
+    tau_outside_loops, loop_round_share (pooled over every sequence's rounds); loop_sequences
+    (share ending in a loop); mean_tree_size; matches_ar (share of sequences equal to batched
+    AR's); _units (the per-unit tokens/s, for ``concurrency_table``'s paired comparisons).
     """
     stats = pd.DataFrame([_row_stats(m) for m in frame._metrics], index=frame.index).assign(_match=_matches(frame))
-    rows = pd.concat([frame[list(C_AXES) + ["prompt"]], stats], axis=1)
+    rows = pd.concat([frame[list(C_AXES) + ["prompt", "run"]], stats], axis=1)
     out = rows.groupby(list(C_AXES), sort=False).agg(
-        n_groups=("prompt", "nunique"), n_sequences=("_n_seq", "sum"), _n_tokens=("_n_tokens", "sum"),
-        _seconds=("_seconds", "sum"), _acc_sum=("_acc_sum", "sum"), _acc_n=("_acc_n", "sum"),
-        _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"), _size_sum=("_size_sum", "sum"),
-        _match=("_match", "sum"), _loops=("_ends_in_loop", "sum")).reset_index()
-    out = pooled(out, ["arch", "temperature", "max_new_tokens", "concurrency"])
-    out["latency_s"] = out._seconds / out.n_groups
+        n_groups=("prompt", "nunique"), _n_rows=("prompt", "size"), _n_seq=("_n_seq", "sum"),
+        _n_tokens=("_n_tokens", "sum"), _seconds=("_seconds", "sum"), _acc_sum=("_acc_sum", "sum"),
+        _acc_n=("_acc_n", "sum"), _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"),
+        _size_sum=("_size_sum", "sum"), _match=("_match", "sum"), _loops=("_ends_in_loop", "sum")).reset_index()
+    out = pooled(out, ["arch", "temperature", "max_new_tokens", "concurrency"]).drop(columns="speedup")
+    units = {k: g for k, g in _unit_rates(frame).groupby(list(C_AXES), sort=False)}
+    keys = [tuple(k) for k in out[list(C_AXES)].itertuples(index=False)]
+    paired = pd.DataFrame([_paired_speedup(units[k]) for k in keys], index=out.index)
+    out = pd.concat([out, paired], axis=1)
+    out["_units"] = [dict(zip(zip(units[k].run, units[k].prompt), units[k]._tps)) for k in keys]
+    out["n_sequences"] = out._n_seq * out.n_groups / out._n_rows  # per repeat
+    out["latency_s"] = out._seconds / out._n_rows
     out["ms_per_token"] = 1e3 * out.latency_s / out.max_new_tokens
-    out["loop_sequences"] = out._loops / out.n_sequences
+    out["loop_sequences"] = out._loops / out._n_seq
     out["mean_tree_size"] = out._size_sum / out._acc_n.where(out.method != "ar")
-    out["matches_ar"] = out._match / out.n_sequences
-    cols = list(C_AXES) + ["n_groups", "n_sequences", "tokens_per_s", "speedup", "latency_s", "ms_per_token",
-                           "tau", "tau_outside_loops", "loop_round_share", "loop_sequences", "mean_tree_size",
-                           "matches_ar"]
+    out["matches_ar"] = out._match / out._n_seq
+    cols = list(C_AXES) + ["n_groups", "n_sequences", "n_pairs", "tokens_per_s", "speedup", "speedup_lo",
+                           "speedup_hi", "speedup_p", "latency_s", "ms_per_token", "tau", "tau_outside_loops",
+                           "loop_round_share", "loop_sequences", "mean_tree_size", "matches_ar", "_units"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
     keys = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
     return keys.sort_values(["arch", "temperature", "concurrency", "_m", "_b"])[cols].reset_index(drop=True)
 
 
+def paired_over(a: pd.Series, b: pd.Series) -> dict:
+    """``paired_ratio`` of two summary rows' tokens/s over the units both were timed in."""
+    shared = sorted(set(a._units) & set(b._units))
+    return paired_ratio([a._units[u] for u in shared], [b._units[u] for u in shared])
+
+
+def tied_with(best: pd.Series, others: pd.DataFrame) -> list:
+    """The budgets of ``others`` that ``best`` does not beat outside the noise (the paired
+    ratio's 95% interval reaches 1, or there is no interval), with best's own, sorted."""
+    tied = [int(best.budget)] + [int(r.budget) for _, r in others.iterrows()
+                                 if not paired_over(best, r)["lo"] > 1.0]
+    return sorted(tied)
+
+
+def _spread(row, name: str) -> dict:
+    """name, name_lo, name_hi: a summary row's paired speedup and its interval (NaN without a row)."""
+    return {f"{name}{s}": math.nan if row is None else row[f"speedup{s}"] for s in ("", "_lo", "_hi")}
+
+
 def _table_row(g: pd.DataFrame) -> dict:
     """One (arch, T, concurrency) block of a summary -> its row of ``concurrency_table``."""
     fixed = g[(g.method == "ddtree") & (g.budget != "auto")]
-    best = fixed.loc[fixed.tokens_per_s.idxmax()]
-    pick = {m: g[g.method == m].iloc[0] if (g.method == m).any() else None for m in ("ar", "dflash")}
-    auto = g[g.budget == "auto"].iloc[0] if (g.budget == "auto").any() else None
-    nan = float("nan")
-    return {"ar_tokens_per_s": pick["ar"].tokens_per_s if pick["ar"] is not None else nan,
-            "dflash_speedup": pick["dflash"].speedup if pick["dflash"] is not None else nan,
-            "best_budget": int(best.budget), "best_speedup": best.speedup, "best_tau": best.tau,
+    best = fixed.loc[fixed.speedup.idxmax()]
+    ar, dflash, auto = (g[sel].iloc[0] if sel.any() else None
+                        for sel in (g.method == "ar", g.method == "dflash", g.budget == "auto"))
+    vs = paired_over(auto, best) if auto is not None else {"median": math.nan, "lo": math.nan, "hi": math.nan}
+    tied = tied_with(best, fixed.drop(index=best.name))
+    return {"ar_tokens_per_s": ar.tokens_per_s if ar is not None else math.nan,
+            **_spread(dflash, "dflash_speedup"), "best_budget": int(best.budget), "tied_budgets": tuple(tied),
+            "best_clear": len(tied) == 1, **_spread(best, "best_speedup"), "best_tau": best.tau,
             "best_tau_outside_loops": best.tau_outside_loops, "best_loop_round_share": best.loop_round_share,
-            "auto_speedup": auto.speedup if auto is not None else nan,
-            "auto_vs_best": auto.tokens_per_s / best.tokens_per_s if auto is not None else nan,
-            "auto_mean_tree_size": auto.mean_tree_size if auto is not None else nan}
+            **_spread(auto, "auto_speedup"), "auto_vs_best": vs["median"], "auto_vs_best_lo": vs["lo"],
+            "auto_vs_best_hi": vs["hi"], "auto_mean_tree_size": auto.mean_tree_size if auto is not None else math.nan}
+
+
+def budget_label(row) -> str:
+    """A table row's best budget as read: "16", or "8, 16 (tie)" when the best cannot be told
+    from the others listed (``tied_budgets``)."""
+    tied = tuple(getattr(row, "tied_budgets", ()) or (int(row.best_budget),))
+    return str(int(row.best_budget)) if len(tied) == 1 else ", ".join(str(b) for b in tied) + " (tie)"
 
 
 def concurrency_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (arch, temperature, concurrency): batched AR tokens/s; DFlash speedup; the best fixed
-    DDTree budget (by tokens/s), its speedup, tau (all rounds, outside loops) and loop share;
-    auto's speedup, tokens/s over the best fixed budget's, and its mean tree size."""
+    """Per (arch, temperature, concurrency): batched AR tokens/s; DFlash's speedup (with _lo /
+    _hi, its 95% interval); the best fixed DDTree budget (highest median speedup), the budgets
+    tied with it (``tied_budgets``; ``best_clear``: none), its speedup, tau (all rounds, outside
+    loops) and loop share; auto's speedup, its paired tokens/s over the best fixed budget's
+    (``auto_vs_best``, with its interval), and its mean tree size."""
     key = ["arch", "temperature", "max_new_tokens", "concurrency"]
     rows = [{**dict(zip(key, k)), **_table_row(g)} for k, g in summary.groupby(key, sort=True)
             if ((g.method == "ddtree") & (g.budget != "auto")).any()]
     return pd.DataFrame(rows)
+
+
+def concurrency_display(table: pd.DataFrame) -> pd.DataFrame:
+    """``concurrency_table`` as read (the README's table and notebook 07's): target,
+    concurrency, best budget (ties shown), batched AR tokens/s, speedups with their 95%
+    intervals, auto over the best, tau of the best budget (all rounds / outside loops, with the
+    share of rounds in loops)."""
+    return pd.DataFrame({
+        "target": table.arch, "concurrency": table.concurrency.astype(int),
+        "best budget": [budget_label(r) for r in table.itertuples()],
+        "batched AR tokens/s": [f"{v:.0f}" for v in table.ar_tokens_per_s],
+        "DFlash speedup": [format_ratio_columns(r, "dflash_speedup") for _, r in table.iterrows()],
+        "best DDTree speedup": [format_ratio_columns(r, "best_speedup") for _, r in table.iterrows()],
+        "auto speedup": [format_ratio_columns(r, "auto_speedup") for _, r in table.iterrows()],
+        "auto / best": [format_ratio_columns(r, "auto_vs_best") for _, r in table.iterrows()],
+        "tau (best budget)": [f"{r.best_tau:.2f} / {r.best_tau_outside_loops:.2f} ({100 * r.best_loop_round_share:.0f}%)"
+                              for r in table.itertuples()]}).reset_index(drop=True)

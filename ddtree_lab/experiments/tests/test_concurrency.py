@@ -135,7 +135,7 @@ def test_auto_needs_a_batched_cost_model():
 
 GRID = conc.ConcurrencyGrid(archs=("gdn",), concurrency=(1, 2), budgets=(1, 4), t1_budgets=(4,),
                             temperatures=(0.0, 1.0), block_size=4, max_new_tokens=6, num_prompts=2,
-                            cost_batches=(1, 2), cost_budgets=(1, 4))
+                            cost_batches=(1, 2), cost_budgets=(1, 4), min_pairs=2)  # c = 2: one group, 2 repeats
 
 
 def toy_prompt(pair, prompt_id: int) -> list[int]:
@@ -160,7 +160,8 @@ def counting(calls, crash_at=None):
 
 def test_the_sweep_resumes_and_summarises(tmp_path, pairs):
     store = conc.concurrency_store(directory=tmp_path)
-    n_rows = sum(conc.num_groups(c["concurrency"], GRID.num_prompts) for c in conc.concurrency_configs(GRID))
+    n_rows = sum(conc.num_groups(c["concurrency"], GRID.num_prompts) * conc.num_repeats(c["concurrency"], GRID)
+                 for c in conc.concurrency_configs(GRID))
     calls = []
     with pytest.raises(KeyboardInterrupt):
         conc.run_concurrency(GRID, store, pairs, prompts=toy_prompt, cost_dir=tmp_path, progress=False,
@@ -180,11 +181,63 @@ def test_the_sweep_resumes_and_summarises(tmp_path, pairs):
                    "tau", "mean_tree_size", "matches_ar"]].round(3).to_string(index=False))
     assert len(summary) == len(conc.concurrency_configs(GRID))
     assert (summary[summary.method == "ar"].speedup == 1).all()
-    assert (summary.n_sequences == GRID.num_prompts).all()
+    assert (summary.n_sequences == GRID.num_prompts).all() and (summary.n_pairs == 2).all()
+    assert set(frame[frame.concurrency == 2].run) == {"repeat-0", "repeat-1"} and set(frame[frame.concurrency == 1].run) == {"repeat-0"}
     auto = summary[summary.budget == "auto"]
     assert (auto.mean_tree_size <= GRID.cost_budgets[-1]).all()
     table = conc.concurrency_table(summary)
     assert list(table.concurrency) == [1, 2, 1, 2] and set(table.best_budget) <= {1, 4}
+
+
+def fake_timing(seconds):
+    """A runner with no model: every sequence 'decodes' 6 tokens in ``seconds(cfg, group, call)``."""
+    calls = []
+    def run(cfg, group, pair, grid, prompts, cost_dir):
+        calls.append(cfg)
+        pids = conc.group_prompts(group, cfg["concurrency"], grid.num_prompts)
+        n = len(pids)
+        return {"prompts": pids, "tokens": [[1] * 6] * n, "acceptance_lengths": [[3, 3]] * n,
+                "tree_sizes": [[4, 4]] * n, "round_in_loop": [[False, False]] * n, "ends_in_loop": [False] * n,
+                "timings": {}, "seconds": seconds(cfg, group, len(calls)), "tokens_per_s": 0.0, "tau": 3.0, "rounds": 2}
+    return run
+
+
+@pytest.mark.parametrize("gap", [0.5, 0.0], ids=["clear", "tie"])
+def test_speedups_carry_intervals_and_a_best_within_the_noise_is_a_tie(tmp_path, pairs, gap):
+    """Budget 4 is 1 - gap of budget 1's seconds, with +-3% noise; AR 2 s, DFlash 1.5 s. Six
+    units per config: every speedup gets a 95% interval; a clear winner is best alone, equal
+    budgets are a tie."""
+    grid = conc.ConcurrencyGrid(archs=("gdn",), concurrency=(1, 8), budgets=(1, 4), t1_budgets=(1,),
+                                temperatures=(0.0,), max_new_tokens=6, num_prompts=2)
+    rng = iter(torch.rand(1000, generator=torch.Generator().manual_seed(1)).tolist())
+    def seconds(cfg, group, call):
+        base = {"ar": 2.0, "dflash": 1.5}.get(cfg["method"]) or {1: 1.0, 4: 1.0 - gap, "auto": 1.1}[cfg["budget"]]
+        return base * (0.97 + 0.06 * next(rng))
+    conc.run_concurrency(grid, conc.concurrency_store(directory=tmp_path), pairs, progress=False,
+                         runner=fake_timing(seconds))
+    frame = conc.grid_frame(conc.concurrency_store(directory=tmp_path), grid)
+    assert len(frame) == 2 * 6 * 5  # 6 units per config (c = 1: 2 groups x 3 repeats; c = 8: 1 x 6), 5 configs
+    summary = conc.summarize_concurrency(frame)
+    table = conc.concurrency_table(summary)
+    print(table[["concurrency", "best_budget", "tied_budgets", "best_speedup", "best_speedup_lo",
+                 "best_speedup_hi", "auto_vs_best", "auto_vs_best_lo"]].to_string())
+    assert (summary.n_pairs == 6).all() and summary.speedup_lo.notna().all()
+    assert (summary.speedup_lo <= summary.speedup).all() and (summary.speedup <= summary.speedup_hi).all()
+    dfl = summary[summary.method == "dflash"]
+    assert (dfl.speedup_lo > 2 / 1.5 * 0.9).all() and (dfl.speedup_hi < 2 / 1.5 * 1.1).all()
+    if gap:
+        assert list(table.best_budget) == [4, 4] and table.best_clear.all()
+        assert [conc.budget_label(r) for r in table.itertuples()] == ["4", "4"]
+        assert (table.auto_vs_best_hi < 1).all()  # auto (1.1) is slower than budget 4 (0.5) outside the noise
+    else:
+        assert [r.tied_budgets for r in table.itertuples()] == [(1, 4), (1, 4)] and not table.best_clear.any()
+        assert [conc.budget_label(r) for r in table.itertuples()] == ["1, 4 (tie)"] * 2
+
+
+def test_the_grid_checks_min_pairs():
+    with pytest.raises(ValueError, match="min_pairs must be an int >= 1"):
+        conc.ConcurrencyGrid(min_pairs=0)
+    assert [conc.num_repeats(c, conc.GRIDS["full"]) for c in conc.GRIDS["full"].concurrency] == [1, 2, 3, 6, 6]
 
 
 def test_group_prompts_cover_the_prompts():
@@ -228,7 +281,7 @@ def test_readme_block_rows_per_concurrency_or_absent(tmp_path, swept, monkeypatc
     assert len(rows) == len(GRID.concurrency)  # one row per concurrency (T = 0)
     for line, (_, r) in zip(rows, table[table.temperature == 0].iterrows()):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[1:3] == [str(r.concurrency), str(r.best_budget)] and cells[6] == f"{r.auto_speedup:.2f}x"
+        assert cells[1:3] == [str(r.concurrency), conc.budget_label(r)] and cells[6] == f"{r.auto_speedup:.2f}x"
 
 
 def test_batch_cost_model_is_measured_once(tmp_path, pairs):
