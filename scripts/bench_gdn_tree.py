@@ -47,11 +47,11 @@ def bench_one(kind, budget, H, dk, dv, gen):
     g, beta = -F.softplus(torch.randn(n, H, generator=gen)), torch.sigmoid(torch.randn(n, H, generator=gen))
     args = (q, k, v, g, beta)
     return int(depths.max()), {
-        "wy": median_ms(lambda: gated_delta_wy(*args, parents, S0, anc)),
-        "fork": median_ms(lambda: gated_delta_fork(*args, parents, depths, S0)),
+        "wy": median_ms(lambda: gated_delta_wy(*args, parents, S0=S0, anc=anc)),
+        "fork": median_ms(lambda: gated_delta_fork(*args, parents, depths=depths, S0=S0)),
         "naive_hf": median_ms(lambda: torch_chunk_gated_delta_rule(
             *(x[None] for x in args), initial_state=S0[None], output_final_state=True)),
-        "naive_wy": median_ms(lambda: gated_delta_wy(*args, chain, S0, chain_anc)),
+        "naive_wy": median_ms(lambda: gated_delta_wy(*args, chain, S0=S0, anc=chain_anc)),
     }
 
 

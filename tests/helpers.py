@@ -261,13 +261,13 @@ def results_frame():
 
     ddtree_seconds = {("gdn", "wy"): {1: 0.5, 3: 0.4, 7: 0.25, 15: 0.32},
                       ("gdn", "naive"): {1: 0.8, 3: 0.5, 7: 0.64, 15: 1.0},
-                      ("mla", "-"): {1: 0.5, 3: 0.4, 7: 0.32, 15: 0.25}}
-    dflash_seconds = {("gdn", "wy"): 0.5, ("gdn", "naive"): 0.8, ("mla", "-"): 0.4}
+                      ("mla", "wy"): {1: 0.5, 3: 0.4, 7: 0.32, 15: 0.25}}
+    dflash_seconds = {("gdn", "wy"): 0.5, ("gdn", "naive"): 0.8, ("mla", "wy"): 0.4}
     auto_sizes = {0: [5, 9], 1: [7], 2: [7, 7]}
     rows = []
     for p in range(3):
-        rows.append(row("gdn", "ar", "-", 0, 0, p, 1.0))
-        rows.append(row("mla", "ar", "-", 0, 0, p, [1.0, 2.0, 1.0][p]))
+        rows.append(row("gdn", "ar", "wy", 0, 0, p, 1.0))
+        rows.append(row("mla", "ar", "wy", 0, 0, p, [1.0, 2.0, 1.0][p]))
         for (arch, mode), secs in dflash_seconds.items():
             rows.append(row(arch, "dflash", mode, 3, 4, p, secs, sizes=[3] * 4))
         for (arch, mode), by_budget in ddtree_seconds.items():

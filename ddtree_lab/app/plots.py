@@ -29,7 +29,7 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
 from ..common import FIGURES_DIR, RESULTS_DIR
-from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.plumbing.sweep import EXACT_MODE, names_mode
 from ..experiments.studies.calibration import calibration_table
 from ..experiments.studies.drafter_grid import pareto_front, point_label
 
@@ -61,7 +61,6 @@ METHOD_STYLES = {
     "unary": {"color": PALETTE[6], "marker": "p", "label": "DFlash 2, unary only"},
     "conditional": {"color": "0.1", "marker": "P", "label": "DFlash 2, conditional"},
 }
-METHOD_STYLES["-"] = METHOD_STYLES["ddtree"]    # a gdn_mode of '-': plain DDTree
 # One colour and marker per target (figures that colour by target, never by method).
 TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#b8336a", "marker": "D"},
                  "attention": {"color": "#5d4037", "marker": "s"}}   # a target of one's own (``models.LABELS``)
@@ -69,7 +68,8 @@ TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#
 LENS_STYLES = {"tau": {"ls": "-", "lw": 2.4, "ms": 5},
                "tau_outside_loops": {"ls": (0, (3.5, 2)), "lw": 1.3, "ms": 6, "mfc": "white"}}
 OFFSET_NOTE = "series offset sideways: equal values stay visible"
-MODE_COLORS = {m: METHOD_STYLES[m]["color"] for m in ("naive", "fork", "wy", "-")}
+PLAIN = "ddtree"  # the series key of a target whose rows name no GDN mode (``shown_modes``): plain DDTree
+MODE_COLORS = {m: METHOD_STYLES[m]["color"] for m in ("naive", "fork", "wy", PLAIN)}
 METRIC_LABELS = {"tau": "τ (tokens per round)", "tokens_per_s": "tokens / s", "speedup": "speedup over AR"}
 PATH_COLOR = PALETTE[1]
 
@@ -197,14 +197,21 @@ def _most_common(values: pd.Series):
     return min(counts.index[counts == counts.max()])
 
 
+def shown_modes(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the gdn_mode a figure draws: ``PLAIN`` on a target whose mode says nothing
+    (``sweep.names_mode``: attention-only, every row runs the exact mode), the stored name elsewhere."""
+    return rows.assign(gdn_mode=rows["gdn_mode"].where(rows["arch"].map(names_mode), PLAIN)) if len(rows) else rows
+
+
 def slice_summary(summary: pd.DataFrame, arch: str, block_size=None, temperature=None,
                   max_new_tokens=None) -> tuple[pd.DataFrame, dict]:
-    """Rows of one arch at one (block size, temperature, length), AR rows kept.
+    """Rows of one arch at one (block size, temperature, length), AR rows kept, gdn_mode as
+    drawn (``shown_modes``).
 
     A None choice takes the value most DDTree rows have (ties: the smallest). Returns
     (rows, choices actually used).
     """
-    rows = summary[summary["arch"] == arch]
+    rows = shown_modes(summary[summary["arch"] == arch])
     spec = rows[rows["method"] == "ddtree"]
     choices = {"block_size": block_size, "temperature": temperature, "max_new_tokens": max_new_tokens}
     for col, value in choices.items():
@@ -220,9 +227,9 @@ def slice_summary(summary: pd.DataFrame, arch: str, block_size=None, temperature
 
 
 def _modes(rows: pd.DataFrame, gdn_modes) -> list[str]:
-    """GDN modes to draw: the requested ones present among DDTree rows (mla: ['-'])."""
+    """GDN modes to draw: the requested ones present among DDTree rows (``PLAIN`` always)."""
     present = list(dict.fromkeys(rows.loc[rows["method"] == "ddtree", "gdn_mode"]))
-    return [m for m in present if gdn_modes is None or m in gdn_modes or m == "-"]
+    return [m for m in present if gdn_modes is None or m in gdn_modes or m == PLAIN]
 
 
 def budget_curves(rows: pd.DataFrame, metric: str, gdn_modes=None) -> dict[str, pd.DataFrame]:
@@ -236,7 +243,7 @@ def budget_curves(rows: pd.DataFrame, metric: str, gdn_modes=None) -> dict[str, 
 
 
 def curve_peaks(summary: pd.DataFrame, arch: str, metric: str = "tokens_per_s", gdn_modes=None,
-                block_size=None, temperature=None, max_new_tokens=None) -> dict[str, tuple[int, float]]:
+                block_size=None, temperature=None, *, max_new_tokens=None) -> dict[str, tuple[int, float]]:
     """{gdn_mode: (budget, value)} at the maximum of each DDTree budget curve (NaNs skipped)."""
     rows, _ = slice_summary(summary, arch, block_size, temperature, max_new_tokens)
     return _peaks(budget_curves(rows, metric, gdn_modes))
@@ -253,7 +260,7 @@ def _peaks(curves: dict[str, pd.DataFrame]) -> dict[str, tuple[int, float]]:
 
 
 def _mode_label(mode: str) -> str:
-    return "ddtree" if mode == "-" else f"ddtree {mode}"
+    return "ddtree" if mode == PLAIN else f"ddtree {mode}"
 
 
 def _draw_references(ax, rows: pd.DataFrame, metric: str, modes: list[str]) -> None:
@@ -263,7 +270,7 @@ def _draw_references(ax, rows: pd.DataFrame, metric: str, modes: list[str]) -> N
     for i, mode in enumerate(modes):
         ref = rows[(rows["method"] == "dflash") & (rows["gdn_mode"] == mode)][metric].dropna()
         if len(ref):
-            label = "dflash" if mode == "-" else f"dflash {mode}"
+            label = "dflash" if mode == PLAIN else f"dflash {mode}"
             ax.axhline(ref.iloc[0], ls=dashes[i % 3], lw=1.4, color=METHOD_STYLES["dflash"]["color"], label=label)
     ar = rows[rows["method"] == "ar"][metric].dropna()
     if len(ar):
@@ -340,7 +347,7 @@ def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int
     if not len(auto) or not np.isfinite(auto["mean_tree_size"].iloc[0]):
         return
     size, value = float(auto["mean_tree_size"].iloc[0]), float(auto[metric].iloc[0])
-    name = "auto" if mode == "-" else f"auto {mode}"
+    name = "auto" if mode == PLAIN else f"auto {mode}"
     inside = bool(budgets) and budgets[0] <= size <= budgets[-1]
     label = f"{name} (at its mean tree, {size:.1f} nodes)" + ("" if inside else ": outside the range shown")
     xy = ([size], [value]) if inside else ([], [])
@@ -376,7 +383,7 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
 
 
 def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens_per_s", "speedup"),
-                       gdn_modes=None, block_size=None, mark_budget=31, ax=None,
+                       gdn_modes=None, block_size=None, mark_budget=31, *, ax=None,
                        temperature=None, max_new_tokens=None, title: str | None = None) -> Figure:
     """One panel per metric: DDTree curves vs budget (log2 x), one line per gdn_mode in its
     method colour (several modes: offset sideways, said in the legend below the panels).
@@ -448,7 +455,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
     summary: ``summarize`` rows (arch, block_size, temperature, gdn_mode, method, budget, tau,
     tau_outside_loops, loop_round_share)."""
     fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
-    mode = exact_mode(arch) if arch != "gdn" else gdn_mode
+    mode = gdn_mode if names_mode(arch) else EXACT_MODE
     budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
     lenses = loop_split_lenses(temps)
     for i, (col, temp, label, color) in enumerate(lenses):
@@ -481,10 +488,10 @@ def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
     if rows["block_size"].nunique() > 1 or rows["temperature"].nunique() > 1:
         raise ValueError("plot_loop_split_modes draws one block size and one temperature: filter the summary first")
     fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
-    budgets, groups = set(), list(rows.groupby(["arch", "gdn_mode"]))
+    budgets, groups = set(), list(shown_modes(rows).groupby(["arch", "gdn_mode"]))
     n = 2 * len(groups)
     for i, ((arch, mode), g) in enumerate(groups):
-        style, name = method_style(mode), arch if mode == "-" else f"{arch} {mode}"
+        style, name = method_style(mode), _series_name(arch, mode)
         for j, (col, lens) in enumerate((("tau", "all rounds"), ("tau_outside_loops", "outside loops"))):
             curve = _ddtree_curve(g, col, mode)
             budgets |= set(curve.index)
@@ -543,8 +550,8 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
                     label=f"{arch}: real text, teacher-forced ({int(tree.positions.iloc[0])} positions)")
             ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
-                           & summary.gdn_mode.isin(EXACT_LABELS)]
-            curve = _ddtree_curve(free, "tau", exact_mode(arch))
+                           & (summary.gdn_mode == EXACT_MODE)]
+            curve = _ddtree_curve(free, "tau", EXACT_MODE)
             budgets |= set(curve.index)
             ax.plot(curve.index, curve.values, ls=":", marker=TARGET_STYLES[arch]["marker"], ms=5, mfc="white",
                     color=colors[arch], label=f"{arch}: free-running, T = 0")
@@ -557,13 +564,13 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
 # ----------------------------------------------------------------------------- modes, targets, verify cost
 
 def _series_name(arch: str, mode: str) -> str:
-    return arch if mode == "-" else f"{arch} {mode}"
+    return arch if mode == PLAIN else f"{arch} {mode}"
 
 
 def _draw_mode_curves(ax, rows: pd.DataFrame, column: str) -> None:
     """``column`` vs budget, one line per (arch, gdn_mode) in the mode's method style (mla:
     plain DDTree), offset sideways. rows: DDTree summary rows (arch, gdn_mode, int budget)."""
-    groups = list(rows.groupby(["arch", "gdn_mode"]))
+    groups = list(shown_modes(rows).groupby(["arch", "gdn_mode"]))
     for i, ((arch, mode), g) in enumerate(groups):
         g = g.sort_values("budget")
         ax.plot(g.budget.astype(int) * spread(i, len(groups)), g[column], ms=6, label=_series_name(arch, mode),
@@ -734,7 +741,7 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
 # ----------------------------------------------------------------------------- studies
 
 def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: str = "max |error|",
-                       title: str | None = None, floor: float = 1e-12, xlog: bool = False) -> Figure:
+                       *, title: str | None = None, floor: float = 1e-12, xlog: bool = False) -> Figure:
     """Scatter of per-node errors on a log y axis (leakage study).
 
     x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each,
@@ -1020,7 +1027,7 @@ def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
 
 # ----------------------------------------------------------------------------- DFlash 2 trees
 
-PROPOSAL_STYLES = {("dflash", "-"): "marginal", ("dflash2", "unary"): "unary",
+PROPOSAL_STYLES = {("dflash", "unary"): "marginal", ("dflash2", "unary"): "unary",
                    ("dflash2", "conditional"): "conditional"}   # (drafter, tree) -> METHOD_STYLES key
 
 

@@ -21,7 +21,7 @@ from ..train.checkpoints import CKPT_DIR
 from ..experiments.plumbing.results import ResultsStore, cached_table_path
 from ..experiments.plumbing.spread import format_ratio_columns
 from ..experiments.plumbing.summary import summarize
-from ..experiments.plumbing.sweep import EXACT_LABELS, exact_mode
+from ..experiments.plumbing.sweep import EXACT_MODE, names_mode
 from ..experiments.studies import dflash2 as d2
 from ..experiments.studies import compiled_loop, full_size_cost, round_cost
 from ..experiments.studies.concurrency import (GRIDS, concurrency_display, concurrency_store, concurrency_table,
@@ -65,7 +65,7 @@ def _quality_cells(target: dict, decoding: pd.DataFrame) -> list:
     tman, agree = _manifest(arch, "target"), target["humaneval_agreement_block16"]
     tokens = tman.get("tokens_trained", tman["train_cfg"]["max_tokens"])
     tau = {(r.method, r.block_size, r.gdn_mode): r.tau for r in decoding.itertuples()}
-    exact = exact_mode(arch)
+    exact = EXACT_MODE
     lab = decoding[decoding.method != "official"]  # the reference loop has its own block (leak)
     same = lab.same_as_ar * lab.prompts
     return [f"{target['params_total'] / 1e6:.2f}M / {target['params_active'] / 1e6:.2f}M",
@@ -105,7 +105,7 @@ def _pick(t: pd.DataFrame, arch: str, mode: str, method: str, budget) -> pd.Seri
 def _speed_rows(t: pd.DataFrame) -> list[list]:
     """One row per budget (DFlash first, auto last): GDN wy tau/speedup, naive tau (== AR), MLA;
     the best fixed-budget speedup of each target in bold."""
-    fixed = t[(t.method == "ddtree") & (t.budget != "auto") & t.gdn_mode.isin(EXACT_LABELS)]
+    fixed = t[(t.method == "ddtree") & (t.budget != "auto") & (t.gdn_mode == EXACT_MODE)]
     best = {a: fixed[fixed.arch == a].speedup.max() for a in ("gdn", "mla")}
 
     def speed(r, arch=None):
@@ -115,7 +115,7 @@ def _speed_rows(t: pd.DataFrame) -> list[list]:
     gdn_d, mla_d = t[(t.method == "dflash") & (t.arch == "gdn")].iloc[0], t[(t.method == "dflash") & (t.arch == "mla")].iloc[0]
     rows = [[f"DFlash ({gdn_d.budget})", f"{gdn_d.tau:.2f}", speed(gdn_d), "", f"{mla_d.tau:.2f}", speed(mla_d)]]
     for b in sorted({int(b) for b in fixed.budget}) + ["auto"]:
-        wy, nv, mla = (_pick(t, a, m, "ddtree", b) for a, m in (("gdn", "wy"), ("gdn", "naive"), ("mla", "-")))
+        wy, nv, mla = (_pick(t, a, m, "ddtree", b) for a, m in (("gdn", "wy"), ("gdn", "naive"), ("mla", EXACT_MODE)))
         naive = "" if nv is None else f"{nv.tau:.2f} ({100 * nv.matches_ar:.0f}%)"
         rows.append([b, f"{wy.tau:.2f}", speed(wy, "gdn"), naive, f"{mla.tau:.2f}", speed(mla, "mla")])
     return rows
@@ -143,7 +143,7 @@ def render_speed() -> str:
             "in bold: the best fixed budget by pooled tokens/s, all tokens over all seconds):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
-    share = t[(t.budget == "256") & t.gdn_mode.isin(EXACT_LABELS)].tree_share * 100
+    share = t[(t.budget == "256") & (t.gdn_mode == EXACT_MODE)].tree_share * 100
     return head + table + (f"\n\nTree building is {share.min():.1f}-{share.max():.1f}% of a round at budget 256 "
                            "(exact modes, both targets).")
 
@@ -153,7 +153,7 @@ def _official_row(t: pd.DataFrame, arch: str) -> list:
     budget and auto, tau / speedup over AR / tokens/s over the reference loop's (paired)."""
     t = t[(t.arch == arch) & (t.temperature == 0)]
     off, dfl = t[t.method == "official"].iloc[0], t[t.method == "dflash"].iloc[0]
-    trees = t[(t.method == "ddtree") & t.gdn_mode.isin(EXACT_LABELS)]
+    trees = t[(t.method == "ddtree") & (t.gdn_mode == EXACT_MODE)]
     fixed = trees[trees.budget != "auto"]
     best, auto = fixed.loc[fixed.tokens_per_s.idxmax()], trees[trees.budget == "auto"]
     same = "yes" if off.matches_ar == 1 else f"**no**: {100 * (1 - off.matches_ar):.0f}% of prompts depart"
@@ -311,7 +311,7 @@ def render_exactness() -> str:
     for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
         s = g.set_index("setting")
         commit = s.loc["float64 + harness", "commit_err"]
-        rows.append([arch if mode == "-" else f"{arch} {mode}", f"{s.loc['float64 + harness', 'max_err']:.1e}",
+        rows.append([f"{arch} {mode}" if names_mode(arch) else arch, f"{s.loc['float64 + harness', 'max_err']:.1e}",
                      f"{s.loc['float32', 'max_err']:.1e}", int(s.loc["float32", "flips"]),
                      "" if pd.isna(commit) else f"{commit:.1e}"])
     return head + _table(["target, mode", "float64 (harness)", "float32", "argmax flips (float32)",
@@ -327,7 +327,7 @@ def _store_summary(name: str) -> pd.DataFrame:
 
 def _loop_cells(s: pd.DataFrame, arch: str) -> list:
     """One arch's column of the loops table: loop rate, then tau all / outside loops."""
-    rows = s[(s.arch == arch) & s.gdn_mode.isin(EXACT_LABELS) & (s.temperature == 0)]
+    rows = s[(s.arch == arch) & (s.gdn_mode == EXACT_MODE) & (s.temperature == 0)]
     ar = rows[rows.method == "ar"].iloc[0]
     dfl = rows[(rows.method == "dflash") & (rows.block_size == 8)].iloc[0]
     tree = rows[(rows.method == "ddtree") & (rows.budget.astype(str) == "64")].iloc[0]
@@ -352,7 +352,7 @@ def render_loops() -> str:
 def _temperature_row(t: pd.DataFrame, arch: str, temp: float, rule: str) -> list:
     """One (arch, T, acceptance rule) row: entropy, loop share, tau all rounds / outside loops
     (DFlash, DDTree-16, DDTree-64), their DDTree-64 / DFlash ratio, and both speedups over AR."""
-    rows = t[(t.arch == arch) & (t.temperature == temp) & t.gdn_mode.isin(EXACT_LABELS) & (t.accept_rule == rule)]
+    rows = t[(t.arch == arch) & (t.temperature == temp) & (t.gdn_mode == EXACT_MODE) & (t.accept_rule == rule)]
     dfl = rows[rows.method == "dflash"].iloc[0]
     trees = {b: rows[(rows.method == "ddtree") & (rows.budget == b)] for b in ("16", "64")}
     cells = [arch, f"{temp:g}", rule if temp else "(argmax)", f"{dfl.entropy:.2f}", f"{100 * dfl.loop_round_share:.0f}%",
@@ -376,7 +376,7 @@ def render_temperature() -> str:
             "outside loops; entropy: the target's, nats per new token, of softmax(logits / T) (T = 0: of its own "
             f"softmax); rounds in loops: DFlash's; {SPEEDUP_NOTE}):\n\n")
     rows = [_temperature_row(t, a, temp, rule) for a in ("gdn", "mla") for temp in temps
-            for rule in (sorted(set(t[t.temperature == temp].accept_rule) - {"-"}) if temp else ["-"])]
+            for rule in (sorted(set(t[t.temperature == temp].accept_rule)) if temp else ["rejection"])]
     return head + _table(["target", "T", "acceptance rule", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
                           "DDTree-16 tau", "DDTree-64 tau", "DDTree-64 / DFlash tau", "DFlash speedup",
                           "DDTree-64 speedup"], rows)
@@ -513,7 +513,7 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     for (a, temp), r in study[study.method != "ar"].groupby(["arch", "temperature"]):
         cells = [pick(r, "ddtree", d, t, 64) for d, t in d2.PROPOSALS]
         rows.append([a, f"{temp:g}"] + [f"{c.tau.iloc[0]:.2f} ({c.speedup.iloc[0]:.2f}x)" if len(c) else "-"
-                                        for c in [pick(r, "dflash", "dflash", "-", 7),
+                                        for c in [pick(r, "dflash", "dflash", "unary", 7),
                                                   pick(r, "dflash", "dflash2", "conditional", 7)] + cells])
     out += (f"\n\nOne interleaved run (`{d2.RUN}`, {int(study.n_prompts.max())} prompts, "
             f"{int(study.max_new_tokens.max())} new tokens, block 8, the rejection rule at T > 0 with each proposal's "

@@ -15,6 +15,7 @@ import ipywidgets as w
 import pandas as pd
 
 from ..experiments.plumbing.summary import summarize
+from ..experiments.plumbing.sweep import names_mode
 from . import plots
 
 ALL = "all"
@@ -44,7 +45,7 @@ def sweep_controls_spec(frame: pd.DataFrame, arch: str | None = None) -> dict:
     prompts = sorted(int(p) for p in rows["prompt"].unique()) if _is_raw(rows) else []
     return {
         "arch": sorted(frame["arch"].unique()),
-        "gdn_mode": [ALL] + sorted(m for m in spec_rows["gdn_mode"].unique() if m != "-"),
+        "gdn_mode": [ALL] + sorted(spec_rows.loc[spec_rows["arch"].map(names_mode), "gdn_mode"].unique()),
         "block_size": sorted(int(b) for b in spec_rows["block_size"].unique()),
         "temperature": sorted(float(t) for t in rows["temperature"].unique()),
         "max_new_tokens": sorted(int(n) for n in rows["max_new_tokens"].unique()),
@@ -55,12 +56,12 @@ def sweep_controls_spec(frame: pd.DataFrame, arch: str | None = None) -> dict:
 
 
 def select(summary_or_frame: pd.DataFrame, arch: str, gdn_mode: str | None, block_size: int | None,
-           temperature: float, budget_range: tuple[int, int] | None, prompt: int | str | None = None,
+           temperature: float, budget_range: tuple[int, int] | None, *, prompt: int | str | None = None,
            max_new_tokens: int | None = None) -> pd.DataFrame:
     """Summary rows of one (arch, temperature), DDTree budgets within ``budget_range``.
 
-    gdn_mode None / 'all': every mode; otherwise that mode's rows (AR and mla rows, '-',
-    stay). block_size None: every block size; otherwise that one (AR rows stay). DFlash,
+    gdn_mode None / 'all': every mode; otherwise that mode's rows (AR rows and the rows of a
+    target whose mode says nothing, ``sweep.names_mode``, stay). block_size None: every block size; otherwise that one (AR rows stay). DFlash,
     AR and 'auto' rows are never cut by ``budget_range`` (inclusive (lo, hi), None: all).
     prompt: None / 'all' summarises every prompt; an int summarises only that prompt's rows
     (needs a raw results frame, not a summary). max_new_tokens None: every length.
@@ -76,7 +77,7 @@ def select(summary_or_frame: pd.DataFrame, arch: str, gdn_mode: str | None, bloc
     summary = summarize(rows) if _is_raw(rows) else rows
     keep = pd.Series(True, index=summary.index)
     if gdn_mode not in (None, ALL):
-        keep &= summary["gdn_mode"].isin([gdn_mode, "-"])
+        keep &= (summary["gdn_mode"] == gdn_mode) | (summary["method"] == "ar") | ~summary["arch"].map(names_mode)
     if block_size is not None:
         keep &= (summary["block_size"] == block_size) | (summary["method"] == "ar")
     if budget_range is not None:
@@ -88,7 +89,7 @@ def select(summary_or_frame: pd.DataFrame, arch: str, gdn_mode: str | None, bloc
 
 
 def title(arch: str, gdn_mode=None, block_size=None, temperature=None, budget_range=None, prompt=None,
-          max_new_tokens=None) -> str:
+          *, max_new_tokens=None) -> str:
     """The selection in words, e.g. 'gdn · wy · block 16 · T = 0.0 · 64 new tokens · all
     prompts · budgets 1-256' (None parts are left out; mla has no GDN mode)."""
     parts = [arch]
@@ -107,12 +108,13 @@ def title(arch: str, gdn_mode=None, block_size=None, temperature=None, budget_ra
 
 
 def render(frame: pd.DataFrame, arch: str, gdn_mode=None, block_size=None, temperature: float = 0.0,
-           budget_range=None, prompt=None, max_new_tokens=None, **plot_kwargs):
+           budget_range=None, *, prompt=None, max_new_tokens=None, **plot_kwargs):
     """The budget-curve Figure of ``select(frame, ...)``, titled with the selection (extra
     kwargs go to the plot)."""
-    rows = select(frame, arch, gdn_mode, block_size, temperature, budget_range, prompt, max_new_tokens)
+    rows = select(frame, arch, gdn_mode, block_size, temperature, budget_range, prompt=prompt,
+                  max_new_tokens=max_new_tokens)
     modes = None if gdn_mode in (None, ALL) else [gdn_mode]
-    name = title(arch, gdn_mode, block_size, temperature, budget_range, prompt, max_new_tokens)
+    name = title(arch, gdn_mode, block_size, temperature, budget_range, prompt, max_new_tokens=max_new_tokens)
     return plots.plot_budget_curves(rows, arch, gdn_modes=modes, block_size=block_size, temperature=temperature,
                                     max_new_tokens=max_new_tokens, title=name, **plot_kwargs)
 

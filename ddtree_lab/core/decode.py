@@ -131,7 +131,7 @@ def tree_rule(drafter, tree) -> TreeRule:
 
 
 def check_generate_args(target, drafter, prompt_ids, spec: GenerationSpec, budget, max_new_tokens,
-                        cost_model=None) -> torch.Tensor:
+                        *, cost_model=None) -> torch.Tensor:
     """What a valid ``spec`` still needs checked against the models, for one prompt (its
     ``budget`` and ``max_new_tokens``), before any work; -> the prompt as LongTensor[T]."""
     if spec.method != "ar" and drafter is not None:
@@ -194,7 +194,8 @@ def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *,
     spec = GenerationSpec.build(spec, **spec_args)
     if isinstance(spec.budget, tuple) or isinstance(spec.max_new_tokens, tuple):
         raise ValueError("generate takes one budget and one max_new_tokens (per-prompt lists: generate_batch)")
-    prompt = check_generate_args(target, drafter, prompt_ids, spec, spec.budget, spec.max_new_tokens, cost_model)
+    prompt = check_generate_args(target, drafter, prompt_ids, spec, spec.budget, spec.max_new_tokens,
+                                 cost_model=cost_model)
     return _decode(target, drafter, [prompt], spec, cost_model=cost_model, on_round=on_round)[0]
 
 
@@ -230,11 +231,12 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     with compile_ready(target) if spec.compile else nullcontext():
         t0 = time.perf_counter()
         if spec.method == "ar":
-            gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock, _forwards(target, None, spec).ar)
+            gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock,
+                                forward=_forwards(target, None, spec).ar)
         else:
             seqs = [_Sequence(b, None, None, None, 0, budget, new, rng)
                     for b, (budget, new, rng) in enumerate(zip(budgets, news, rngs))]
-            _generate_spec(target, drafter, prompts, seqs, spec, clock, _Hooks(cost_model, on_round))
+            _generate_spec(target, drafter, prompts, seqs, spec, clock, hooks=_Hooks(cost_model, on_round))
             gens = [s.gen for s in seqs]
         clock.timings["total"] = time.perf_counter() - t0
     for g, n in zip(gens, news):
@@ -279,7 +281,8 @@ def check_generate_batch_args(target, drafter, prompts, spec: GenerationSpec, co
             raise ValueError(f"prompts[{b}] must be a sequence of token ids (prompts is a list of prompts), "
                              f"got the scalar {prompt!r}")
         try:
-            checked.append(check_generate_args(target, drafter, prompt, spec, budgets[b], news[b], cost_model))
+            checked.append(check_generate_args(target, drafter, prompt, spec, budgets[b], news[b],
+                                               cost_model=cost_model))
         except ValueError as err:
             raise ValueError(f"prompts[{b}]: {err}") from None
     if spec.method != "ar" and spec.budget == "auto" and len(prompts) > 1 and not hasattr(cost_model, "batches"):
@@ -289,7 +292,7 @@ def check_generate_batch_args(target, drafter, prompts, spec: GenerationSpec, co
     return checked
 
 
-def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, forward=None) -> list[Generation]:
+def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, *, forward) -> list[Generation]:
     """AR on the stock forward (``forward``: the target or its compiled copy) and
     ``DynamicCache``: one target forward per token for the whole
     batch. Prompts of different lengths are left-padded, with a 2-D attention mask and
@@ -316,7 +319,7 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, fo
             break
         with timed_phase(clock, "verify"):
             mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)  # [B, P + step + 1]
-            logits = (target if forward is None else forward)(tokens[:, None].to(device), attention_mask=mask if padded else None,
+            logits = forward(tokens[:, None].to(device), attention_mask=mask if padded else None,
                             position_ids=positions + step if padded else None,
                             past_key_values=cache, use_cache=True).logits[:, -1]
     return gens
@@ -421,7 +424,7 @@ def _open(target, drafter, seq: _Sequence, prompt) -> None:
 
 
 def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: GenerationSpec, clock: Generation,
-                   hooks: _Hooks) -> None:
+                   *, hooks: _Hooks) -> None:
     """The speculative loop over ``seqs`` (one per prompt, filled in place): rounds until every
     sequence has its ``max_new_tokens``. Everything was validated before: nothing per round."""
     layers, rule, s = tuple(drafter.cfg.target_layer_ids), tree_rule(drafter, spec.tree), spec.sampling

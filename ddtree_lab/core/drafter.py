@@ -414,7 +414,7 @@ def block_labels(tokens: torch.Tensor, anchors: torch.Tensor, block_size: int) -
 
 def drafter_loss(drafter: DFlashDrafter, tokens: torch.Tensor, features: torch.Tensor,
                  anchors: torch.Tensor, weights: torch.Tensor | None = None,
-                 soft: tuple[torch.Tensor, torch.Tensor] | None = None, selector_weight: float = 1.0) -> torch.Tensor:
+                 soft: tuple[torch.Tensor, torch.Tensor] | None = None, *, selector_weight: float = 1.0) -> torch.Tensor:
     """Position-weighted cross entropy of the blocks at ``anchors`` [B, A] (+ ``selector_weight``
     x ``selector_loss`` for a DFlash 2 drafter).
 

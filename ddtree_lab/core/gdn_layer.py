@@ -61,16 +61,16 @@ class GdnMode:
     def needs_rescore(self, path: torch.Tensor) -> bool:
         return False
 
-    def core(self, q, k, v, g, beta, parents, depths, S0, anc) -> tuple[torch.Tensor, dict]:
+    def core(self, q, k, v, g, beta, parents, *, depths, S0, anc) -> tuple[torch.Tensor, dict]:
         """q, k [N+1, H, dk], v [N+1, H, dv], g, beta [N+1, H], S0 [H, dk, dv], anc [N+1, N+1]
         -> (o [N+1, H, dv], the record's mode fields)."""
-        o, aux = gdn_tree.gated_delta_wy(q, k, v, g, beta, parents, S0, anc=anc, return_aux=True)
+        o, aux = gdn_tree.gated_delta_wy(q, k, v, g, beta, parents, S0=S0, anc=anc, return_aux=True)
         return o, {"wy": aux, "S0": S0}
 
-    def core_batch(self, q, k, v, g, beta, S0, anc):
+    def core_batch(self, q, k, v, g, beta, S0, *, anc):
         """``core`` over B padded trees (q [B, T, H, dk] ..., S0 [B, H, dk, dv], anc [B, T, T])
         -> (o [B, T, H, dv], per-sequence mode fields); only for a ``batched`` mode."""
-        o, aux = gated_delta_wy_batch(q, k, v, g, beta, S0, anc)
+        o, aux = gated_delta_wy_batch(q, k, v, g, beta, S0, anc=anc)
         return o, [{"wy": {name: t[i] for name, t in aux.items()}, "S0": S0[i]} for i in range(o.shape[0])]
 
     def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
@@ -98,8 +98,8 @@ class ForkMode(GdnMode):
     name: str = "fork"
     batched: ClassVar[bool] = False
 
-    def core(self, q, k, v, g, beta, parents, depths, S0, anc):
-        o, states = gdn_tree.gated_delta_fork(q, k, v, g, beta, parents, depths, S0)
+    def core(self, q, k, v, g, beta, parents, *, depths, S0, anc):
+        o, states = gdn_tree.gated_delta_fork(q, k, v, g, beta, parents, depths=depths, S0=S0)
         return o, {"states": states}
 
     def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
@@ -127,7 +127,7 @@ def tree_layer(m, h, conv_state, S0, buf, mode: GdnMode) -> tuple[torch.Tensor, 
     y = gdn_tree.tree_conv(x, conv_state, adapter.gdn_conv_weight(m), buf.gdn_parents)
     q, k, v = adapter.gdn_qkv(m, y)
     g, beta = adapter.gdn_gates(m, a, b)
-    o, fields = mode.core(q, k, v, g, beta, buf.gdn_parents, buf.tree.depths, S0.to(v.dtype), buf.gdn_anc)
+    o, fields = mode.core(q, k, v, g, beta, buf.gdn_parents, depths=buf.tree.depths, S0=S0.to(v.dtype), anc=buf.gdn_anc)
     return adapter.gdn_output(m, o, z, h.dtype), GdnRecord(x, a, b, **fields)
 
 
@@ -145,7 +145,7 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.T
     q, k, v = adapter.gdn_qkv(m, y.reshape(B * T, -1))
     g, beta = adapter.gdn_gates(m, a, b)
     o, fields = mode.core_batch(*(t.view(B, T, *t.shape[1:]) for t in (q, k, v, g, beta)),
-                                S0.to(v.dtype), bufs.gdn_anc.to(h.device))
+                                S0.to(v.dtype), anc=bufs.gdn_anc.to(h.device))
     out = adapter.gdn_output(m, o.reshape(B * T, *o.shape[2:]), z, h.dtype).view(B, T, D)
     x, a, b = (t.view(B, T, -1) for t in (x, a, b))
     return out, [GdnRecord(x[i, :n], a[i, :n], b[i, :n], **fields[i]) for i, n in enumerate(bufs.sizes)]
@@ -170,11 +170,12 @@ def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Ten
     return F.silu((picked * weight.T).sum(2))  # a multiply-sum: einsum's bmm is ~5x slower at this shape
 
 
-def _wy_one(q, k, v, g, beta, S0, anc):
-    return gdn_tree.gated_delta_wy(q, k, v, g, beta, None, S0, anc=anc, return_aux=True)
+def _wy_one(qkvgb: tuple, S0, anc):
+    """One tree's ``gated_delta_wy`` (qkvgb: (q, k, v, g, beta); vmap maps positional arguments)."""
+    return gdn_tree.gated_delta_wy(*qkvgb, None, S0=S0, anc=anc, return_aux=True)
 
 
-def gated_delta_wy_batch(q, k, v, g, beta, S0, anc):
+def gated_delta_wy_batch(q, k, v, g, beta, S0, *, anc):
     """``gdn_tree.gated_delta_wy`` over B padded trees in one vmapped pass (batch 1: the plain
     call, the same arithmetic without vmap's overhead).
 
@@ -182,6 +183,6 @@ def gated_delta_wy_batch(q, k, v, g, beta, S0, anc):
     -> (o [B, T, H, dv], aux {"U": [B, H, T, dv], "G": [B, T, H] float64, "k": [B, H, T, dk]}).
     """
     if q.shape[0] == 1:
-        o, aux = _wy_one(q[0], k[0], v[0], g[0], beta[0], S0[0], anc[0])
+        o, aux = _wy_one((q[0], k[0], v[0], g[0], beta[0]), S0[0], anc[0])
         return o[None], {name: t[None] for name, t in aux.items()}
-    return torch.vmap(_wy_one)(q, k, v, g, beta, S0, anc)
+    return torch.vmap(_wy_one)((q, k, v, g, beta), S0, anc)

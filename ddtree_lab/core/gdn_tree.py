@@ -144,7 +144,7 @@ def gated_delta_chain(q, k, v, g, beta, S0):
     return torch.stack(outs) if outs else v.new_zeros(v.shape), S
 
 
-def gated_delta_reference(q, k, v, g, beta, parents, S0):
+def gated_delta_reference(q, k, v, g, beta, parents, *, S0):
     """Oracle: for each node run ``gated_delta_chain`` over its path root..i from S0.
 
     Shapes as ``gated_delta_chain`` with L = N+1, plus parents [N+1]; -> o [N+1, H, dv].
@@ -158,7 +158,7 @@ def gated_delta_reference(q, k, v, g, beta, parents, S0):
     return torch.stack(outs)
 
 
-def gated_delta_fork(q, k, v, g, beta, parents, depths, S0):
+def gated_delta_fork(q, k, v, g, beta, parents, *, depths, S0):
     """Per-node state fork: node i steps (R) from its parent's state (root from S0).
 
     One batched ``delta_step`` per depth level; nodes are laid out level by level once
@@ -202,7 +202,7 @@ def pairwise_decay(G: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> t
     return diff.masked_fill(~mask, float("-inf")).exp().to(dtype)
 
 
-def gated_delta_wy(q, k, v, g, beta, parents, S0, anc=None, return_aux=False):
+def gated_delta_wy(q, k, v, g, beta, parents, *, S0, anc=None, return_aux=False):
     """Tree WY form (W1-W3): all node outputs in one parallel pass, one triangular solve.
 
     Shapes as ``gated_delta_reference``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if

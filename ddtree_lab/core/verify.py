@@ -279,7 +279,7 @@ def tree_forward(model, view: TreeBatch, hidden: bool = False):
 
 @torch.no_grad()
 def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mode="wy",
-                 feature_layers: tuple = (), gdn_layer=None, forward=tree_forward) -> list[Forward]:
+                 feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
     """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
     features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
 
@@ -291,12 +291,12 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     """
     mode = as_mode(gdn_mode)
     _check_batch(model, caches, trees, mode)
-    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward)
+    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward=forward)
 
 
 @torch.no_grad()
 def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree], mode: GdnMode,
-                           feature_layers: tuple = (), gdn_layer=None, forward=tree_forward) -> list[Forward]:
+                           feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
     """``verify_batch`` on arguments already checked (``mode``: a ``GdnMode``; the token ids and
     positions of every tree valid for its cache and the model)."""
     gdn = adapter.route_gdn_trees(model)

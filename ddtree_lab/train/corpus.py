@@ -466,7 +466,7 @@ def drop_counts(files: list[SourceFile]) -> dict[str, int]:
 
 
 def build_manifest(packages, built: dict, streams: dict, tokens: dict, cfg: CorpusConfig,
-                   key: str, tok) -> dict:
+                   key: str, *, tok) -> dict:
     """The full manifest: config, per-package rows, per-split totals and every candidate
     file's sha256 with its fate (split or drop reason)."""
     files, val = built["files"], built["val_packages"]
@@ -515,7 +515,7 @@ def build_corpus(cfg: CorpusConfig = CorpusConfig(), tok=None, cache_dir: Path =
         d.mkdir(parents=True, exist_ok=True)
         for split in ("train", "val"):
             np.save(d / f"{split}.npy", streams[split])
-        man = build_manifest(packages, built, streams, tokens, cfg, d.name, tok)
+        man = build_manifest(packages, built, streams, tokens, cfg, d.name, tok=tok)
         tmp = d / "manifest.json.tmp"
         tmp.write_text(json.dumps(man, indent=1))
         tmp.replace(d / "manifest.json")  # written last: a killed build is redone, never half-read

@@ -128,7 +128,7 @@ def target_soft_labels(target, tokens: torch.Tensor, top_k: int, batch_size: int
 
 @torch.no_grad()
 def corpus_contexts(target, windows: int, length: int, layer_ids, top_k: int, seed: int = 0,
-                    tok=None, batch_size: int = 32) -> dict:
+                    *, tok=None, batch_size: int = 32) -> dict:
     """Real contexts: ``windows`` random windows of ``length`` tokens of the stdlib train split
     (``data.tokenized_corpus``; HumanEval-free), with the target's features and (``top_k`` > 0)
     soft labels, in the rollouts' layout (prompt_len 1: anchors anywhere in the window)."""
@@ -276,7 +276,7 @@ def train_drafter(arch: str | None, preset: str = "default", *, target=None, pro
     training = training_data(target, recipe, tok, prompts, recipe.train.seed, cache_dir)
     out = Path(out or ckpt_path(arch, "drafter"))
     return fit_drafter(target, arch, recipe, training, mask_token_id, Path(runs_dir or default_runs_dir(out, preset)),
-                       out, preset=preset, max_minutes=max_minutes)
+                       out=out, preset=preset, max_minutes=max_minutes)
 
 
 def default_runs_dir(out: Path, preset: str) -> Path:
@@ -287,7 +287,7 @@ def default_runs_dir(out: Path, preset: str) -> Path:
 
 
 def fit_drafter(target, arch: str, recipe: DrafterRecipe, training: tuple, mask_token_id: int, runs_dir: Path,
-                out: Path, *, preset: str = "default", max_minutes: float | None = None) -> dict:
+                *, out: Path, preset: str = "default", max_minutes: float | None = None) -> dict:
     """Train (or resume, from ``runs_dir``) one DFlash drafter for ``target`` as ``recipe`` says,
     on ``training`` (``training_data``'s tuple), and ship it to ``out``; -> its manifest."""
     rollouts, train_r, val_r, corpus = training
@@ -296,8 +296,8 @@ def fit_drafter(target, arch: str, recipe: DrafterRecipe, training: tuple, mask_
                                     block_size=recipe.block_size, target_layer_ids=rollouts["layer_ids"])
     torch.manual_seed(cfg.seed)
     drafter = DFlashDrafter.from_config(dcfg, target).to(target.device)
-    return _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
-                           Path(runs_dir), Path(out), "drafter")
+    return _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts=rollouts, train_r=train_r,
+                           val_r=val_r, corpus=corpus, runs_dir=Path(runs_dir), out=Path(out), kind="drafter")
 
 
 def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_dir):
@@ -313,11 +313,11 @@ def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_
                                          target_soft_labels(target, train_r["tokens"], recipe.soft_top_k)))}
     use_corpus = recipe.corpus_windows and recipe.corpus_share > 0
     corpus = corpus_contexts(target, recipe.corpus_windows, recipe.prompt_len + recipe.new_tokens,
-                             rollouts["layer_ids"], recipe.soft_top_k, seed, tok) if use_corpus else None
+                             rollouts["layer_ids"], recipe.soft_top_k, seed, tok=tok) if use_corpus else None
     return rollouts, train_r, val_r, corpus
 
 
-def _train_and_ship(drafter, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
+def _train_and_ship(drafter, target, arch, preset, recipe, cfg, *, rollouts, train_r, val_r, corpus,
                     runs_dir: Path, out: Path, kind: str, **extra) -> dict:
     st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus, recipe.corpus_share),
                drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"{kind} {arch}")
@@ -387,8 +387,8 @@ def train_drafter2(arch: str | None, preset: str = "default", *, target=None, dr
     torch.manual_seed(cfg.seed)
     drafter2 = dflash2_from(drafter, target).float().train()
     out = Path(out or ckpt_path(arch, "drafter2"))
-    return _train_and_ship(drafter2, target, arch, preset, recipe, cfg, rollouts, train_r, val_r, corpus,
-                           Path(runs_dir or default_runs_dir(out, preset)), out, "drafter2",
+    return _train_and_ship(drafter2, target, arch, preset, recipe, cfg, rollouts=rollouts, train_r=train_r,
+                           val_r=val_r, corpus=corpus, runs_dir=Path(runs_dir or default_runs_dir(out, preset)), out=out, kind="drafter2",
                            initialised_from=drafter_digest(drafter))
 
 

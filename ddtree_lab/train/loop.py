@@ -158,7 +158,7 @@ def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: Tra
         hf_cfg._attn_implementation = "sdpa"
     torch.set_flush_denormal(speed.flush_denormal)
     try:
-        return _train(model, loss_fn, eval_fn, cfg, Path(out_dir), desc, speed)
+        return _train(model, loss_fn, eval_fn, cfg, Path(out_dir), desc, speed=speed)
     finally:
         torch.set_flush_denormal(False)
         if speed.sdpa and attn == "eager":
@@ -166,7 +166,7 @@ def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: Tra
 
 
 def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
-           speed: SpeedConfig) -> dict:
+           *, speed: SpeedConfig) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]

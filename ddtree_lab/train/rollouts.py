@@ -147,7 +147,7 @@ def make_rollouts(target, tok, prompts: list, *, new_tokens: int = 96, prompt_le
         return torch.load(path, weights_only=False)
     sampling = _Sampling(tuple(float(t) for t in temperatures), seed, batch_size)
     chunks = _generate_chunks(target, ids, new_tokens, layer_ids, batch_size * chunk_batches,
-                              sampling, path.with_suffix(".parts") if path else None)
+                              sampling, parts=path.with_suffix(".parts") if path else None)
     out = {"tokens": torch.cat([c[0] for c in chunks]), "features": torch.cat([c[1] for c in chunks]),
            "temperature": torch.cat([c[2] for c in chunks]), **meta}
     if path is not None:
@@ -169,7 +169,7 @@ class _Sampling:
         return self.temperatures[b % len(self.temperatures)], torch.Generator().manual_seed(self.seed * 100_003 + b)
 
 
-def _generate_chunks(target, ids, new_tokens, layer_ids, chunk_size, sampling: _Sampling, parts: Path | None):
+def _generate_chunks(target, ids, new_tokens, layer_ids, chunk_size, sampling: _Sampling, *, parts: Path | None):
     """[(tokens int32 [n, T], features float16 [n, T, F], temperature float32 [n])] per chunk,
     each saved to ``parts``."""
     if parts is not None:

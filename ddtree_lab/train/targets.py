@@ -38,7 +38,7 @@ TARGET_TRAIN = {
 
 def train_target(arch: str, preset: str = "default", out: Path | None = None,
                  runs_dir: Path | None = None, model_preset: str | None = None,
-                 max_minutes: float | None = None, device: str = "cpu") -> dict:
+                 max_minutes: float | None = None, *, device: str = "cpu") -> dict:
     """Train (or resume) one target and ship it as a bf16 HF checkpoint with a manifest
     (``device="cuda"`` trains on a GPU; batches are moved there)."""
     if preset not in TARGET_TRAIN:

@@ -109,11 +109,11 @@ def _dflash2_summary():
     rows = []
     for arch in ("gdn", "mla"):
         for t in (0.0, 0.5, 1.0):
-            for drafter, tree in (("dflash", "-"), ("dflash2", "unary"), ("dflash2", "conditional")):
+            for drafter, tree in (("dflash", "unary"), ("dflash2", "unary"), ("dflash2", "conditional")):
                 rows += [{"arch": arch, "temperature": t, "method": "ddtree", "drafter": drafter, "tree": tree,
                           "budget": b, "tau": 2 + math.log2(b) * 0.4, "speedup": 1 + math.log2(b) * 0.2}
                          for b in (4, 16, 64, 256)]
-            rows += [{"arch": arch, "temperature": t, "method": "dflash", "drafter": d, "tree": "-", "budget": 0,
+            rows += [{"arch": arch, "temperature": t, "method": "dflash", "drafter": d, "tree": "unary", "budget": 0,
                       "tau": 2.5, "speedup": 1.4} for d in ("dflash", "dflash2")]
     return pd.DataFrame(rows)
 
@@ -130,7 +130,7 @@ def _concurrency():
 
 
 def _tree_rows():
-    modes = [("gdn", m) for m in ("naive", "fork", "wy")] + [("mla", "-")]
+    modes = [("gdn", m) for m in ("naive", "fork", "wy")] + [("mla", "wy")]
     return pd.DataFrame([{"arch": a, "gdn_mode": m, "method": "ddtree", "block_size": 16, "temperature": 0.0,
                           "budget": b, "tau": 2 + math.log2(b) * (0.1 if m == "naive" else 0.4),
                           "speedup": 1 + math.log2(b) * 0.2, "matches_ar": 0.5 if m == "naive" else 1.0}
@@ -206,7 +206,7 @@ def _figures():
         "plot_mode_curves": lambda: plots.plot_mode_curves(tree_rows, {"tau": ("tau", "acceptance")}),
         "plot_leakage_vs_budget": lambda: plots.plot_leakage_vs_budget(tree_rows[tree_rows.arch == "gdn"], exact),
         "plot_verify_cost": lambda: plots.plot_verify_cost(cost),
-        "plot_target_curves": lambda: plots.plot_target_curves(tree_rows[tree_rows.gdn_mode.isin(["wy", "-"])], 16),
+        "plot_target_curves": lambda: plots.plot_target_curves(tree_rows[tree_rows.gdn_mode.isin(["wy"])], 16),
         "plot_drafter_grid": lambda: plots.plot_drafter_grid(grid, {"gdn": 1.42, "mla": 1.37}),
         "plot_expected_acceptance": lambda: plots.plot_expected_acceptance(torch.linspace(0.5, 3.0, 256), 1.2, 16, "gdn"),
         "plot_tree_shape": lambda: plots.plot_tree_shape(pd.DataFrame(

@@ -92,7 +92,7 @@ def test_curve_peaks(summary):
     assert plots.curve_peaks(summary, "gdn", "tokens_per_s") == {
         "wy": (7, pytest.approx(32.0)), "naive": (3, pytest.approx(16.0))}
     assert plots.curve_peaks(summary, "gdn", "speedup", gdn_modes=["naive"]) == {"naive": (3, pytest.approx(2.0))}
-    assert plots.curve_peaks(summary, "mla", "speedup") == {"-": (15, pytest.approx(32 / 6))}
+    assert plots.curve_peaks(summary, "mla", "speedup") == {plots.PLAIN: (15, pytest.approx(32 / 6))}
     assert plots.curve_peaks(summary, "gdn", "tokens_per_s", temperature=1.0) == {"wy": (7, pytest.approx(16.0))}
 
 
@@ -138,7 +138,7 @@ def wide_summary():
     mean tree of 14.8 nodes, DFlash and AR: what the budget figures of notebook 05 draw."""
     import pandas as pd
     base = {"arch": "gdn", "gdn_mode": "wy", "block_size": 16, "temperature": 0.0, "max_new_tokens": 64}
-    rows = [{**base, "method": "ar", "gdn_mode": "-", "budget": 0, "block_size": 0, "tau": 1.0,
+    rows = [{**base, "method": "ar", "gdn_mode": "wy", "budget": 0, "block_size": 0, "tau": 1.0,
              "tokens_per_s": 185.0, "speedup": 1.0, "mean_tree_size": np.nan},
             {**base, "method": "dflash", "budget": 15, "tau": 7.0, "tokens_per_s": 258.0, "speedup": 1.39,
              "mean_tree_size": 15.0},
@@ -370,7 +370,7 @@ def test_one_colour_per_method_and_target_across_figures(summary):
     assert _colors(plots.plot_budget_curves(summary, "mla"), "dflash") == {dflash}
     mla = to_rgba(plots.TARGET_STYLES["mla"]["color"])
     rows = summary[(summary.method == "ddtree") & (summary.budget != "auto")].astype({"budget": int})
-    assert _colors(plots.plot_target_curves(rows[rows.gdn_mode.isin(["wy", "-"])], 4), "mla") == {mla}
+    assert _colors(plots.plot_target_curves(rows[rows.gdn_mode.isin(["wy"])], 4), "mla") == {mla}
     assert _colors(plots.plot_mode_curves(rows[rows.temperature == 0], {"tau": ("tau", "")}), "gdn naive") == {
         to_rgba(plots.METHOD_STYLES["naive"]["color"])}
 

@@ -73,11 +73,11 @@ def _bench_rows():
     """A synthetic bench.csv: both archs at T = 0, 0.3, 0.6, 1; DFlash and DDTree-16/64, paired speedups."""
     rows = []
     for arch in ("gdn", "mla"):
-        for temp, rule in ((0.0, "-"), (0.3, "rejection"), (0.3, "target"), (0.6, "rejection"), (0.6, "target"),
+        for temp, rule in ((0.0, "rejection"), (0.3, "rejection"), (0.3, "target"), (0.6, "rejection"), (0.6, "target"),
                            (1.0, "rejection"), (1.0, "target")):
             for method, budget, tau in (("dflash", "7", 3.0), ("ddtree", "16", 3.5), ("ddtree", "64", 4.0)):
                 rows.append({"arch": arch, "temperature": temp, "accept_rule": rule, "method": method, "budget": budget,
-                             "gdn_mode": "wy" if arch == "gdn" else "-", "block_size": 8, "max_new_tokens": 128,
+                             "gdn_mode": "wy", "block_size": 8, "max_new_tokens": 128,
                              "n_prompts": 10, "tau": tau * (1 + temp), "tau_prompt_mean": tau, "tau_outside_loops": tau,
                              "loop_round_share": 0.2 if temp == 0 else 0.0, "entropy": 1 + temp, "speedup": 1.5,
                              "speedup_paired": 1.5, "speedup_paired_lo": 0.9 if temp else 1.2,

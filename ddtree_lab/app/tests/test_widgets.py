@@ -51,7 +51,7 @@ def test_title_says_the_selection(frame):
 def test_select_filters(frame):
     rows = widgets.select(frame, "gdn", "wy", 4, 0.0, (3, 7))
     assert set(rows["arch"]) == {"gdn"} and set(rows["temperature"]) == {0.0}
-    assert set(rows["gdn_mode"]) == {"wy", "-"}  # AR ('-') stays
+    assert set(rows["gdn_mode"]) == {"wy"} and (rows["method"] == "ar").any()  # AR stays
     ddtree = rows[rows["method"] == "ddtree"]
     assert list(ddtree["budget"]) == [3, 7, "auto"]  # auto is never cut by the range
     assert set(rows["method"]) == {"ar", "dflash", "ddtree"}
@@ -118,7 +118,8 @@ def test_explorer_offers_every_value_and_greys_out_what_does_not_apply(frame):
     assert drop["temperature"].options == (0.0,) and drop["temperature"].disabled
     drop["prompt"].value = 2
     png = _find(box, w.Output).outputs[0]["data"]["image/png"]
-    assert png == widgets.figure_output(widgets.render(frame, "mla", "all", 4, 0.0, (1, 15), 2, 8))["data"]["image/png"]
+    assert png == widgets.figure_output(widgets.render(frame, "mla", "all", 4, 0.0, (1, 15),
+                                                                   prompt=2, max_new_tokens=8))["data"]["image/png"]
 
 
 def test_render_empty_selection(frame):
@@ -138,4 +139,5 @@ def test_temperature_control_offers_every_stored_temperature(frame):
     assert drop.options == (0.0, 0.3, 0.6, 1.0) and not drop.disabled
     drop.value = 0.6
     png = _find(box, w.Output).outputs[0]["data"]["image/png"]
-    assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (1, 15), "all", 8))["data"]["image/png"]
+    assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (1, 15),
+                                                                   prompt="all", max_new_tokens=8))["data"]["image/png"]

@@ -40,10 +40,10 @@ DTYPES = [torch.float64, torch.float32]
 def test_fork_and_wy_match_reference(kind, n, dtype):
     parents = random_tree(kind, n - 1, V, generator(kind, n)).parents
     q, k, v, g, beta, S0 = make_inputs(n, dtype, seed=n)
-    ref = gated_delta_reference(q, k, v, g, beta, parents, S0)
-    fork, _ = gated_delta_fork(q, k, v, g, beta, parents, tree_depths(parents), S0)
+    ref = gated_delta_reference(q, k, v, g, beta, parents, S0=S0)
+    fork, _ = gated_delta_fork(q, k, v, g, beta, parents, depths=tree_depths(parents), S0=S0)
     assert_close(f"fork {kind}{n} {dtype}", ref, fork, TOL[dtype])
-    assert_close(f"wy {kind}{n} {dtype}", ref, gated_delta_wy(q, k, v, g, beta, parents, S0), TOL[dtype])
+    assert_close(f"wy {kind}{n} {dtype}", ref, gated_delta_wy(q, k, v, g, beta, parents, S0=S0), TOL[dtype])
 
 
 @settings(max_examples=25, deadline=None)
@@ -51,14 +51,14 @@ def test_fork_and_wy_match_reference(kind, n, dtype):
 def test_wy_matches_reference_any_tree(fracs):
     parents = torch.tensor([-1] + [int(f * i) for i, f in enumerate(fracs, start=1)])  # parents[i] in [0, i)
     q, k, v, g, beta, S0 = make_inputs(parents.numel(), torch.float64, seed=len(fracs))
-    ref = gated_delta_reference(q, k, v, g, beta, parents, S0)
-    assert_close("wy hypothesis tree", ref, gated_delta_wy(q, k, v, g, beta, parents, S0), 1e-12)
+    ref = gated_delta_reference(q, k, v, g, beta, parents, S0=S0)
+    assert_close("wy hypothesis tree", ref, gated_delta_wy(q, k, v, g, beta, parents, S0=S0), 1e-12)
 
 
 def test_fork_states_are_path_final_states():
     parents = random_tree("random", 39, V, generator("fork-states")).parents
     q, k, v, g, beta, S0 = make_inputs(40, torch.float64, seed=3)
-    _, states = gated_delta_fork(q, k, v, g, beta, parents, tree_depths(parents), S0)
+    _, states = gated_delta_fork(q, k, v, g, beta, parents, depths=tree_depths(parents), S0=S0)
     for i in range(40):
         path = tree_path(parents, i)
         _, S_path = gated_delta_chain(q[path], k[path], v[path], g[path], beta[path], S0)
@@ -82,8 +82,8 @@ def test_chain_matches_transformers_recurrent():
     assert_close("chain vs transformers o", o_hf[0], o, 1e-6)
     assert_close("chain vs transformers S", S_hf[0], S, 1e-6)
     parents = chain_parents(L - 1)
-    assert_close("reference vs transformers", o_hf[0], gated_delta_reference(q, k, v, g, beta, parents, S0), 1e-6)
-    assert_close("wy vs transformers", o_hf[0], gated_delta_wy(q, k, v, g, beta, parents, S0), 1e-5)
+    assert_close("reference vs transformers", o_hf[0], gated_delta_reference(q, k, v, g, beta, parents, S0=S0), 1e-6)
+    assert_close("wy vs transformers", o_hf[0], gated_delta_wy(q, k, v, g, beta, parents, S0=S0), 1e-5)
 
 
 def test_ancestor_windows_small_tree():
@@ -121,9 +121,9 @@ def test_chain_conv_and_commit_match_transformers(prefix, threads):
 def test_naive_flattening_is_wrong_on_branched_tree():
     parents = random_tree("bushy", 63, V, generator("naive")).parents
     q, k, v, g, beta, S0 = make_inputs(64, torch.float64, seed=5)
-    ref = gated_delta_reference(q, k, v, g, beta, parents, S0)
-    err_wy = (gated_delta_wy(q, k, v, g, beta, parents, S0) - ref).abs().max().item()
-    err_naive = (gated_delta_wy(q, k, v, g, beta, chain_parents(63), S0) - ref).abs().max().item()
+    ref = gated_delta_reference(q, k, v, g, beta, parents, S0=S0)
+    err_wy = (gated_delta_wy(q, k, v, g, beta, parents, S0=S0) - ref).abs().max().item()
+    err_naive = (gated_delta_wy(q, k, v, g, beta, chain_parents(63), S0=S0) - ref).abs().max().item()
     print(f"naive err {err_naive:.3e}, wy err {err_wy:.3e}")
     assert err_naive > 1e3 * max(err_wy, 1e-300)
     assert err_naive > 1e-2

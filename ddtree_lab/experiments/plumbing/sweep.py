@@ -19,27 +19,27 @@ AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "ma
 
 
 def normalise(cfg: dict) -> dict:
-    """Canonical config: fields a method ignores are blanked, so equal runs share a key."""
+    """Canonical config: fields a method ignores are blanked, so equal runs share a key. Every
+    label is the name the loop resolves (no placeholder): gdn_mode a ``GdnMode`` name ("wy",
+    the exact mode, where the target has no GDN layer or the method no tree: it changes
+    nothing there), accept_rule a ``sampling.ACCEPT_RULES`` name ("rejection" where nothing is
+    sampled: at T = 0 every rule is the same greedy walk)."""
     cfg = dict(cfg)
     if cfg["method"] == "ar":
-        cfg.update(budget=0, block_size=0, gdn_mode="-")
+        cfg.update(budget=0, block_size=0)
     elif cfg["method"] in ("dflash", "official"):
         cfg["budget"] = cfg["block_size"] - 1
-    if cfg["method"] == "official":
-        cfg["gdn_mode"] = "-"  # the reference loop has no GDN mode: it crops transformers' cache
-    if cfg["arch"] == "mla":
-        cfg["gdn_mode"] = exact_mode("mla")
-    if cfg["method"] == "ar" or cfg["temperature"] == 0:
-        cfg["accept_rule"] = "-"  # one walk at T = 0, none for AR
-    elif cfg["method"] == "official":
-        cfg["accept_rule"] = "rejection"  # the reference loop's own rule
+    if cfg["method"] in ("ar", "official") or not names_mode(cfg["arch"]):
+        cfg["gdn_mode"] = EXACT_MODE  # the reference loop crops transformers' cache: no mode of the lab's
+    if cfg["method"] in ("ar", "official") or cfg["temperature"] == 0:
+        cfg["accept_rule"] = "rejection"  # one walk at T = 0; the reference loop's own rule
     return {k: cfg[k] for k in AXES}
 
 
 def with_axes(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with every AXES column; a frame without ``accept_rule`` (a hand-made one, or
-    T = 0 rows only) reads as "-"."""
-    return frame if "accept_rule" in frame else frame.assign(accept_rule="-")
+    T = 0 rows only) reads as "rejection" (the walk every T = 0 rule shares)."""
+    return frame if "accept_rule" in frame else frame.assign(accept_rule="rejection")
 
 
 def expand_grid(**axes) -> list[dict]:
@@ -70,7 +70,7 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
-                                          gdn_mode=_mode(cfg))
+                                          gdn_mode=cfg["gdn_mode"])
     g = generate(pair.target, pair.drafter, ids, spec_of(cfg, seed=prompt_id), **kwargs)
     return {"tokens": g.tokens, "acceptance_lengths": g.acceptance_lengths, "tree_sizes": g.tree_sizes,
             "timings": g.timings, "tau": g.tau, "tokens_per_s": g.tokens_per_s,
@@ -82,31 +82,22 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
 
 def spec_of(cfg: dict, seed: int) -> GenerationSpec:
     """The ``GenerationSpec`` a stored config decodes with (the one translation from a store's
-    labels to the loop's objects: sweeps and the concurrency grid alike)."""
-    tree = cfg.get("tree", "-")  # a DFlash 2 study's axis (``dflash2.D_AXES``); "-": the drafter's own
-    rule = "rejection" if cfg.get("accept_rule", "-") == "-" else cfg["accept_rule"]
+    labels to the loop's objects: sweeps and the concurrency grid alike). ``tree``: a DFlash 2
+    study's axis (``dflash2.D_AXES``), a ``TreeRule`` name; absent: the drafter's own."""
     return GenerationSpec(method=cfg["method"], budget=cfg["budget"] or 1, block_size=cfg["block_size"] or 2,
-                          max_new_tokens=cfg["max_new_tokens"], sampling=Sampling(cfg["temperature"], rule, seed),
-                          tree=None if tree == "-" else tree, gdn_mode=_mode(cfg))
+                          max_new_tokens=cfg["max_new_tokens"],
+                          sampling=Sampling(cfg["temperature"], cfg.get("accept_rule", "rejection"), seed),
+                          tree=cfg.get("tree"), gdn_mode=cfg["gdn_mode"])
 
 
-def mode_name(label: str) -> str:
-    """A stored ``gdn_mode`` label -> the ``GdnMode`` name to run: "-" (an attention-only
-    target, or a method without a GDN mode) runs as "wy"."""
-    return "wy" if label == "-" else label
+EXACT_MODE = "wy"  # the lab's exact verification: the stored gdn_mode of every target's exact runs
+ATTENTION_ONLY = ("mla",)  # shipped labels of targets without GDN layers: every mode verifies alike
 
 
-def exact_mode(arch: str) -> str:
-    """The stored ``gdn_mode`` label of an architecture's exact verification: "wy" on the GDN
-    hybrid, "-" on attention-only targets (no GDN layer, every mode is exact)."""
-    return "wy" if arch == "gdn" else "-"
-
-
-EXACT_LABELS = ("wy", "-")  # the labels of exact verification, every architecture
-
-
-def _mode(cfg: dict) -> str:
-    return mode_name(cfg["gdn_mode"])
+def names_mode(arch: str) -> bool:
+    """Whether the GDN mode of ``arch``'s rows says anything (False on an attention-only
+    target: its rows all run ``EXACT_MODE``, and figures and tables leave the mode out)."""
+    return arch not in ATTENTION_ONLY
 
 
 def _check_pairs(configs: list[dict], pairs: dict) -> None:
@@ -120,7 +111,7 @@ def _check_pairs(configs: list[dict], pairs: dict) -> None:
 
 
 def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: str = "", desc: str = "",
-             progress: bool = True) -> None:
+             *, progress: bool = True) -> None:
     """Run every (config, unit) of ``rows`` (a unit: a prompt id, or a group of prompts) not yet
     in ``store``, in the given order, and append each finished row at once:
     ``runner(cfg, unit, pair) -> metrics``. The one loop of every sweep (an interrupted run
@@ -133,7 +124,7 @@ def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: s
 
 
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,
-              progress: bool = True, runner=run_config, run: str = "") -> pd.DataFrame:
+              progress: bool = True, runner=run_config, *, run: str = "") -> pd.DataFrame:
     """Run every (config, prompt) of the named ``run`` not yet in ``store`` with ``pairs``
     ({arch: Pair}); returns the store's rows of that run, these pairs and the current code.
     A figure that divides timings draws one run: every config of its curve, AR included,
@@ -146,6 +137,6 @@ def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, p
     _check_pairs(configs, pairs)
     rows = [(c, p) for p in prompt_ids for c in configs]
     desc = f"sweep {store.path.stem} ({', '.join(getattr(p, 'tag', a) for a, p in pairs.items())})"
-    run_rows(rows, store, pairs, runner, run, desc, progress)
+    run_rows(rows, store, pairs, runner, run, desc, progress=progress)
     frame = store.frame(models={a: p.digests for a, p in pairs.items()})
     return frame[frame["run"] == run].reset_index(drop=True) if len(frame) else frame

@@ -21,7 +21,7 @@ from ...common import RESULTS_DIR
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 from ..plumbing.summary import summarize
-from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_sweep, with_axes
+from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, names_mode, run_sweep, with_axes
 from .official import run_with_official
 
 BUDGETS = (1, 4, 16, 32, 64, 128, 256)
@@ -39,7 +39,7 @@ def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_n
     temps = [float(t) for t in temperatures if t > 0]
     grid = []
     for arch in archs:
-        modes = ["naive", "fork", "wy"] if arch == "gdn" else ["-"]
+        modes = ["naive", "fork", "wy"] if names_mode(arch) else [EXACT_MODE]
         grid += expand_grid(arch=[arch], method=["ar", "dflash", "official"], budget=[0], gdn_mode=["wy"],
                             temperature=[0.0] + temps, accept_rule=list(ACCEPT_RULES), **common)
         grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(budgets) + ["auto"],
@@ -86,7 +86,7 @@ def goals(table: pd.DataFrame) -> list[str]:
     """The issue's goals (at T = 0, and tau at T = 0.3), PASS/MISS with the measured figure."""
     out = []
     for arch, t in table[table.temperature == 0].groupby("arch"):
-        exact = t[(t.method == "ddtree") & (t.gdn_mode.isin(EXACT_LABELS))]
+        exact = t[(t.method == "ddtree") & (t.gdn_mode == EXACT_MODE)]
         fixed = exact[exact.budget != "auto"]
         best = fixed.loc[fixed.tokens_per_s.idxmax()]
         paired = f" (per prompt: {format_ratio_columns(best, 'speedup_paired')})" if "speedup_paired" in best else ""
@@ -112,7 +112,7 @@ def sampled_goals(table: pd.DataFrame, temperature: float = 0.3) -> list[str]:
     rows = table[(table.temperature == temperature) & (table.block_size == 8) & (table.accept_rule == "rejection")]
     for arch, t in rows.groupby("arch"):
         dfl = t[t.method == "dflash"]
-        b64 = t[(t.method == "ddtree") & t.gdn_mode.isin(EXACT_LABELS) & (t.budget.astype(str) == "64")]
+        b64 = t[(t.method == "ddtree") & (t.gdn_mode == EXACT_MODE) & (t.budget.astype(str) == "64")]
         if len(dfl):
             out.append(_goal(f"{arch}: T = {temperature:g} DFlash tau", dfl.tau.iloc[0], 3.0))
         if len(b64):

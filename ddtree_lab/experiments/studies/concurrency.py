@@ -40,7 +40,7 @@ from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns
 from ..plumbing.summary import pooled
-from ..plumbing.sweep import AXES, mode_name, normalise, run_rows, spec_of
+from ..plumbing.sweep import AXES, normalise, run_rows, spec_of
 
 C_AXES = AXES + ("concurrency",)
 
@@ -132,7 +132,7 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
     hold one entry per sequence)."""
     pids = group_prompts(group, cfg["concurrency"], grid.num_prompts)
     ids = [prompts(pair, p) for p in pids]
-    mode = mode_name(cfg["gdn_mode"])
+    mode = cfg["gdn_mode"]
     kwargs = {}
     if cfg["budget"] == "auto":
         kwargs["cost_model"] = batch_cost_model(

@@ -10,7 +10,8 @@ rows of the DFlash 2 configs that the goals read (lossless against the quality s
 tau outside loops against its DFlash DDTree-64).
 
 A config holds the sweep's AXES plus ``drafter`` ("dflash" | "dflash2") and ``tree``
-("-": the drafter's own; "unary" | "conditional"): ``D_AXES``.
+("unary" | "conditional", a ``decode.TreeRule`` name: the DFlash drafter's own is "unary"):
+``D_AXES``.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import torch
 from ...core.decode import first_draft
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import ar_divergence, equals_ar, summarize
-from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_config, run_sweep
+from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_config, run_sweep
 from ...train.pair import load_pair
 from ...common import RESULTS_DIR
 from .teacher_forced import run_teacher_forced
@@ -37,7 +38,7 @@ from ...core.decode import tree_rule
 D_AXES = AXES + ("drafter", "tree")
 BUDGETS = {0.0: (4, 16, 64, 256), 0.3: (4, 16, 64, 256), 1.0: (4, 16, 64, 256)}  # DDTree budgets per temperature
 TEMPERATURES = tuple(BUDGETS)
-PROPOSALS = (("dflash", "-"), ("dflash2", "unary"), ("dflash2", "conditional"))  # (drafter, tree) of a DDTree
+PROPOSALS = (("dflash", "unary"), ("dflash2", "unary"), ("dflash2", "conditional"))  # (drafter, tree) of a DDTree
 STORE = "dflash2"
 RUN = "dflash2"                    # the interleaved budget x temperature run
 LOSSLESS_RUN = "dflash2-lossless"  # the 164-prompt T = 0 rows
@@ -75,7 +76,7 @@ def load_drafters(arch: str) -> Drafters:
 
 def _with(configs: list[dict], drafter: str, tree: str) -> list[dict]:
     return [{**c, "drafter": "dflash" if c["method"] == "ar" else drafter,
-             "tree": "-" if c["method"] == "ar" else tree} for c in configs]
+             "tree": "unary" if c["method"] == "ar" else tree} for c in configs]  # AR: no tree, the default rule
 
 
 def study_grid(archs=("gdn", "mla"), budgets: dict = BUDGETS, block_size: int = 8,
@@ -87,7 +88,7 @@ def study_grid(archs=("gdn", "mla"), budgets: dict = BUDGETS, block_size: int = 
         for t in budgets:
             common = dict(arch=[arch], temperature=[t], max_new_tokens=[max_new_tokens], gdn_mode=["wy"],
                           block_size=[block_size])
-            out += _with(expand_grid(method=["ar", "dflash"], budget=[0], **common), "dflash", "-")
+            out += _with(expand_grid(method=["ar", "dflash"], budget=[0], **common), "dflash", "unary")
             out += _with(expand_grid(method=["dflash"], budget=[0], **common), "dflash2", "conditional")
             for drafter, tree in PROPOSALS:
                 out += _with(expand_grid(method=["ddtree"], budget=list(budgets[t]), **common), drafter, tree)
@@ -150,7 +151,7 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     for arch in sorted(set(lossless.arch)):
         picks = {"dflash": quality[(quality.arch == arch) & (quality.method == "dflash") & (quality.block_size == 8)],
                  "ddtree64": quality[(quality.arch == arch) & (quality.method == "ddtree") & (quality.budget == 64)
-                                     & quality.gdn_mode.isin(EXACT_LABELS)]}
+                                     & (quality.gdn_mode == EXACT_MODE)]}
         mine = lossless[lossless.arch == arch]
         picks |= {"dflash2": mine[mine.method == "dflash"],
                   "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
@@ -236,7 +237,7 @@ def tau_grid(summary_frame: pd.DataFrame, temperature: float) -> pd.DataFrame:
     ("DFlash" marginals, "DFlash 2 unary", "DFlash 2 conditional"); budget 7 = the linear
     draft (DFlash / the selector's path)."""
     s = summary_frame[(summary_frame.temperature == temperature) & (summary_frame.method != "ar")]
-    name = {("dflash", "-"): "DFlash", ("dflash2", "unary"): "DFlash 2 unary",
+    name = {("dflash", "unary"): "DFlash", ("dflash2", "unary"): "DFlash 2 unary",
             ("dflash2", "conditional"): "DFlash 2 conditional"}
     s = s.assign(proposal=[name[(d, t)] for d, t in zip(s.drafter, s.tree)],
                  budget=["linear" if m == "dflash" else int(b) for m, b in zip(s.method, s.budget)])

@@ -150,7 +150,7 @@ def append_row(row: dict, path: Path = GRID_CSV) -> None:
         tmp.replace(path)
 
 
-def grid_row(arch: str, point: str, source: str, share: float, steps: int, labels: str, drafter_dir: Path,
+def grid_row(arch: str, point: str, source: str, share: float, steps: int, labels: str, *, drafter_dir: Path,
              manifest: dict) -> dict:
     """One stored row: the point, its held-out figures (``manifest``'s: the rollouts' held-out
     split), every other lens (``measure``) and the machine's load."""
@@ -165,8 +165,9 @@ def run_point(arch: str, point: GridPoint, training: tuple, mask_token_id: int, 
     """Train one grid point (or resume it), measure it, append its row."""
     folder = point_dir(arch, point, runs)
     manifest = fit_drafter(target, arch, point.recipe(), labels_of(training, point.labels), mask_token_id,
-                           folder / "run", folder / "drafter")
-    row = grid_row(arch, point.name, "trained", point.share, point.steps, point.labels, folder / "drafter", manifest)
+                           folder / "run", out=folder / "drafter")
+    row = grid_row(arch, point.name, "trained", point.share, point.steps, point.labels,
+                   drafter_dir=folder / "drafter", manifest=manifest)
     append_row(row, path)
     return row
 
@@ -175,7 +176,7 @@ def run_reference(arch: str, name: str, drafter_dir: Path, *, share: float, step
                   path: Path = GRID_CSV) -> dict:
     """A drafter trained elsewhere (the shipped one, the previous release's) on the same lenses."""
     manifest = json.loads((Path(drafter_dir) / "manifest.json").read_text())
-    row = grid_row(arch, name, name, share, steps, labels, drafter_dir, manifest)
+    row = grid_row(arch, name, name, share, steps, labels, drafter_dir=drafter_dir, manifest=manifest)
     append_row(row, path)
     return row
 

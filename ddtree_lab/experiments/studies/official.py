@@ -31,7 +31,7 @@ from ..plumbing.sweep import run_config
 
 @torch.no_grad()
 def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_size: int,
-                      temperature: float = 0.0, seed: int = 0, compile: bool = False) -> dict:
+                      temperature: float = 0.0, *, seed: int = 0, compile: bool = False) -> dict:
     """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``), as shipped:
     -> {"tokens": new tokens (t1 first), "acceptance_lengths": tokens per verify round}.
     compile: the loop as shipped on compiled copies of both models, as the lab's compiled loop
@@ -122,7 +122,7 @@ def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_token
     "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
     loop tags. Its first token comes from the prefill, so its rounds start after it."""
     t0 = time.perf_counter()
-    out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed)
+    out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed=seed)
     total = time.perf_counter() - t0
     tokens, acc = out["tokens"], out["acceptance_lengths"]
     timings = dict.fromkeys(PHASES + ("prefill",), 0.0) | {"total": total}

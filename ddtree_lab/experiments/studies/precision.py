@@ -26,7 +26,7 @@ from ...core.harness import float64_harness
 from ...core.tree import DraftTree, build_tree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
 from ...core.cache import commit
-from ..plumbing.sweep import mode_name
+from ..plumbing.sweep import EXACT_MODE, names_mode
 
 
 def in_dtype(model, dtype):
@@ -47,7 +47,7 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, harness: bool = True,
-                    gdn_mode: str = "wy", oracle: torch.Tensor | None = None) -> pd.DataFrame:
+                    gdn_mode: str = "wy", *, oracle: torch.Tensor | None = None) -> pd.DataFrame:
     """Tree verify vs per-path full forward, both computed in ``dtype``.
 
     harness: run both under ``harness.float64_harness()`` (dtype-preserving norms, softmax,
@@ -202,7 +202,7 @@ def commit_state_error(model, prefix_ids, tree: DraftTree, path: list, gdn_mode:
 
 
 def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork", "naive")) -> pd.DataFrame:
-    """The README's exactness numbers for one ``Pair``: per GDN mode (MLA: '-') and setting
+    """The README's exactness numbers for one ``Pair``: per GDN mode (an attention-only target: its one, ``EXACT_MODE``) and setting
     ('float64 + harness', 'float32'), the max per-node error of tree verification against
     each node's own path (``per_node_errors``) over the first DDTree tree (block 8) of each
     HumanEval prompt, argmax flips, and (float64, exact modes) the commit's cache error
@@ -216,22 +216,18 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
         m = in_dtype(pair.target, dtype)
         with float64_harness() if proof else contextlib.nullcontext():
             oracles = [tree_logits_reference(m, prefix, tree) for prefix, tree in cases]
-        for mode in (modes if pair.arch == "gdn" else ("-",)):
-            errs = [per_node_errors(m, prefix, tree, dtype, proof, _mode(mode), oracle)
+        for mode in (modes if names_mode(pair.arch) else (EXACT_MODE,)):
+            errs = [per_node_errors(m, prefix, tree, dtype, proof, mode, oracle=oracle)
                     for (prefix, tree), oracle in zip(cases, oracles)]
-            commit = _commit_err(m, cases, mode) if proof and gdn_mode(_mode(mode)).exact else None
+            commit = _commit_err(m, cases, mode) if proof and gdn_mode(mode).exact else None
             rows.append({"arch": pair.arch, "mode": mode, "setting": setting, "budget": budget,
                          "prompts": len(cases), "max_err": max(float(e.err.max()) for e in errs),
                          "flips": sum(int(e.flip.sum()) for e in errs), "commit_err": commit})
     return pd.DataFrame(rows).sort_values(["mode", "setting"], kind="stable", ignore_index=True)
 
 
-def _mode(mode: str) -> str:
-    return mode_name(mode)
-
-
 def _commit_err(model, cases, mode: str) -> float:
     """Max cache error after verify + commit of each tree's deepest path (float64 harness)."""
     with float64_harness():
         return max(max(commit_state_error(model, prefix, tree, tree.path_to(int(tree.depths.argmax())),
-                                          _mode(mode)).values()) for prefix, tree in cases)
+                                          mode).values()) for prefix, tree in cases)

@@ -67,7 +67,7 @@ def quality_grid(archs=("gdn", "mla"), max_new_tokens: int = 128) -> list[dict]:
                           **common)
             + expand_grid(arch=list(archs), method=["ddtree"], budget=[64], block_size=[8],
                           gdn_mode=["wy", "fork"], **common)
-            + expand_grid(arch=list(archs), method=["official"], budget=[0], block_size=[8, 16], gdn_mode=["-"],
+            + expand_grid(arch=list(archs), method=["official"], budget=[0], block_size=[8, 16], gdn_mode=["wy"],
                           **common))
 
 

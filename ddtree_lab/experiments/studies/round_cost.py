@@ -37,7 +37,7 @@ from ...core.verify import additive_mask, batch_buffers, prefill, verify_batch_u
 from ..plumbing.measure import timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
-from ..plumbing.sweep import AXES, EXACT_LABELS, expand_grid, run_sweep, with_axes
+from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep, with_axes
 from .bench import paired_speedups
 from .official import run_with_official
 
@@ -115,7 +115,7 @@ def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (arch, method, budget) at T = 0 (exact modes): rounds, ms per round in every phase
     and in all (median over prompts); the reference loop: all only."""
     t = with_axes(frame)
-    t = t[(t.temperature == 0) & (t.method != "ar") & (t.gdn_mode.isin(EXACT_LABELS) | (t.method == "official"))]
+    t = t[(t.temperature == 0) & (t.method != "ar") & ((t.gdn_mode == EXACT_MODE) | (t.method == "official"))]
     rows = []
     for (arch, method, budget), g in t.groupby(["arch", "method", "budget"], sort=False):
         per = [{p: 1e3 * m["timings"][p] / max(1, len(m["acceptance_lengths"])) for p in PHASES + ("total",)}
@@ -158,7 +158,7 @@ def _floor_forward(model, cache: DynamicCache, tree, start: int):
 
 @torch.no_grad()
 def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int = 10, every: int = 4,
-                 max_new_tokens: int = 128, progress=None) -> pd.DataFrame:
+                 max_new_tokens: int = 128, *, progress=None) -> pd.DataFrame:
     """Per (prompt, budget, round state): the lab's verify ms and the floor's ms (medians of
     ``repeats`` interleaved pairs) and their paired ratio with a 95% interval."""
     target, layers = pair.target, tuple(pair.drafter.cfg.target_layer_ids)

@@ -24,7 +24,7 @@ from ...core import tree as tree_mod
 from ...core.decode import first_draft, tree_rule
 from ...core.gdn_layer import gdn_mode as as_gdn_mode
 from ...core.verify import GDN_MODES, verify
-from ..plumbing.sweep import exact_mode
+from ..plumbing.sweep import EXACT_MODE
 from ...train.data import humaneval_problems
 from ..plumbing.sweep import run_sweep
 
@@ -46,7 +46,7 @@ def _draft_at(target, drafter, context: torch.Tensor, block_size: int):
 
 @torch.no_grad()
 def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
-                gdn_mode: str = "wy", tree: str | None = None) -> dict:
+                gdn_mode: str = "wy", *, tree: str | None = None) -> dict:
     """Acceptance lengths (accepted drafts + 1) at one real context [p+1] (last token = root).
     tree: as ``decode.generate`` (a DFlash 2 drafter: conditional trees and its selector's chain).
 
@@ -67,7 +67,7 @@ def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], 
 
 @torch.no_grad()
 def accepted_at_reference(target, drafter, context: torch.Tensor, budgets: Sequence[int], block_size: int,
-                          gdn_mode: str = "wy", tree: str | None = None) -> dict:
+                          gdn_mode: str = "wy", *, tree: str | None = None) -> dict:
     """``accepted_at``'s plain twin: every budget's tree built and verified on its own."""
     rule = tree_rule(drafter, tree)
     cache, root, draft = _draft_at(target, drafter, context, block_size)
@@ -94,7 +94,7 @@ def teacher_forced(target, drafter, texts: Sequence[Sequence[int]], starts: Sequ
             for p in positions_in(min(len(t), limit), s, stride, 0)]
     rows = []
     for i, p in tqdm(jobs, desc=f"teacher-forced {label}".strip(), disable=not progress):
-        acc = accepted_at(target, drafter, torch.as_tensor(texts[i][:p + 1]), budgets, block_size, gdn_mode, tree)
+        acc = accepted_at(target, drafter, torch.as_tensor(texts[i][:p + 1]), budgets, block_size, gdn_mode, tree=tree)
         rows.append({"label": label, "text": i, "position": p, "method": "dflash",
                      "budget": block_size - 1, "acceptance": acc.pop("dflash")})
         rows += [{"label": label, "text": i, "position": p, "method": "ddtree", "budget": b, "acceptance": a}
@@ -116,7 +116,7 @@ def humaneval_texts(tokenizer, problem_ids) -> tuple[list[list[int]], list[int]]
 def tf_config(arch: str, block_size: int = 8, budgets=TF_BUDGETS, stride: int = 8, tree: str | None = None) -> dict:
     """One teacher-forced configuration (a results-store config); ``tree`` (DFlash 2 studies:
     "unary" | "conditional") only when given."""
-    cfg = {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": exact_mode(arch),
+    cfg = {"arch": arch, "lens": "teacher_forced_humaneval", "gdn_mode": EXACT_MODE,
            "block_size": block_size, "budgets": list(budgets), "stride": stride}
     return cfg if tree is None else {**cfg, "tree": tree}
 
@@ -139,8 +139,9 @@ def tf_summary(frame: pd.DataFrame) -> pd.DataFrame:
     frame: a results-store frame of teacher-forced rows -> columns arch, method, budget, tau, positions.
     """
     out = []
-    frame = frame if "tree" in frame else frame.assign(tree="-")
-    for (arch, bs, tree), rows in frame.assign(tree=frame["tree"].fillna("-")).groupby(["arch", "block_size", "tree"]):
+    own = "unary"  # a row without a tree ran the DFlash drafter's own (``decode.tree_rule``)
+    frame = frame if "tree" in frame else frame.assign(tree=own)
+    for (arch, bs, tree), rows in frame.assign(tree=frame["tree"].fillna(own)).groupby(["arch", "block_size", "tree"]):
         metrics = rows["_metrics"].tolist()
         n = sum(len(m["dflash"]) for m in metrics)
         out.append({"arch": arch, "block_size": bs, "tree": tree, "method": "dflash", "budget": bs - 1,
@@ -152,7 +153,7 @@ def tf_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_teacher_forced(pairs: dict, store, problem_ids, block_size: int = 8, stride: int = 8,
-                       progress: bool = True, trees=(None,)) -> pd.DataFrame:
+                       progress: bool = True, *, trees=(None,)) -> pd.DataFrame:
     """Fill ``store`` with the teacher-forced lens for every pair ({arch: Pair}) and tree of
     ``trees`` (None: the drafter's own); -> tf_summary."""
     configs = [tf_config(arch, block_size, TF_BUDGETS, stride, tree) for arch in pairs for tree in trees]

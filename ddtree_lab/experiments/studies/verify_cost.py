@@ -99,7 +99,7 @@ def wy_kernel_peak_bytes(model, tree) -> int:
     v, g, beta, S0 = torch.randn(n, H, dv), -torch.rand(n, H), torch.rand(n, H), torch.randn(H, dk, dv)
     anc = ancestor_mask(tree)  # a tree buffer, made before verify
     with LiveBytes() as counter:
-        gdn_tree.gated_delta_wy(q, k, v, g, beta, tree.parents, S0, anc)
+        gdn_tree.gated_delta_wy(q, k, v, g, beta, tree.parents, S0=S0, anc=anc)
     return counter.peak
 
 

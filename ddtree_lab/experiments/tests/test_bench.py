@@ -10,17 +10,18 @@ def test_bench_grid_has_every_temperature_and_no_auto_for_inexact_or_fork():
     grid = bench_grid(budgets=(1, 16), sampled_budgets=(4,))
     keys = {(g["arch"], g["method"], g["gdn_mode"], g["budget"], g["temperature"], g["accept_rule"]) for g in grid}
     assert len(keys) == len(grid)
-    assert ("gdn", "ddtree", "naive", 16, 0.0, "-") in keys and ("gdn", "ddtree", "wy", "auto", 0.0, "-") in keys
+    assert ("gdn", "ddtree", "naive", 16, 0.0, "rejection") in keys and ("gdn", "ddtree", "wy", "auto", 0.0, "rejection") in keys
     assert not any(g["budget"] == "auto" and g["gdn_mode"] in ("naive", "fork") for g in grid)
     assert sorted({k[4] for k in keys}) == [0.0, 0.3, 0.6, 1.0]
     for temp in (0.3, 0.6, 1.0):
         for rule in ("rejection", "target"):  # both acceptance rules at every T > 0, AR once
-            sampled = {k[:4] for k in keys if k[4] == temp and k[5] in (rule, "-")}
-            assert sampled >= {("gdn", "ar", "-", 0), ("gdn", "dflash", "wy", 7), ("gdn", "ddtree", "wy", 4),
-                               ("mla", "ar", "-", 0), ("mla", "dflash", "-", 7), ("mla", "ddtree", "-", 4)}, temp
+            sampled = {k[:4] for k in keys if k[4] == temp and (k[5] == rule or k[1] == "ar")}
+            assert sampled >= {("gdn", "ar", "wy", 0), ("gdn", "dflash", "wy", 7), ("gdn", "ddtree", "wy", 4),
+                               ("mla", "ar", "wy", 0), ("mla", "dflash", "wy", 7), ("mla", "ddtree", "wy", 4)}, temp
             # the reference loop runs its own rule (rejection) at every T, beside the lab's two
-            assert (("gdn", "official", "-", 7) in sampled) == (rule == "rejection"), (temp, rule)
-    assert {k[5] for k in keys if k[4] == 0} == {"-"}
+            assert (("gdn", "official", "wy", 7) in sampled) == (rule == "rejection"), (temp, rule)
+    assert {k[5] for k in keys if k[4] == 0} == {"rejection"}  # one greedy walk: no second rule at T = 0
+    assert not any(v == "-" for g in grid for v in g.values())  # no placeholder label
     only_one = bench_grid(budgets=(1,), sampled_budgets=(4,), temperatures=(1.0,))
     assert sorted({g["temperature"] for g in only_one}) == [0.0, 1.0]
 

@@ -21,7 +21,7 @@ def test_study_grid_has_every_proposal_at_every_budget_and_one_shared_ar():
     grid = d2.study_grid(("mla",))
     assert len(grid) == sum(3 + 3 * len(b) for b in d2.BUDGETS.values())
     ar = [c for c in grid if c["method"] == "ar"]
-    assert len(ar) == len(d2.BUDGETS) and all(c["drafter"] == "dflash" and c["tree"] == "-" for c in ar)
+    assert len(ar) == len(d2.BUDGETS) and all(c["drafter"] == "dflash" and c["tree"] == "unary" for c in ar)
     trees = {(c["drafter"], c["tree"]) for c in grid if c["method"] == "ddtree"}
     assert trees == set(d2.PROPOSALS)
     assert {c["budget"] for c in grid if c["method"] == "ddtree" and c["temperature"] == 0} == {4, 16, 64, 256}
@@ -56,16 +56,16 @@ def test_pooled_tau_outside_loops_known_answer():
 
 
 def _quality_and_lossless(cond_acc):
-    ar = [{"arch": "mla", "method": "ar", "block_size": 0, "budget": 0, "gdn_mode": "-", "prompt": p,
+    ar = [{"arch": "mla", "method": "ar", "block_size": 0, "budget": 0, "gdn_mode": "wy", "prompt": p,
            "_metrics": _metrics([p, 1, 2], [1, 1, 1], [False] * 3)} for p in range(2)]
-    base = [{"arch": "mla", "method": m, "block_size": 8, "budget": b, "gdn_mode": "-", "prompt": p,
+    base = [{"arch": "mla", "method": m, "block_size": 8, "budget": b, "gdn_mode": "wy", "prompt": p,
              "_metrics": _metrics([p, 1, 2], [2, 1], [False, False])} for p in range(2)
             for m, b in (("dflash", 7), ("ddtree", 64))]
     mine = [{"arch": "mla", "method": m, "tree": "conditional", "prompt": p, "max_new_tokens": 3,
              "_metrics": _metrics([p, 1, 2] if p == 0 else [9, 9, 9], cond_acc, [False] * len(cond_acc))}
             for p in range(2) for m in ("dflash", "ddtree")]
     # a T = 1 row of the same config must be left out (it would change the DDTree-64 tau)
-    hot = [{"arch": "mla", "method": "ddtree", "block_size": 8, "budget": 64, "gdn_mode": "-", "prompt": 0,
+    hot = [{"arch": "mla", "method": "ddtree", "block_size": 8, "budget": 64, "gdn_mode": "wy", "prompt": 0,
             "temperature": 1.0, "_metrics": _metrics([5, 5, 5], [9], [False])}]
     quality = pd.DataFrame(ar + base).assign(temperature=0.0)
     return pd.DataFrame(mine), pd.concat([quality, pd.DataFrame(hot)]).assign(max_new_tokens=3)
@@ -99,8 +99,8 @@ def test_sibling_table_compares_after_sibling_with_the_main_path():
 
 def test_tau_grid_is_small_and_names_the_proposals():
     rows = [{"arch": "mla", "method": m, "drafter": d, "tree": tr, "budget": b, "temperature": 0.0, "tau": tau}
-            for m, d, tr, b, tau in (("dflash", "dflash", "-", 7, 2.0), ("dflash", "dflash2", "conditional", 7, 2.5),
-                                     ("ddtree", "dflash", "-", 16, 3.0), ("ddtree", "dflash2", "unary", 16, 3.1),
+            for m, d, tr, b, tau in (("dflash", "dflash", "unary", 7, 2.0), ("dflash", "dflash2", "conditional", 7, 2.5),
+                                     ("ddtree", "dflash", "unary", 16, 3.0), ("ddtree", "dflash2", "unary", 16, 3.1),
                                      ("ddtree", "dflash2", "conditional", 16, 3.6))]
     g = d2.tau_grid(pd.DataFrame(rows), 0.0)
     assert list(g.columns) == ["DFlash", "DFlash 2 unary", "DFlash 2 conditional"]

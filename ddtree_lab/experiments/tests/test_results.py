@@ -32,9 +32,9 @@ def fake_runner(calls, crash_at=None):
 def test_grid_normalises_ignored_axes():
     grid = expand_grid(**GRID)
     ar = [g for g in grid if g["method"] == "ar"]
-    assert len(ar) == 2 and all(g["budget"] == 0 and g["gdn_mode"] == "-" for g in ar)
+    assert len(ar) == 2 and all(g["budget"] == 0 and g["gdn_mode"] == "wy" for g in ar)
     mla = [g for g in grid if g["arch"] == "mla" and g["method"] == "ddtree"]
-    assert len(mla) == 2 and {g["gdn_mode"] for g in mla} == {"-"}
+    assert len(mla) == 2 and {g["gdn_mode"] for g in mla} == {"wy"}
     assert len(grid) == 2 + 4 + 2
     assert normalise({**grid[0], "extra": 1}) == grid[0]
     with pytest.raises(ValueError, match="axis"):

@@ -39,8 +39,8 @@ def test_round_states_are_the_loops_own_rounds():
 def test_phase_table_reads_milliseconds_per_round():
     metrics = lambda total: {"timings": {**dict.fromkeys(round_cost.PHASES, 0.001), "total": total},
                              "acceptance_lengths": [2, 3], "tokens": [1] * 5}
-    rows = [{"arch": "mla", "method": m, "budget": b, "gdn_mode": "-", "temperature": 0.0, "block_size": 8,
-             "max_new_tokens": 5, "accept_rule": "-", "prompt": p, "_metrics": metrics(0.02 * (p + 1))}
+    rows = [{"arch": "mla", "method": m, "budget": b, "gdn_mode": "wy", "temperature": 0.0, "block_size": 8,
+             "max_new_tokens": 5, "accept_rule": "rejection", "prompt": p, "_metrics": metrics(0.02 * (p + 1))}
             for m, b in (("dflash", 7), ("official", 7), ("ddtree", 16)) for p in range(3)]
     t = round_cost.phase_table(pd.DataFrame(rows)).set_index("method")
     assert t.loc["dflash", "verify_ms"] == pytest.approx(0.5) and t.loc["dflash", "total_ms"] == pytest.approx(20)
@@ -57,8 +57,8 @@ def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
             secs = seconds * (1 + p)  # prompts of different speeds: only the pairing keeps the ratio exact
             m = {"timings": {**dict.fromkeys(round_cost.PHASES, 0.0), "total": secs}, "tokens": [1] * 10,
                  "acceptance_lengths": [5, 5], "tree_sizes": [budget] * 2}
-            rows.append({"arch": "mla", "method": method, "budget": budget, "gdn_mode": "-", "temperature": 0.0,
-                         "block_size": 8, "max_new_tokens": 10, "accept_rule": "-", "prompt": p, "tau": 5.0,
+            rows.append({"arch": "mla", "method": method, "budget": budget, "gdn_mode": "wy", "temperature": 0.0,
+                         "block_size": 8, "max_new_tokens": 10, "accept_rule": "rejection", "prompt": p, "tau": 5.0,
                          "run": "r", "_metrics": m})
     t = round_cost.round_table(pd.DataFrame(rows)).set_index("method")
     assert list(t.index) == ["official", "dflash", "ddtree"]

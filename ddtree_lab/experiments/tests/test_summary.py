@@ -8,9 +8,9 @@ from ddtree_lab.experiments.plumbing.summary import summarize
 
 
 def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5):
-    cfg = {"arch": "mla", "method": method, "gdn_mode": "-", "budget": 0 if method == "ar" else 7,
+    cfg = {"arch": "mla", "method": method, "gdn_mode": "wy", "budget": 0 if method == "ar" else 7,
            "block_size": 0 if method == "ar" else 8, "temperature": 0.0, "max_new_tokens": len(tokens),
-           "accept_rule": "-"}
+           "accept_rule": "rejection"}
     m = {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [7] * len(acc), "timings": {"total": 1.0},
          "tau": sum(acc) / len(acc), "round_in_loop": flags, "ends_in_loop": ends, "entropy": entropy}
     return {**cfg, "prompt": prompt, "tau": m["tau"], "_metrics": m}

@@ -26,8 +26,8 @@ def test_one_verify_serves_every_budget_of_a_dflash2_drafter(tree):
     g = torch.Generator().manual_seed(5)
     for length in (3, 12):
         context = torch.randint(0, target.config.vocab_size - 1, (length,), generator=g)
-        fast = accepted_at(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree)
-        assert fast == accepted_at_reference(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree)
+        fast = accepted_at(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree=tree)
+        assert fast == accepted_at_reference(target, drafter, context, [1, 4, 9, 30], 6, "wy", tree=tree)
 
 
 def test_frame_has_every_position_every_stride_and_both_methods():
