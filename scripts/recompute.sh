@@ -7,7 +7,8 @@
 #     lane 1: quality (MLA), the DFlash 2 study (MLA), exactness
 #   then one lane, the other core idle, every timing store: the bench (T = 0 / 0.3 / 0.6 / 1),
 #     the concurrency sweep, build_tree, verify cost, the compiled verify, batched verify cost,
-#     what a round costs (scripts/bench_round.py), the compiled loop (scripts/bench_loop_compile.py)
+#     what a round costs (scripts/bench_round.py), the compiled loop (scripts/bench_loop_compile.py),
+#     a training step of the drafter recipe (scripts/recipe_cost.py)
 #   then every notebook, alone (their stores: leakage, verify cost, sweeps, calibration,
 #     teacher-forced; 07 and 08 find the concurrency and DFlash 2 rows).
 # Logs under data/results/recompute-logs/. Every step is resumable: rerun after a crash.
@@ -39,6 +40,7 @@ timing() {
   python scripts/bench_batch.py > "$LOGS/bench_batch.log" 2>&1
   python scripts/bench_round.py > "$LOGS/bench_round.log" 2>&1
   python scripts/bench_loop_compile.py > "$LOGS/bench_loop_compile.log" 2>&1
+  python scripts/recipe_cost.py > "$LOGS/recipe_cost.log" 2>&1
 }
 taskset -c 0 bash -c "$(declare -f lab lane0); LOGS=$LOGS; lane0" & p0=$!
 taskset -c 1 bash -c "$(declare -f lab lane1); LOGS=$LOGS; lane1" & p1=$!

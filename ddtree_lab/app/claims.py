@@ -389,12 +389,18 @@ def batching_pays(arch: str, ar_tokens_per_s: pd.Series) -> Claim:
                  bool(hi > lo and ar_tokens_per_s[hi] > ar_tokens_per_s[lo]))
 
 
-def best_budget_shrinks(arch: str, best_budget: pd.Series) -> Claim:
-    """Published (vLLM PR 42910; CAST): the best budget at the largest concurrency < at the smallest (index: concurrency)."""
+def best_budget_shrinks(arch: str, best_budget: pd.Series, tied: pd.Series | None = None) -> Claim:
+    """Published (vLLM PR 42910; CAST): the best budget at the largest concurrency < at the
+    smallest (index: concurrency). tied: per concurrency the budgets not told apart from the
+    best (``concurrency_table.tied_budgets``); then it shrinks only when every budget tied at
+    the largest concurrency is below every one tied at the smallest (outside the noise)."""
     lo, hi = best_budget.index.min(), best_budget.index.max()
-    path = " -> ".join(f"{int(b)} (c={c})" for c, b in best_budget.items())
-    return Claim(f"{arch}: the best tree budget shrinks as the batch grows (vLLM PR 42910, CAST)", f"best budget at {hi} < at {lo}", path,
-                 bool(best_budget[hi] < best_budget[lo]))
+    ties = tied if tied is not None else best_budget.map(lambda b: (int(b),))
+    label = lambda c, b: f"{int(b)} (c={c})" if len(ties[c]) == 1 else f"{int(b)}, tied {'/'.join(map(str, ties[c]))} (c={c})"  # noqa: E731
+    path = " -> ".join(label(c, b) for c, b in best_budget.items())
+    return Claim(f"{arch}: the best tree budget shrinks as the batch grows (vLLM PR 42910, CAST)",
+                 f"best budget at {hi} < at {lo}" + (", outside the noise" if tied is not None else ""), path,
+                 bool(max(ties[hi]) < min(ties[lo])))
 
 
 def auto_near_best(arch: str, auto_vs_best: pd.Series, floor: float = 0.9) -> Claim:

@@ -23,7 +23,7 @@ from ..experiments.studies import concurrency as conc
 from ..experiments.studies.bench import run_bench
 from ..experiments.studies.compare_drafters import (compare_display, compare_drafters, compare_table,
                                                         spread_prompts)
-from ..experiments.studies.dflash2 import run_dflash2
+from ..experiments.studies.dflash2 import Drafters, drafters_from_dirs, load_drafters, run_dflash2
 from ..experiments.studies.official import run_with_official
 from ..experiments.studies.quality import run_quality
 from .readme import README, TABLES_JSON, write_readme
@@ -74,7 +74,28 @@ def _cmd_train_drafter2(args):
 
 
 def _cmd_dflash2(args):
-    run_dflash2(tuple(args.archs), args.study_prompts, args.lossless_prompts, args.tf_problems)
+    """The DFlash 2 study of the shipped pairs, or of --target DIR with --drafter DIR and
+    --drafter2 DIR (its rows in data/results/pairs/<tag>/, never the README's stores)."""
+    if args.target is None and (args.drafter or args.drafter2):
+        raise SystemExit("--drafter and --drafter2 go with --target (a target directory of your own)")
+    if args.target is not None and not (args.drafter and args.drafter2):
+        raise SystemExit("--target needs --drafter DIR (its DFlash drafter) and --drafter2 DIR (its DFlash 2 "
+                         "drafter: `ddtree-lab train-drafter2` builds one)")
+    kwargs = {"dtype": DTYPES[args.dtype], "device": args.device}
+    drafters = ({a: load_drafters(a, **kwargs) for a in args.archs} if args.target is None else
+                {(d := drafters_from_dirs(args.target, args.drafter, args.drafter2, **kwargs)).arch: d})
+    if isinstance(args.prompts, str):
+        drafters = {a: Drafters(d.arch, {k: p.with_prompts(args.prompts, args.field) for k, p in d.pairs.items()})
+                    for a, d in drafters.items()}
+    directory = None
+    if args.target is not None or isinstance(args.prompts, str) or args.dtype != "float32":
+        first = next(iter(drafters.values())).pairs["dflash"]
+        name = "_".join(d.tag for d in drafters.values()) + f"-{args.dtype}"
+        directory = RESULTS_DIR / "pairs" / (name + (f"-{first.prompt_source.split(':')[0]}" if first.prompt_source else ""))
+    study = args.prompts if isinstance(args.prompts, int) else args.study_prompts
+    run_dflash2(study_prompts=study, lossless_prompts=args.lossless_prompts, tf_problems=args.tf_problems,
+                drafters=drafters, directory=directory)
+    print(f"rows -> {directory or RESULTS_DIR}")
 
 
 def _ckpt_root(args):
@@ -143,9 +164,9 @@ def _unit_float(value: str) -> float:
 
 
 def _positive_int(value: str) -> int:
-    """--steps: an int >= 1."""
+    """An int >= 1 (--steps, the study's prompt counts); argparse names the option."""
     if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"--steps must be an int >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {value}")
     return int(value)
 
 
@@ -286,9 +307,14 @@ def main(argv=None):
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
-    s.add_argument("--study-prompts", type=int, default=6)
-    s.add_argument("--lossless-prompts", type=int, default=164)
-    s.add_argument("--tf-problems", type=int, default=12)
+    s.add_argument("--study-prompts", type=_positive_int, default=6, help="prompts of the interleaved run")
+    s.add_argument("--lossless-prompts", type=_positive_int, default=164, help="prompts of the T = 0 lossless rows")
+    s.add_argument("--tf-problems", type=_positive_int, default=12,
+                   help="HumanEval canonical solutions of the teacher-forced lens")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
+                   help="FILE.jsonl: decode its prompts (--field) instead of HumanEval's; N: --study-prompts N")
+    _pair_args(s)
+    s.add_argument("--drafter2", default=None, help="a DFlash 2 drafter directory for --target")
     s.set_defaults(func=_cmd_dflash2)
     s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
     s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")

@@ -302,6 +302,21 @@ def render_build_tree() -> str:
                          [[int(r.budget), f"{r.build_ms:.2f}", f"{r.heap_ms:.2f}"] for r in t.itertuples()])
 
 
+def render_recipe_cost() -> str:
+    t = pd.read_csv(RESULTS_DIR / "recipe_cost.csv")
+    r0 = t.iloc[0]
+    head = (f"**A training step of the shipped recipe** (`python scripts/recipe_cost.py`: `drafter_loss` with the "
+            f"target's top-{int(r0.soft_top_k)} soft labels over {int(r0.batch)} sequences of {int(r0.seq_len)} tokens x "
+            f"{int(r0.anchors)} blocks of {int(r0.block)}, backward, clip, AdamW; one thread, median of "
+            f"{int(r0.repeats)} steps; peak: tensor storage alive during one step; shipped run: its training seconds "
+            "per step with its evaluations, from its manifest). On a GPU (`--device cuda`) the rollouts, the "
+            "target's features and every step run on the device; not measured here, no GPU was lent:\n\n")
+    return head + _table(["target", "step (s)", "peak tensor memory (MiB)", "drafter parameters (MiB)",
+                          "shipped run (s / step)"],
+                         [[r.arch, f"{r.step_s:.3f}", f"{r.peak_mib:.0f}", f"{r.params_mib:.1f}",
+                           f"{r.shipped_s_per_step:.2f}"] for r in t.itertuples()])
+
+
 def render_exactness() -> str:
     t = pd.read_csv(RESULTS_DIR / "exactness.csv")
     head = (f"**Exactness** (`python scripts/exactness.py`: every node of the first DDTree-{int(t.budget.iloc[0])} "
@@ -549,6 +564,8 @@ BLOCKS = {
                           render_loop_compile),
     "build_tree": Block(("data/results/bench_tree.csv",), "python scripts/bench_tree.py", render_build_tree),
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
+    "recipe_cost": Block(("data/results/recipe_cost.csv", "data/checkpoints"), "python scripts/recipe_cost.py",
+                         render_recipe_cost),
     "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
     "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
     "official": Block(("data/results/bench.csv",), "ddtree-lab bench", render_official),

@@ -77,6 +77,8 @@ CASES = {
     "06-after-sibling-none": (claims.after_sibling_gap, ("gdn", 0.9, 0.2, 30), ("gdn", 0.9, 0.2, 0)),
     "07-batching-pays": (claims.batching_pays, ("gdn", s({1: 50, 16: 400})), ("gdn", s({1: 50, 16: 40}))),
     "07-budget-shrinks": (claims.best_budget_shrinks, ("gdn", s({1: 16, 16: 4})), ("gdn", s({1: 16, 16: 16}))),
+    "07-budget-shrinks-ties": (claims.best_budget_shrinks, ("gdn", s({1: 16, 16: 4}), pd.Series({1: (8, 16), 16: (4,)}, dtype=object)),
+                               ("gdn", s({1: 16, 16: 4}), pd.Series({1: (8, 16), 16: (4, 8)}, dtype=object))),  # a tie reaching 8: not outside the noise
     "07-auto-near-best": (claims.auto_near_best, ("gdn", s({1: 0.95, 16: 0.91})), ("gdn", s({1: 0.95, 16: 0.896}))),
 }
 

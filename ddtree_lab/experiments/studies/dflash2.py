@@ -24,7 +24,7 @@ from ...core.decode import first_draft
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import ar_divergence, equals_ar, summarize
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_config, run_sweep
-from ...train.pair import load_pair
+from ...train.pair import load_pair, pairs_of_one_target
 from ...common import RESULTS_DIR
 from .teacher_forced import run_teacher_forced
 from ...train.checkpoints import check_manifest, ckpt_path
@@ -70,8 +70,22 @@ class Drafters:
         return f"{self.pairs['dflash'].tag}-{self.pairs['dflash2'].drafter_digest[:8]}"
 
 
-def load_drafters(arch: str) -> Drafters:
-    return Drafters(arch, {d: load_pair(arch, drafter=d) for d in ("dflash", "dflash2")})
+def load_drafters(arch: str, **target_kwargs) -> Drafters:
+    """The shipped target ``arch`` with both shipped drafters (``target_kwargs``: ``load_target``'s)."""
+    return Drafters(arch, {d: load_pair(arch, drafter=d, **target_kwargs) for d in ("dflash", "dflash2")})
+
+
+def drafters_from_dirs(target_dir, drafter_dir, drafter2_dir, **target_kwargs) -> Drafters:
+    """A target of one's own with its DFlash and DFlash 2 drafters, three directories (the
+    target loaded once; ``pairs_of_one_target``'s checks on each drafter). Labelled by the
+    target's layer types (``models.arch_of``)."""
+    dflash, dflash2 = pairs_of_one_target(target_dir, [drafter_dir, drafter2_dir], **target_kwargs)
+    if getattr(dflash.drafter, "selector", None) is not None:
+        raise ValueError(f"drafter_dir must hold a DFlash drafter (no candidate selector); {drafter_dir} is DFlash 2")
+    if getattr(dflash2.drafter, "selector", None) is None:
+        raise ValueError(f"drafter2_dir must hold a DFlash 2 drafter (with a candidate selector; "
+                         f"`ddtree-lab train-drafter2` builds one); {drafter2_dir} has none")
+    return Drafters(dflash.arch, {"dflash": dflash, "dflash2": dflash2})
 
 
 def _with(configs: list[dict], drafter: str, tree: str) -> list[dict]:
@@ -164,15 +178,21 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
 
 
 def run_dflash2(archs=("gdn", "mla"), study_prompts: int = 6, lossless_prompts: int = 164,
-                tf_problems: int = 12, *, directory=None, budgets: dict = BUDGETS, max_new_tokens: int = 128,
-                verbose: bool = True) -> dict:
+                tf_problems: int = 12, *, drafters: dict | None = None, directory=None, budgets: dict = BUDGETS,
+                max_new_tokens: int = 128, verbose: bool = True) -> dict:
     """Every stored measurement of this study (resumable): the interleaved run on
     ``study_prompts`` prompts, the 164-prompt lossless rows, the teacher-forced lens of the
     DFlash 2 drafter (conditional and unary trees) on ``tf_problems`` canonical solutions.
-    directory: where the stores live (default data/results; notebooks' SMOKE runs: smoke/).
+    drafters: {label: Drafters} (``drafters_from_dirs``: a target of one's own; its rows belong
+    in their own directory); None: the shipped ones of ``archs``. Prompts past a pair's own
+    prompt set are left out. directory: where the stores live (default data/results;
+    notebooks' SMOKE runs: smoke/).
     -> {"study", "lossless": results frames of the two runs, "teacher_forced": tf_summary}."""
     directory = RESULTS_DIR if directory is None else directory
-    drafters = {a: load_drafters(a) for a in archs}
+    drafters = {a: load_drafters(a) for a in archs} if drafters is None else drafters
+    archs = tuple(drafters)
+    available = min(d.pairs["dflash"].num_prompts for d in drafters.values())
+    study_prompts, lossless_prompts = min(study_prompts, available), min(lossless_prompts, available)
     store = ResultsStore(STORE, directory)
     study = run_study(drafters, range(study_prompts), store=store,
                       configs=study_grid(tuple(archs), budgets, max_new_tokens=max_new_tokens))
