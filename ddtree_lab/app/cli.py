@@ -228,11 +228,10 @@ def _cmd_bench(args):
 
 def _cmd_sweep(args):
     budgets = [b if b == "auto" else int(b) for b in args.budgets]
-    grid = expand_grid(arch=args.archs, method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
+    pairs, prompts, directory = _chosen_pairs(args, args.archs)   # --target: its own label, not --archs
+    grid = expand_grid(arch=list(pairs), method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    pairs, prompts, directory = _chosen_pairs(args, args.archs)
-    grid = [c for c in grid if c["arch"] in pairs]
     frame = run_sweep(grid, prompts, ResultsStore(args.store, directory), pairs, runner=run_with_official)
     print(summarize(frame).round(3).to_string(index=False))
 

@@ -91,7 +91,7 @@ def spec_of(cfg: dict, seed: int) -> GenerationSpec:
 
 
 EXACT_MODE = "wy"  # the lab's exact verification: the stored gdn_mode of every target's exact runs
-ATTENTION_ONLY = ("mla",)  # shipped labels of targets without GDN layers: every mode verifies alike
+ATTENTION_ONLY = ("mla", "attention")  # labels (``models.LABELS``) of targets without GDN layers: every mode verifies alike
 
 
 def names_mode(arch: str) -> bool:

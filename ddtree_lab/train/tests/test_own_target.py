@@ -6,12 +6,14 @@ losslessly, benches from the command line and runs a notebook through ``CHECKPOI
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from dflash.model import DFlash2DraftModel, DFlashDraftModel
-from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+from transformers import (PreTrainedTokenizerFast, Qwen3_5ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3NextConfig,
+                          Qwen3NextForCausalLM)
 
 from ddtree_lab.app.cli import main
 from ddtree_lab.app.notebooks import NOTEBOOK_DIR, run_notebook
@@ -19,6 +21,7 @@ from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
 from ddtree_lab.experiments.studies.official import lab_generate_aligned, official_generate
 from ddtree_lab.train import data
+from ddtree_lab.train.checkpoints import ckpt_path
 from ddtree_lab.train.drafters import dflash2_from
 from ddtree_lab.train.pair import load_pair, pair_from_dirs
 
@@ -79,6 +82,8 @@ def test_dflash_loads_it_and_its_reference_loop_equals_the_labs(qwen3_dir, draft
 
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["bench", "--prompts", "1", "--max-new-tokens", "8"],
+                                     ["sweep", "--prompts", "1", "--max-new-tokens", "8", "--budgets", "4",
+                                      "--block-sizes", "8"],
                                      ["concurrency", "--smoke", "--prompts", "1"],
                                      ["compare-drafters", "--prompts", "1", "--max-new-tokens", "8"]])
 def test_the_decoding_commands_run_on_the_directory_pair(qwen3_dir, drafter_dir, command, capsys):
@@ -133,12 +138,72 @@ def drafter2_dir(qwen3_dir, drafter_dir, tmp_path_factory):
     return out
 
 
-# 02, 04 and 06 on a random tiny Qwen3-Next (tried) run top to bottom, but checks that need accepted drafts
-# fail there (a random drafter's tau is ~1: no crop residue, no tau for wy to restore, no rounds
-# outside loops): they wait for a trained drafter of another GDN class, not a weaker check
-@pytest.mark.parametrize("name,params,pair", [("03_exact_masking_mla", {"ARCH": "attention"}, "constant_pair")])
+def as_qwen3_next(target: Qwen3_5ForCausalLM) -> Qwen3NextForCausalLM:
+    """The same network in Qwen3-Next's layout: every MLP dense (``mlp_only_layers``), the GDN
+    projections fused the way Qwen3-Next stores them (``in_proj_qkvz`` and ``in_proj_ba``, grouped
+    per key head, [q, k, v, z] and [b, a]), one rotary section (text positions are equal on
+    Qwen3.5's three, so its interleaved rope is the plain one). Every other weight by name."""
+    c = target.config
+    layers = c.num_hidden_layers
+    shared = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+              "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim", "linear_num_key_heads",
+              "linear_num_value_heads")
+    cfg = Qwen3NextConfig(num_hidden_layers=layers, layer_types=list(c.layer_types), mlp_only_layers=list(range(layers)),
+                          rope_parameters={k: v for k, v in c.rope_parameters.items() if k != "mrope_section"},
+                          **{k: getattr(c, k) for k in shared})
+    nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
+    weights = target.state_dict()
+    fused = {}
+    for name, w in weights.items():
+        if ".in_proj_qkv." in name:
+            q, k, v = w.split([nk * c.linear_key_head_dim] * 2 + [nv * c.linear_value_head_dim])
+            z, b, a = (weights[name.replace("in_proj_qkv", part)] for part in ("in_proj_z", "in_proj_b", "in_proj_a"))
+            per_head = lambda *parts: torch.cat([p.reshape(nk, -1, w.shape[1]) for p in parts], 1).flatten(0, 1)  # noqa: E731
+            fused[name.replace("in_proj_qkv", "in_proj_qkvz")] = per_head(q, k, v, z)
+            fused[name.replace("in_proj_qkv", "in_proj_ba")] = per_head(b, a)
+        elif not any(f".{part}." in name for part in ("in_proj_z", "in_proj_b", "in_proj_a")):
+            fused[name] = w
+    model = Qwen3NextForCausalLM(cfg)
+    model.load_state_dict(fused, strict=True)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def next_pair(tmp_path_factory):
+    """(target dir, drafter dir): the shipped GDN target re-expressed as a Qwen3NextForCausalLM
+    (``as_qwen3_next``: another GDN class, the same function) with the shipped GDN drafter, a
+    trained pair of a class not shipped here, whose drafts the target accepts."""
+    root = tmp_path_factory.mktemp("next")
+    shipped = load_pair("gdn")
+    as_qwen3_next(shipped.target).save_pretrained(root / "target")
+    PreTrainedTokenizerFast(tokenizer_object=data.load_tokenizer()).save_pretrained(root / "target")
+    (root / "drafter").mkdir()
+    for name in ("config.json", "model.safetensors"):   # published files only: its manifest names the shipped target
+        shutil.copy(ckpt_path("gdn", "drafter") / name, root / "drafter" / name)
+    return root / "target", root / "drafter"
+
+
+def test_the_qwen3_next_twin_is_the_shipped_target(next_pair):
+    """Same logits (float32, to rounding) from the shipped Qwen3.5 and its Qwen3-Next twin."""
+    shipped = load_pair("gdn")
+    twin = Qwen3NextForCausalLM.from_pretrained(next_pair[0], dtype=torch.float32).eval()
+    ids = torch.tensor([shipped.prompt_ids(0)[:48]])
+    with torch.no_grad():
+        want, got = shipped.target(ids).logits, twin(ids).logits
+    assert type(twin).__name__ == "Qwen3NextForCausalLM"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.slow
+@pytest.mark.notebook
+@pytest.mark.parametrize("name,params,pair", [("03_exact_masking_mla", {"ARCH": "attention"}, "constant_pair"),
+                                              ("02_state_leakage_gdn", {}, "next_pair"),
+                                              ("04_exact_gdn", {}, "next_pair"),
+                                              ("06_drafter_calibration", {"ARCHS": ["gdn"]}, "next_pair")])
 def test_the_notebooks_of_one_target_run_on_a_directory_pair_of_another_class(name, params, pair, tmp_path, request):
-    """03 on the constant Qwen3 pair (label "attention"): top to bottom, every check it makes
+    """03 on the constant Qwen3 pair (label "attention"); 02, 04 and 06 on the Qwen3-Next twin of
+    the shipped GDN target with its drafter (label "gdn"): top to bottom, every check it makes
     holds or says why it cannot."""
     dirs = request.getfixturevalue(pair)
     label = params.get("ARCH", "gdn")
