@@ -7,6 +7,7 @@ reading and the output above it always agree (``app/tests/test_reading.py``).
 from __future__ import annotations
 
 import pandas as pd
+
 from ..experiments.plumbing.loops import WINDOW, loop_period, loop_split, round_loop_flags
 from ..experiments.studies.concurrency import budget_label
 

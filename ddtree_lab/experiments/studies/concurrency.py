@@ -284,8 +284,8 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
                            "speedup_hi", "speedup_p", "latency_s", "ms_per_token", "tau", "tau_outside_loops",
                            "loop_round_share", "loop_sequences", "mean_tree_size", "matches_ar", "_units"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
-    keys = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
-    return keys.sort_values(["arch", "temperature", "concurrency", "_m", "_b"])[cols].reset_index(drop=True)
+    ordered = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
+    return ordered.sort_values(["arch", "temperature", "concurrency", "_m", "_b"])[cols].reset_index(drop=True)
 
 
 def paired_over(a: pd.Series, b: pd.Series) -> dict:
