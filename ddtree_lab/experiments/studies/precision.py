@@ -201,16 +201,18 @@ def commit_state_error(model, prefix_ids, tree: DraftTree, path: list, gdn_mode:
     return {"kv": err(cache.kv, fresh.kv), "conv": err(cache.conv, fresh.conv), "rec": err(cache.rec, fresh.rec)}
 
 
-def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork", "naive")) -> pd.DataFrame:
+def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork", "naive"), *,
+                    block_size: int = 8) -> pd.DataFrame:
     """The README's exactness numbers for one ``Pair``: per GDN mode (an attention-only target: its one, ``EXACT_MODE``) and setting
     ('float64 + harness', 'float32'), the max per-node error of tree verification against
-    each node's own path (``per_node_errors``) over the first DDTree tree (block 8) of each
+    each node's own path (``per_node_errors``) over the first DDTree tree (``block_size``) of each
     HumanEval prompt, argmax flips, and (float64, exact modes) the commit's cache error
     (``commit_state_error`` along the deepest path). One row per (mode, setting)."""
     cases = []
     for p in prompts:
         ids = pair.prompt_ids(p)
-        cases.append((ids[:-1], build_tree(first_draft(pair.target, pair.drafter, ids, 8).draft.logits, ids[-1], budget)))
+        draft = first_draft(pair.target, pair.drafter, ids, block_size).draft
+        cases.append((ids[:-1], build_tree(draft.logits, ids[-1], budget)))
     rows = []
     for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
         m = in_dtype(pair.target, dtype)
