@@ -228,6 +228,17 @@ def ship_rule(grid: pd.DataFrame, floor: dict | None = None, pool=("trained",)) 
     return pd.DataFrame(out)
 
 
+def ship_line(pick, floor: float, shipped_digest: str) -> str:
+    """One line on a ``ship_rule`` row: its free-running and teacher-forced tau against the
+    floor, and whether it is the drafter shipped now (``shipped_digest``: the shipped pair's
+    drafter digest). A pick not shipped yet waits for the next recompute of every store."""
+    meets = "meets" if pick.meets_floor else "misses"
+    status = ("shipped" if pick.drafter_sha256 == shipped_digest else
+              "not shipped yet: shipping it means rebuilding the DFlash 2 drafter and one recompute of every store")
+    return (f"{pick.arch}: ship {pick.point} (free-running DFlash tau {pick.decode_dflash_tau:.2f}, teacher-forced "
+            f"{pick.tf_dflash_tau:.2f}: {meets} the floor {floor:.2f}; {status})")
+
+
 def pareto_front(rows: pd.DataFrame, x: str = "tf_dflash_tau", y: str = "decode_dflash_tau") -> pd.DataFrame:
     """The rows no other row beats on both ``x`` and ``y`` (higher is better), sorted by ``x``."""
     keep = [not ((rows[x] >= r[x]) & (rows[y] >= r[y]) & ((rows[x] > r[x]) | (rows[y] > r[y]))).any()

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from ddtree_lab.experiments.studies.drafter_grid import (GridPoint, append_row, done_points, labels_of, pareto_front,
-                                                         parse_point, point_label, same_recipe_spread, ship_rule, tf_floor)
+                                                         parse_point, point_label, same_recipe_spread, ship_line, ship_rule,
+                                                         tf_floor)
 from ddtree_lab.train.drafters import RECIPES, with_knobs
 
 
@@ -62,6 +63,13 @@ def test_ship_rule_prefers_the_floor_then_free_running():
     assert pick.loc["gdn", "point"] == "b" and pick.loc["gdn", "meets_floor"]  # not the shipped yardstick
     # no MLA point reaches 1.37: the best free-running one, flagged
     assert pick.loc["mla", "point"] == "a" and not pick.loc["mla", "meets_floor"]
+
+
+def test_the_ship_line_says_whether_the_pick_is_the_shipped_drafter():
+    pick = ship_rule(grid_rows().assign(drafter_sha256=["s", "a", "b", "c", "ma", "mb"]), {"gdn": 1.42, "mla": 1.37})
+    gdn, mla = pick.iloc[0], pick.iloc[1]
+    assert ship_line(gdn, 1.42, "b").endswith("meets the floor 1.42; shipped)")
+    assert "misses the floor 1.37; not shipped yet" in ship_line(mla, 1.37, "mb")
 
 
 def test_rows_append_and_mark_points_done(tmp_path):
