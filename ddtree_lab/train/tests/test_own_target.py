@@ -19,6 +19,7 @@ from ddtree_lab.app.cli import main
 from ddtree_lab.app.notebooks import NOTEBOOK_DIR, run_notebook
 from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.core.models import arch_of
 from ddtree_lab.experiments.studies.official import lab_generate_aligned, official_generate
 from ddtree_lab.train import data
 from ddtree_lab.train.checkpoints import ckpt_path
@@ -153,13 +154,17 @@ def as_qwen3_next(target: Qwen3_5ForCausalLM) -> Qwen3NextForCausalLM:
                           rope_parameters={k: v for k, v in c.rope_parameters.items() if k != "mrope_section"},
                           **{k: getattr(c, k) for k in shared})
     nk, nv = c.linear_num_key_heads, c.linear_num_value_heads
+
+    def per_head(*parts):
+        """[out, hidden] weights -> one, their rows interleaved per key head."""
+        return torch.cat([p.reshape(nk, -1, p.shape[-1]) for p in parts], 1).flatten(0, 1)
+
     weights = target.state_dict()
     fused = {}
     for name, w in weights.items():
         if ".in_proj_qkv." in name:
             q, k, v = w.split([nk * c.linear_key_head_dim] * 2 + [nv * c.linear_value_head_dim])
             z, b, a = (weights[name.replace("in_proj_qkv", part)] for part in ("in_proj_z", "in_proj_b", "in_proj_a"))
-            per_head = lambda *parts: torch.cat([p.reshape(nk, -1, w.shape[1]) for p in parts], 1).flatten(0, 1)  # noqa: E731
             fused[name.replace("in_proj_qkv", "in_proj_qkvz")] = per_head(q, k, v, z)
             fused[name.replace("in_proj_qkv", "in_proj_ba")] = per_head(b, a)
         elif not any(f".{part}." in name for part in ("in_proj_z", "in_proj_b", "in_proj_a")):
@@ -191,7 +196,7 @@ def test_the_qwen3_next_twin_is_the_shipped_target(next_pair):
     ids = torch.tensor([shipped.prompt_ids(0)[:48]])
     with torch.no_grad():
         want, got = shipped.target(ids).logits, twin(ids).logits
-    assert type(twin).__name__ == "Qwen3NextForCausalLM"
+    assert arch_of(twin) == "gdn"   # the lab reads it by its layer types: the GDN path, not the shipped class
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
