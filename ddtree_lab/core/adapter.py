@@ -16,8 +16,10 @@
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import weakref
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -99,6 +101,41 @@ def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
 
 
 _ROUTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its routed GDN layers
+
+
+GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what transformers' grouped_mm takes
+
+
+def experts_setting(model) -> str | None:
+    """The model's experts implementation (transformers' ``set_experts_implementation``), None
+    when it has no mixture-of-experts layers."""
+    has_experts = any(hasattr(type(m), "_apply_gate") for m in model.modules())
+    return model.config._experts_implementation if has_experts else None
+
+
+@contextlib.contextmanager
+def loop_ready(model) -> Iterator[None]:
+    """The kernels every lab loop runs its target on (AR, speculative, eager and compiled), the
+    model's own settings restored on exit:
+    - mixture-of-experts layers as transformers' ``grouped_mm`` (one grouped matmul over the
+      routed tokens) instead of the eager loop over experts: at a verify of 9-65 tokens on the
+      shipped MLA target it costs 0.85-0.88x, with the same logits bit for bit on this CPU
+      (``core/tests/test_loop_ready.py``), and it has no data-dependent shapes, so a compiled
+      forward has no graph break there;
+    - Gated DeltaNet layers take their tree route first (``route_gdn_trees``, once per model),
+      so the AR step and the verify run (and compile) on the same layer classes.
+    Other models, and float64 ones (``grouped_mm`` takes float32 and 16-bit floats only: the
+    float64 proofs keep the eager experts), are left as they are."""
+    route_gdn_trees(model)
+    before = experts_setting(model)
+    if before is None or before == "grouped_mm" or next(model.parameters()).dtype not in GROUPED_DTYPES:
+        yield
+        return
+    model.set_experts_implementation("grouped_mm")
+    try:
+        yield
+    finally:
+        model.set_experts_implementation(before)
 
 
 def attention_layer_ids(model) -> list[int]:

@@ -10,9 +10,9 @@ eager (one per prompt, any length).
   (``torch._dynamo.utils.counters["stats"]["unique_graphs"]``), built once per process and
   shared by every later generation with the same models.
 - Mixture-of-experts targets: transformers' eager experts loop has data-dependent shapes
-  (``nonzero``), a graph break per MoE layer. While a compiled generation runs, the experts
-  run as transformers' ``grouped_mm`` (one grouped matmul, no break), then the model's own
-  setting comes back (``compile_ready``). The AR baseline of a compiled comparison is
+  (``nonzero``), a graph break per MoE layer. Every lab loop, eager or compiled, runs the
+  experts as transformers' ``grouped_mm`` (one grouped matmul, no break; ``adapter.loop_ready``),
+  then the model's own setting comes back. The AR baseline of a compiled comparison is
   compiled the same way, so no ratio mixes a compiled loop with an eager one.
 - Not bit-identical to eager: inductor fuses and reorders float32 sums (relative logit
   differences ~1e-7, ``data/results/bench_compile.csv``). At T = 0 a compiled speculative
@@ -21,13 +21,10 @@ eager (one per prompt, any length).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
-from typing import Iterator
 
 import torch
 
-from . import adapter
 from .verify import tree_forward
 
 
@@ -46,28 +43,3 @@ def compiled_module(module: torch.nn.Module):
         fn = torch.compile(module)
         module.__dict__["_ddtree_compiled"] = fn
     return fn
-
-
-def _experts_setting(model) -> str | None:
-    """The model's experts implementation, None when it has no experts."""
-    has_experts = any(hasattr(type(m), "_apply_gate") for m in model.modules())
-    return model.config._experts_implementation if has_experts else None
-
-
-@contextlib.contextmanager
-def compile_ready(model) -> Iterator[None]:
-    """While open, a mixture-of-experts ``model`` runs its experts as ``grouped_mm`` (no graph
-    break); its own setting is restored on exit. Other models are left as they are. A GDN
-    model's layers take their tree route first (``adapter.route_gdn_trees``, once per model),
-    so the AR step and the verify are compiled on the same layer classes (a graph guards on
-    them: routing after an AR compile would rebuild it)."""
-    adapter.route_gdn_trees(model)
-    before = _experts_setting(model)
-    if before is None or before == "grouped_mm":
-        yield
-        return
-    model.set_experts_implementation("grouped_mm")
-    try:
-        yield
-    finally:
-        model.set_experts_implementation(before)

@@ -23,15 +23,16 @@ its own generator (seed + b), so its output does not depend on the rest of the b
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
 
 from . import tree as tree_mod
+from .adapter import loop_ready
 from .allocate import auto_trees
-from .compiled import compile_ready, compiled_module, compiled_tree_forward
+from .compiled import compiled_module, compiled_tree_forward
 from .cache import TreeCache, commit
 from .conditional import build_conditional_tree, conditional_chain
 from .drafter import Draft, DrafterState
@@ -228,7 +229,7 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     s = spec.sampling
     rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
-    with compile_ready(target) if spec.compile else nullcontext():
+    with loop_ready(target):
         t0 = time.perf_counter()
         if spec.method == "ar":
             gens = _generate_ar(target, prompts, news, s.temperature, rngs, clock,

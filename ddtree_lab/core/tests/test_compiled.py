@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from ddtree_lab.core import compiled, decode
+from ddtree_lab.core import decode
 from ddtree_lab.core.spec import GenerationSpec
 from helpers import HintedDrafter, toy_pair
 
@@ -13,17 +13,6 @@ from helpers import HintedDrafter, toy_pair
 def test_compile_must_be_a_bool():
     with pytest.raises(ValueError, match="compile must be True or False, got 'yes'"):
         GenerationSpec(compile="yes")
-
-
-def test_compile_ready_switches_moe_experts_and_restores():
-    target, _ = toy_pair("mla-toy")
-    assert target.config._experts_implementation == "eager"
-    with compiled.compile_ready(target):
-        assert target.config._experts_implementation == "grouped_mm"
-    assert target.config._experts_implementation == "eager"
-    gdn, _ = toy_pair("gdn-toy")  # no experts: left as it is
-    with compiled.compile_ready(gdn):
-        pass
 
 
 @pytest.mark.slow

@@ -15,14 +15,13 @@ two loops' rounds line up one for one (``lab_generate_aligned``).
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
-
 import dflash.model as dm
 import pandas as pd
 import torch
 from transformers import DynamicCache
 
-from ...core.compiled import compile_ready, compiled_module
+from ...core.adapter import loop_ready
+from ...core.compiled import compiled_module
 from ...core.decode import PHASES, generate, start
 from ..plumbing.loops import is_looping, round_loop_flags
 from ..plumbing.summary import ar_divergence
@@ -34,8 +33,10 @@ def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_si
                       temperature: float = 0.0, *, seed: int = 0, compile: bool = False) -> dict:
     """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``), as shipped:
     -> {"tokens": new tokens (t1 first), "acceptance_lengths": tokens per verify round}.
+    It runs on the kernels of every lab loop (``adapter.loop_ready``: MoE experts as
+    ``grouped_mm``), so a ratio of the two loops compares loops, not kernels.
     compile: the loop as shipped on compiled copies of both models, as the lab's compiled loop
-    (``core.compiled``: ``compiled_module``, MoE experts as ``grouped_mm`` while it runs).
+    (``core.compiled.compiled_module``).
 
     The round lengths are read without touching the loop (its own ``return_stats`` timer needs
     CUDA): a forward pre-hook on ``target`` sees the target cache's length at every call, and
@@ -48,7 +49,7 @@ def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_si
     hook = model.register_forward_pre_hook(
         lambda module, args, kwargs: lengths.append(kwargs["past_key_values"].get_seq_length()), with_kwargs=True)
     try:
-        with compile_ready(target) if compile else nullcontext():
+        with loop_ready(target):
             out = dm.dflash_generate(draft, model, ids, max_new_tokens, None, temperature=temperature,
                                      block_size=block_size)
     finally:
