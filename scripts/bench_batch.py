@@ -31,6 +31,7 @@ import transformers
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.core import decode
+from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
 from ddtree_lab.core.harness import timed_calls
 from ddtree_lab.core import verify as vmod
@@ -185,7 +186,14 @@ def memory_rows(model, B: int, budget: int, prefix: int, modes) -> list[dict]:
 # ----------------------------------------------------------------------------- main
 
 def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
+    """Every table of one target, on the kernels the loops run (``adapter.loop_ready``: MoE
+    experts as grouped matmuls, the AR step's and the verify's alike)."""
     model = build_target(arch)
+    with loop_ready(model):
+        return _tables(model, arch, args)
+
+
+def _tables(model, arch: str, args) -> dict[str, pd.DataFrame]:
     modes = ("wy", "fork") if arch == "gdn" else ("wy",)
     batches = [batch_row(model, B, args.budget, args.prefix, m, args.repeats) for m in modes for B in args.batches]
     nodes = [r for m in modes for r in node_rows(model, m, args.prefix, args.repeats)]

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 import transformers
 
+from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.models import build_target
 from ddtree_lab.experiments.plumbing.results import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.spread import format_ratio_columns
@@ -56,7 +57,8 @@ def main():
         print(f"\nbreakdown at budget {GOAL_BUDGET}, ms per call:")
         print(gdn_breakdown(gdn, GOAL_BUDGET, PREFIX_LEN, repeats).to_string(index=False, float_format="{:.2f}".format))
     mla = build_target("mla")
-    mla_table = mla_cost_table(mla, prefix_len=PREFIX_LEN, repeats=repeats)
+    with loop_ready(mla):  # the loops' kernels: MoE experts as grouped matmuls
+        mla_table = mla_cost_table(mla, prefix_len=PREFIX_LEN, repeats=repeats)
     show("MLA", mla, mla_table, repeats)
     meta = {"prefix_len": PREFIX_LEN, "repeats": repeats, "threads": torch.get_num_threads(),
             "torch": torch.__version__, "transformers": transformers.__version__}

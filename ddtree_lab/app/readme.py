@@ -170,7 +170,8 @@ def render_official() -> str:
     n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
     head = (f"**The field's reference loop beside the lab's** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new "
             "tokens, block 8, T = 0, interleaved per prompt in one run; the reference loop is `dflash_generate` of "
-            "z-lab's `dflash` 0.1.0 on the same target and drafter; tau: accepted tokens per target forward; "
+            "z-lab's `dflash` 0.1.0 on the same target and drafter, on the same kernels as every lab loop (MoE experts as "
+            "`grouped_mm`, `adapter.loop_ready`); tau: accepted tokens per target forward; "
             "'vs reference' is tokens/s over the reference loop's on the same prompt, median [95% interval]; "
             f"{SPEEDUP_NOTE}):\n\n")
     rows = [_official_row(t, a) for a in ("gdn", "mla")]
@@ -224,7 +225,8 @@ def render_round_cost() -> str:
              for r in floor.itertuples()]
     fhead = ("\n\n**Verify against its floor** (the same script: at real decoding states, every 4th round of greedy "
              "DDTree runs, the lab's verify as the loop calls it against transformers' stock forward of the same "
-             "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, 10 interleaved "
+             "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, both on the "
+             "loops' kernels, 10 interleaved "
              "pairs per state; on GDN the floor's linear layers read the tree as a chain; ratio: median over states "
              "[95% interval]):\n\n")
     return head + table + fhead + _table(["target", "budget", "states", "lab verify ms", "floor ms",
@@ -288,7 +290,7 @@ def render_loop_compile() -> str:
             "cache of earlier runs in use: a machine's first compile takes longer); "
             "the reference loop "
             "compiled is `dflash_generate` as shipped on compiled copies of both models; MoE experts run as "
-            "`grouped_mm` while compiled; ratios: medians of per-prompt tokens/s ratios [95% interval]; "
+            "`grouped_mm` in every loop, eager and compiled alike, so the ratios are the compiler's; ratios: medians of per-prompt tokens/s ratios [95% interval]; "
             "'vs AR' compares each kind with AR of the same kind):\n\n")
     shown = compiled_loop.loop_display(t)
     return head + _table(list(shown.columns), shown.values.tolist())
@@ -473,7 +475,7 @@ def render_batch_cost() -> str:
     per = t[t.table == "per_node"].set_index(["arch", "mode", "budget"]).verify_ms
     gdn_mla = per.get(("gdn", "wy", 256), float("nan")) / per.get(("mla", "wy", 256), float("nan"))
     head = (f"**Batched verify cost** (`python scripts/bench_batch.py`: random-init targets of the shipped shapes, "
-            f"float32, one thread, prefix {int(t.prefix.iloc[0])}, thread CPU time, {int(t.repeats.iloc[0])} interleaved "
+            f"float32, the loops' kernels (MoE experts as `grouped_mm`), one thread, prefix {int(t.prefix.iloc[0])}, thread CPU time, {int(t.repeats.iloc[0])} interleaved "
             f"repeats; goals: batched verify <= {BATCH_GOALS['batch16']}x an AR step of the same batch, a node <= "
             f"{BATCH_GOALS['per_node']}x its FLOP floor (2 x active parameters at this core's measured fp32 matmul rate), "
             f"GDN wy verify at 256 nodes <= {BATCH_GOALS['gdn_over_mla']}x MLA's: measured {gdn_mla:.2f}x, medians of "

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
+from ...core.adapter import loop_ready
 from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.models import arch_of
@@ -161,19 +162,24 @@ def verify_floor(pair, prompts: list[int], budgets=FLOOR_BUDGETS, repeats: int =
                  max_new_tokens: int = 128, *, progress=None) -> pd.DataFrame:
     """Per (prompt, budget, round state): the lab's verify ms and the floor's ms (medians of
     ``repeats`` interleaved pairs) and their paired ratio with a 95% interval."""
-    target, layers = pair.target, tuple(pair.drafter.cfg.target_layer_ids)
-    mode = gdn_mode("wy")
     rows = []
-    for p in prompts:
-        ids = pair.prompt_ids(p)
-        for budget in budgets:
-            for r, (seq, tree) in enumerate(round_states(pair, ids, budget, max_new_tokens=max_new_tokens,
-                                                         every=every)):
-                rows.append({"arch": pair.arch, "prompt": p, "budget": budget, "state": r, "committed": len(seq) - 1,
-                             "nodes": tree.num_nodes, **_time_pair(target, seq, tree, layers, mode, repeats)})
-                if progress:
-                    progress(rows[-1])
+    with loop_ready(pair.target):  # both sides on the loops' kernels (MoE experts as grouped matmuls)
+        for p in prompts:
+            rows += _floor_rows(pair, p, budgets, repeats, every, max_new_tokens, progress)
     return pd.DataFrame(rows)
+
+
+def _floor_rows(pair, p: int, budgets, repeats: int, every: int, max_new_tokens: int, progress) -> list[dict]:
+    """``verify_floor``'s rows of prompt ``p``."""
+    target, layers, mode, rows = pair.target, tuple(pair.drafter.cfg.target_layer_ids), gdn_mode("wy"), []
+    for budget in budgets:
+        for r, (seq, tree) in enumerate(round_states(pair, pair.prompt_ids(p), budget,
+                                                     max_new_tokens=max_new_tokens, every=every)):
+            rows.append({"arch": pair.arch, "prompt": p, "budget": budget, "state": r, "committed": len(seq) - 1,
+                         "nodes": tree.num_nodes, **_time_pair(target, seq, tree, layers, mode, repeats)})
+            if progress:
+                progress(rows[-1])
+    return rows
 
 
 def _time_pair(target, seq: list[int], tree, layers, mode, repeats: int) -> dict:
