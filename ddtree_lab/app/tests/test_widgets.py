@@ -4,7 +4,6 @@ import ipywidgets as w
 import pytest
 from matplotlib.figure import Figure
 
-from ddtree_lab.app import plots
 from ddtree_lab.experiments.plumbing.summary import summarize
 from ddtree_lab.app import widgets
 from helpers import results_frame

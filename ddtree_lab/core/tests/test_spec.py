@@ -1,6 +1,5 @@
 """The generation spec: validated once when built, carried whole, the same run as its keyword form."""
 import pytest
-import torch
 
 from ddtree_lab.core import decode, gdn_layer
 from ddtree_lab.core.spec import MAX_BUDGET, GenerationSpec, Sampling

@@ -63,7 +63,7 @@ class RoundRecorder:
     def __call__(self, rnd) -> None:
         tree = rnd.tree
         proposal = rnd.proposal if getattr(rnd, "proposal", None) is not None else Marginal(rnd.draft_logits)
-        tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+        parents, depths = tree.parents.tolist(), tree.depths.tolist()
         node_lq = proposal.node_log_q(tree)  # the drafter's q of each node given its parent
         path_lq = [0.0] * len(tree)
         for i in range(1, len(tree)):  # topological order: the parent is already done

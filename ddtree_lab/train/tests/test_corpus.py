@@ -48,7 +48,7 @@ def _problem(i: int) -> dict:
 def _dist(site, name, files: dict, license_expr=None, classifiers=(), requires=()):
     di = site / f"{name}-1.0.dist-info"
     di.mkdir(parents=True)
-    meta = [f"Metadata-Version: 2.4", f"Name: {name}", "Version: 1.0"]
+    meta = ["Metadata-Version: 2.4", f"Name: {name}", "Version: 1.0"]
     meta += [f"License-Expression: {license_expr}"] if license_expr else []
     meta += [f"Classifier: {c}" for c in classifiers] + [f"Requires-Dist: {r}" for r in requires]
     (di / "METADATA").write_text("\n".join(meta) + "\n")
