@@ -173,13 +173,14 @@ class ContextCache:
         n_max = keys.shape[2] - self.block_size
         out = []
         for tensor, name in ((keys, "keys"), (values, "values")):
-            parts = [[getattr(state, name)[layer_idx], tensor[b:b + 1, :, n_max - n:n_max]]
-                     for b, (state, n) in enumerate(zip(self.states, self.new_rows))]
-            full = right_aligned(parts, self.width, tensor[:, :, n_max:])  # [B, H, width + bs, D]
+            rows = []
             for b, (state, n) in enumerate(zip(self.states, self.new_rows)):
-                getattr(state, name)[layer_idx] = full[b:b + 1, :, self.width - state.length - n:self.width]
-            out.append(full)
+                stored = getattr(state, name)
+                stored[layer_idx] = torch.cat([stored[layer_idx], tensor[b:b + 1, :, n_max - n:n_max]], 2)
+                rows.append(stored[layer_idx])
+            out.append(torch.cat([left_padded(rows, self.width), tensor[:, :, n_max:]], 2))
         return out[0], out[1]
+
 
     def _update_one(self, keys, values, layer_idx):
         """A batch of one: [context ; new rows ; block] in one copy per tensor; the state keeps
@@ -193,28 +194,11 @@ class ContextCache:
         return out[0], out[1]
 
 
-def right_aligned(parts: list[list[torch.Tensor]], width: int, tail: torch.Tensor) -> torch.Tensor:
-    """Sequence b's rows ``parts[b]`` ([1, H, l, D] each, in order) right-aligned in the first
-    ``width`` columns, zeros on their left, then ``tail[b]`` (tail [B, H, n, D]):
-    -> [B, H, width + n, D], every row copied once (``right_aligned_reference``: pad, then cat)."""
-    B, H, n, D = tail.shape
-    out = tail.new_empty(B, H, width + n, D)
-    for b, chunks in enumerate(parts):
-        end = width
-        for chunk in reversed(chunks):
-            out[b, :, end - chunk.shape[2]:end] = chunk[0]
-            end -= chunk.shape[2]
-        out[b, :, :end].zero_()
-    out[:, :, width:] = tail
-    return out
-
-
-def right_aligned_reference(parts: list[list[torch.Tensor]], width: int, tail: torch.Tensor) -> torch.Tensor:
-    """``right_aligned``'s plain twin: concatenate each sequence's rows, pad them on the left
-    to ``width``, stack, then append the tail."""
-    rows = [torch.cat(chunks, 2) if chunks else tail[:1, :, :0] for chunks in parts]
-    padded = torch.cat([F.pad(r, (0, 0, width - r.shape[2], 0)) for r in rows], 0)
-    return torch.cat([padded, tail], 2)
+def left_padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[1, H, L_b, D] each -> [B, H, width, D], zeros on the left (one row of full width: itself)."""
+    if len(rows) == 1 and rows[0].shape[2] == width:
+        return rows[0]
+    return torch.cat([F.pad(r, (0, 0, width - r.shape[2], 0)) for r in rows], 0)
 
 
 class DFlashDrafter(nn.Module):

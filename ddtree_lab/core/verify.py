@@ -31,7 +31,7 @@ from transformers import DynamicCache
 
 from . import adapter, gdn_tree
 from .cache import Pending, TreeCache, check_cache, empty_cache
-from .drafter import right_aligned
+from .drafter import left_padded
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
@@ -216,8 +216,8 @@ class TreeBatch:
     """What the target is handed as its cache in a verify: B per-sequence ``TreeCache``s as
     one left-padded batch, the trees' ``BatchBuffers`` and the GDN mode.
 
-    ``update`` (called by every attention layer) copies each sequence's committed rows,
-    left-padded to [B, h, Pmax, d], and the new rows [B, h, T, d] into one tensor, and hands each
+    ``update`` (called by every attention layer) stacks each sequence's committed rows
+    left-padded to [B, h, Pmax, d], appends the new rows [B, h, T, d] and hands each
     ``TreeCache`` its own slice [1, h, L_b + T, d] (committed rows, then its pending tree rows),
     which ``cache.commit`` then compacts. ``gdn_tree_layer`` (called by every routed GDN layer)
     runs the layer on the trees and keeps each sequence's ``GdnRecord``.
@@ -232,22 +232,21 @@ class TreeBatch:
         self.records = [{} for _ in self.caches]
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        keys, values = (self._with_committed(layer_idx, which, new)
-                        for which, new in ((0, key_states), (1, value_states)))
+        keys = torch.cat([self._stacked(layer_idx, 0, key_states), key_states], dim=-2)
+        values = torch.cat([self._stacked(layer_idx, 1, value_states), value_states], dim=-2)
         past = self.bufs.past
         for b, c in enumerate(self.caches):
             c.kv[layer_idx] = (keys[b:b + 1, :, past - c.length:], values[b:b + 1, :, past - c.length:])
         return keys, values
 
-    def _with_committed(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
-        """[B, h, Pmax + T, d]: each sequence's committed rows right-aligned in the first Pmax
-        columns (zeros on the left), then its new rows ``new`` [B, h, T, d]; every row copied
-        once (a batch of one: its committed rows, then the new ones)."""
+    def _stacked(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """[B, h, Pmax, d]: each sequence's committed rows, right-aligned (left padding zeros);
+        a batch of one is its committed rows themselves (a view: no copy)."""
         if len(self.caches) == 1:
             c = self.caches[0]
-            return torch.cat([c.kv[layer_idx][which][:, :, :c.length], new], dim=-2) if c.length else new
-        return right_aligned([[c.kv[layer_idx][which][:, :, :c.length]] if c.length else [] for c in self.caches],
-                             self.bufs.past, new)
+            return c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:, :, :0]
+        return left_padded([c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:1, :, :0]
+                            for c in self.caches], self.bufs.past)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.bufs.past

@@ -20,10 +20,10 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, harness, sampling
 from ddtree_lab.core.cache import commit
-from ddtree_lab.core.drafter import DFlashDrafter, right_aligned, right_aligned_reference
+from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
-from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_identical, assert_same_cache, biased_accept, chi_square_pvalue,
+from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
                      exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path,
                      sharp_drafter, toy_dflash2, toy_pair)
 
@@ -322,13 +322,3 @@ def test_verify_batch_refuses_mismatched_lists():
         verify_batch(target, [cache], [tree, tree])
     with pytest.raises(ValueError, match="distinct"):
         verify_batch(target, [cache, cache], [tree, tree])
-
-
-def test_right_aligned_equals_its_twin(threads):
-    """One copy per row (the batched verify's and the drafter's context layout) gives the same
-    tensor as pad-then-cat: rows of several chunks, an empty sequence, one that fills the width."""
-    g = torch.Generator().manual_seed(0)
-    rows = lambda n: torch.randn(1, 2, n, 3, generator=g)  # noqa: E731
-    parts = [[rows(4), rows(1)], [], [rows(7)], [rows(0), rows(2)]]
-    tail = torch.randn(4, 2, 5, 3, generator=g)
-    assert_identical("right_aligned", right_aligned_reference(parts, 7, tail), right_aligned(parts, 7, tail))
