@@ -20,7 +20,7 @@ if [[ "${1:-}" == "--fresh" ]]; then
   rm -f data/results/*.jsonl data/results/*.csv.gz data/results/quality-*.json
 fi
 mkdir -p "$LOGS"
-export OMP_NUM_THREADS=1 PYTHONPATH=.
+export OMP_NUM_THREADS=1 PYTHONPATH="$PWD"  # absolute: the notebooks' kernels run in notebooks/
 lab() { python -m ddtree_lab --threads 1 "$@"; }
 lane0() {
   lab quality --archs gdn > "$LOGS/quality-gdn.log" 2>&1
