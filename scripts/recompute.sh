@@ -11,40 +11,51 @@
 #     a training step of the drafter recipe (scripts/recipe_cost.py)
 #   then every notebook, alone (their stores: leakage, verify cost, sweeps, calibration,
 #     teacher-forced; 07 and 08 find the concurrency and DFlash 2 rows).
-# Logs under data/results/recompute-logs/. Every step is resumable: rerun after a crash.
-# Rows of older models stay in the stores unless removed (`--fresh` removes every store first).
+# Logs under data/results/recompute-logs/. Every step is resumable: rerun after a crash. A step
+# that finished leaves STEP.done holding the code version and the checkpoints' manifests' digest;
+# a rerun on the same code and models skips it (a store's own rows are resumable besides).
+# Rows of older models stay in the stores unless removed (`--fresh` removes every store and
+# every .done first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOGS=data/results/recompute-logs
-if [[ "${1:-}" == "--fresh" ]]; then
-  rm -f data/results/*.jsonl data/results/*.csv.gz data/results/quality-*.json
-fi
 mkdir -p "$LOGS"
+if [[ "${1:-}" == "--fresh" ]]; then
+  rm -f data/results/*.jsonl data/results/*.csv.gz data/results/quality-*.json "$LOGS"/*.done
+fi
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD"  # absolute: the notebooks' kernels run in notebooks/
+STAMP="$(python -c 'from ddtree_lab.experiments.plumbing.results import code_version; print(code_version())')-$(cat data/checkpoints/*/manifest.json | sha256sum | cut -c1-16)"
+export LOGS STAMP
 lab() { python -m ddtree_lab --threads 1 "$@"; }
+step() {  # step NAME COMMAND...: run it into NAME.log unless NAME.done holds this STAMP
+  local name=$1; shift
+  if [[ "$(cat "$LOGS/$name.done" 2>/dev/null)" == "$STAMP" ]]; then echo "$name: done, skipped"; return 0; fi
+  "$@" > "$LOGS/$name.log" 2>&1 && echo "$STAMP" > "$LOGS/$name.done"
+}
 lane0() {
-  lab quality --archs gdn > "$LOGS/quality-gdn.log" 2>&1
-  lab dflash2 --archs gdn > "$LOGS/dflash2-gdn.log" 2>&1
+  step quality-gdn lab quality --archs gdn
+  step dflash2-gdn lab dflash2 --archs gdn
 }
 lane1() {
-  lab quality --archs mla > "$LOGS/quality-mla.log" 2>&1
-  lab dflash2 --archs mla > "$LOGS/dflash2-mla.log" 2>&1
-  python scripts/exactness.py > "$LOGS/exactness.log" 2>&1
+  step quality-mla lab quality --archs mla
+  step dflash2-mla lab dflash2 --archs mla
+  step exactness python scripts/exactness.py
 }
 timing() {
-  lab bench --fresh > "$LOGS/bench.log" 2>&1
-  lab concurrency > "$LOGS/concurrency.log" 2>&1
-  python scripts/bench_tree.py > "$LOGS/bench_tree.log" 2>&1
-  python scripts/bench_verify.py > "$LOGS/bench_verify.log" 2>&1
-  python scripts/bench_compile.py > "$LOGS/bench_compile.log" 2>&1
-  python scripts/bench_batch.py > "$LOGS/bench_batch.log" 2>&1
-  python scripts/bench_round.py > "$LOGS/bench_round.log" 2>&1
-  python scripts/bench_loop_compile.py > "$LOGS/bench_loop_compile.log" 2>&1
-  python scripts/recipe_cost.py > "$LOGS/recipe_cost.log" 2>&1
+  step bench lab bench --fresh
+  step concurrency lab concurrency
+  step bench_tree python scripts/bench_tree.py
+  step bench_verify python scripts/bench_verify.py
+  step bench_compile python scripts/bench_compile.py
+  step bench_batch python scripts/bench_batch.py
+  step bench_round python scripts/bench_round.py
+  step bench_loop_compile python scripts/bench_loop_compile.py
+  step recipe_cost python scripts/recipe_cost.py
 }
-taskset -c 0 bash -c "$(declare -f lab lane0); LOGS=$LOGS; lane0" & p0=$!
-taskset -c 1 bash -c "$(declare -f lab lane1); LOGS=$LOGS; lane1" & p1=$!
+funcs="$(declare -f lab step lane0 lane1 timing)"
+taskset -c 0 bash -c "$funcs; lane0" & p0=$!
+taskset -c 1 bash -c "$funcs; lane1" & p1=$!
 wait $p0 && wait $p1
-taskset -c 0 bash -c "$(declare -f lab timing); LOGS=$LOGS; timing"
-taskset -c 0 bash -c "$(declare -f lab); lab notebooks > $LOGS/notebooks.log 2>&1"
+taskset -c 0 bash -c "$funcs; timing"
+taskset -c 0 bash -c "$funcs; step notebooks lab notebooks"
 python -m ddtree_lab readme
