@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Time the README's two test commands on a clean clone of this checkout's HEAD and store what
+# they took in data/results/suite_times.json (the README's Quick start renders it: `ddtree-lab
+# readme`). Run it with nothing else on the machine; it takes about 12 minutes here.
+#   fast lane:  bash scripts/test.sh          (every test not marked slow, both cores)
+#   full suite: CI=true bash .ci/run          (what CI runs)
+# Each record: wall seconds of the whole command (install included), pytest's own seconds and
+# its passed / skipped counts, the load average before it started, the commit timed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+HERE="$PWD"; COMMIT="$(git rev-parse --short HEAD)"
+CLONE="$(mktemp -d)"; trap 'rm -rf "$CLONE"' EXIT
+git clone -q "$HERE" "$CLONE/ddtree_lab" && cd "$CLONE/ddtree_lab"
+timed() {  # timed NAME COMMAND...: run it, print one JSON record
+  local name=$1; shift; local load t0 t1 log="$CLONE/$name.log"
+  load="$(cut -d' ' -f1 /proc/loadavg)"; t0=$(date +%s.%N)
+  "$@" > "$log" 2>&1 || { tail -20 "$log" >&2; echo "$name failed" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  python - "$name" "$log" "$t0" "$t1" "$load" <<'PY'
+import json, re, sys
+name, log, t0, t1, load = sys.argv[1:]
+tail = open(log).read().splitlines()[-5:]
+line = next(l for l in reversed(tail) if re.search(r"\d+ passed.* in [\d.]+s", l))
+count = lambda word: int(m.group(1)) if (m := re.search(rf"(\d+) {word}", line)) else 0
+print(json.dumps({"name": name, "wall_s": round(float(t1) - float(t0), 1),
+                  "tests_s": float(re.search(r" in ([\d.]+)s", line).group(1)),
+                  "passed": count("passed"), "skipped": count("skipped"), "load_avg_1min": float(load)}))
+PY
+}
+fast="$(timed fast_lane bash scripts/test.sh)"
+full="$(CI=true timed full_suite bash .ci/run)"
+cd "$HERE"
+python - "$COMMIT" "$fast" "$full" <<'PY'
+import json, os, sys
+commit, *records = sys.argv[1:]
+out = {"commit": commit, "cpus": os.cpu_count(), "runs": [json.loads(r) for r in records]}
+open("data/results/suite_times.json", "w").write(json.dumps(out, indent=1) + "\n")
+print(json.dumps(out, indent=1))
+PY
+pip install -q --no-deps -e . > /dev/null 2>&1 || true   # the clone's install re-pointed the editable one
