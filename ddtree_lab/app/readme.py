@@ -486,6 +486,22 @@ def render_batch_cost() -> str:
                          _batch_cost_rows(t))
 
 
+# ----------------------------------------------------------------------------- suite times
+
+def render_suite_times() -> str:
+    """What the README's two test commands took on a clean clone (``scripts/suite_times.sh``)."""
+    t = json.loads((RESULTS_DIR / "suite_times.json").read_text())
+    runs = {r["name"]: r for r in t["runs"]}
+
+    def said(r: dict) -> str:
+        skipped = f", {r['skipped']} skipped" if r["skipped"] else ""
+        return (f"{r['wall_s'] / 60:.1f} min with the install ({r['tests_s']:.0f} s of tests, {r['passed']} passed"
+                f"{skipped}; load average {r['load_avg_1min']:.2f} before it)")
+    return (f"On a clean clone of commit `{t['commit']}` on this {t['cpus']}-core CPU (`bash scripts/suite_times.sh`), "
+            f"the fast lane (`bash scripts/test.sh`) took {said(runs['fast_lane'])}, and the full suite "
+            f"(`bash scripts/test.sh --full`, what CI runs) {said(runs['full_suite'])}.")
+
+
 # ----------------------------------------------------------------------------- corpus
 
 def render_corpus() -> str:
@@ -557,6 +573,7 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
 
 BLOCKS = {
     "corpus": Block(("data/corpus_summary.json",), "python -m ddtree_lab.train.corpus", render_corpus),
+    "suite_times": Block(("data/results/suite_times.json",), "bash scripts/suite_times.sh", render_suite_times),
     "quality": Block(("data/results/quality-gdn-mla.json", "data/checkpoints"), "ddtree-lab quality", render_quality),
     "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
     "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
