@@ -119,3 +119,21 @@ def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeyp
     assert row[1:] == ["24.8 / 30.0", "0.83x [0.80, 0.86]", "0.80x [0.77, 0.82]", "1.20x [1.10, 1.30]",
                        "0.99x [0.97, 1.02] noise", "1.50x [1.40, 1.60]", "5.4% [5.0, 5.9] / 3.3% [3.0, 3.6]",
                        "2.55x [2.40, 2.70] |"]
+
+
+def test_the_drafters_limit_says_what_the_drafter_grid_stores():
+    """Honest limits: the shipped drafters (the grid's pick) accept more on real code than the
+    previous release's rollout-only ones; on free-running decoding (all rounds) the GDN one
+    accepts more and the MLA one less. Each direction read from the stored grid."""
+    from ddtree_lab.experiments.studies.drafter_grid import load_grid, ship_rule
+    text = " ".join(TEXT.split())
+    for said in ("accept more on real code (**Real text, teacher-forced**) than rollout-only drafters",
+                 "the GDN drafter now accepts more than the previous release's rollout-only one and the MLA drafter "
+                 "still less"):
+        assert said in text, said
+    grid = load_grid()
+    pick = ship_rule(grid).set_index("arch")
+    previous = grid[grid.source == "previous"].set_index("arch")
+    assert (pick.tf_dflash_tau > previous.tf_dflash_tau.loc[pick.index]).all()
+    assert pick.decode_dflash_tau["gdn"] > previous.decode_dflash_tau["gdn"]
+    assert pick.decode_dflash_tau["mla"] < previous.decode_dflash_tau["mla"]
