@@ -30,7 +30,8 @@ lab() { python -m ddtree_lab --threads 1 "$@"; }
 step() {  # step NAME COMMAND...: run it into NAME.log unless NAME.done holds this STAMP
   local name=$1; shift
   if [[ "$(cat "$LOGS/$name.done" 2>/dev/null)" == "$STAMP" ]]; then echo "$name: done, skipped"; return 0; fi
-  "$@" > "$LOGS/$name.log" 2>&1 && echo "$STAMP" > "$LOGS/$name.done"
+  "$@" > "$LOGS/$name.log" 2>&1 || { echo "$name failed: see $LOGS/$name.log" >&2; return 1; }
+  echo "$STAMP" > "$LOGS/$name.done"
 }
 lane0() {
   step quality-gdn lab quality --archs gdn
@@ -52,10 +53,11 @@ timing() {
   step bench_loop_compile python scripts/bench_loop_compile.py
   step recipe_cost python scripts/recipe_cost.py
 }
-funcs="$(declare -f lab step lane0 lane1 timing)"
+funcs="set -e; $(declare -f lab step lane0 lane1 timing)"  # a failed step stops its lane, and the script
 taskset -c 0 bash -c "$funcs; lane0" & p0=$!
 taskset -c 1 bash -c "$funcs; lane1" & p1=$!
-wait $p0 && wait $p1
+s0=0; wait $p0 || s0=$?; s1=0; wait $p1 || s1=$?
+(( s0 == 0 && s1 == 0 )) || { echo "a lane failed (lane0: $s0, lane1: $s1): not timing on stale stores" >&2; exit 1; }
 taskset -c 0 bash -c "$funcs; timing"
 taskset -c 0 bash -c "$funcs; step notebooks lab notebooks"
 python -m ddtree_lab readme
