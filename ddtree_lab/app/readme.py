@@ -639,9 +639,11 @@ def splice(text: str, tables: dict) -> str:
 
 def write_readme(names=None, readme: Path = README, out: Path = TABLES_JSON) -> dict:
     """Render the blocks (all, or ``names``) from the stored files, merge them into the stored
-    JSON, splice them into the README; returns what was rendered."""
+    JSON, splice them into the README; returns what was rendered. Nothing is written unless
+    every block splices (a README without one of them leaves both files as they were)."""
     tables = render_all(names)
+    text = splice(readme.read_text(), tables)
     stored = json.loads(out.read_text()) if out.is_file() else {}
     out.write_text(json.dumps({**stored, **tables}, indent=1) + "\n")
-    readme.write_text(splice(readme.read_text(), tables))
+    readme.write_text(text)
     return tables

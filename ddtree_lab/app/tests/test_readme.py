@@ -137,3 +137,12 @@ def test_the_drafters_limit_says_what_the_drafter_grid_stores():
     assert (pick.tf_dflash_tau > previous.tf_dflash_tau.loc[pick.index]).all()
     assert pick.decode_dflash_tau["gdn"] > previous.decode_dflash_tau["gdn"]
     assert pick.decode_dflash_tau["mla"] < previous.decode_dflash_tau["mla"]
+
+
+def test_a_readme_without_a_block_is_left_as_it_was_and_so_is_the_json(tmp_path):
+    page, stored = tmp_path / "README.md", tmp_path / "tables.json"
+    page.write_text("# no blocks here\n")
+    stored.write_text('{"kept": 1}\n')
+    with pytest.raises(ValueError, match="results:build_tree"):
+        readme.write_readme(["build_tree"], readme=page, out=stored)
+    assert page.read_text() == "# no blocks here\n" and stored.read_text() == '{"kept": 1}\n'
