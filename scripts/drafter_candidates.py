@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.common import DATA_DIR  # noqa: E402
-from ddtree_lab.experiments.studies.drafter_grid import RUNS, GridPoint, load_grid, point_dir, ship_rule  # noqa: E402
+from ddtree_lab.experiments.studies.drafter_grid import RUNS, load_grid, point_dir, point_of, ship_rule  # noqa: E402
 from ddtree_lab.train.checkpoints import CURVES_DIR, ckpt_path, check_manifest  # noqa: E402
 from ddtree_lab.train.drafters import load_drafter, train_drafter2  # noqa: E402
 from ddtree_lab.train.pair import load_pair  # noqa: E402
@@ -51,7 +51,7 @@ def make(arch: str, name: str | None) -> None:
     if row.source == "shipped":
         print("the shipped drafter stays: nothing to make")
         return
-    point = GridPoint(float(row.share), int(row.steps), row.labels)
+    point = point_of(row)
     source = point_dir(arch, point) if row.source == "trained" else RUNS / "previous" / f"{arch}-drafter"
     copy_dir(source / "drafter" if row.source == "trained" else source, CANDIDATES / f"{arch}-drafter")
     if row.source == "trained":

@@ -44,7 +44,7 @@ def deadline_of(text: str | None) -> float | None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", required=True, choices=("gdn", "mla"))
-    ap.add_argument("--points", default=POINTS, help="SHARExSTEPS[h], comma-separated (h: hard labels)")
+    ap.add_argument("--points", default=POINTS, help="SHARExSTEPS[m|h][@LAYERS], comma-separated (m: mixed, h: hard labels; @5: a 5-layer drafter)")
     ap.add_argument("--deadline", help="HH:MM (today): a point that would train past it is left for later")
     args = ap.parse_args()
     torch.set_num_threads(1)

@@ -222,17 +222,20 @@ LABELS = {"soft": (True, True), "mixed": (True, False), "hard": (False, False)} 
 
 
 def with_knobs(recipe: DrafterRecipe, corpus_share: float | None = None, steps: int | None = None,
-               labels: str | None = None) -> DrafterRecipe:
-    """``recipe`` with the share of real-code windows, the step count and the labels changed
-    (None: unchanged). labels: ``LABELS``: "soft" (the target's top-K everywhere), "mixed"
-    (hard on the rollouts, which the target wrote; soft on the real code) or "hard"."""
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+               labels: str | None = None, layers: int | None = None) -> DrafterRecipe:
+    """``recipe`` with the share of real-code windows, the step count, the labels and the
+    drafter's depth changed (None: unchanged). labels: ``LABELS``: "soft" (the target's top-K
+    everywhere), "mixed" (hard on the rollouts, which the target wrote; soft on the real code)
+    or "hard". layers: the drafter's decoder layers (``DrafterRecipe.num_layers``)."""
+    for name, value in (("steps", steps), ("layers", layers)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if labels is not None and labels not in LABELS:
         raise ValueError(f"labels must be one of {tuple(LABELS)}, got {labels!r}")
     t = recipe.train
     out = replace(recipe, train=t if steps is None else replace(t, max_tokens=steps * t.batch_size * t.seq_len),
-                  corpus_share=recipe.corpus_share if corpus_share is None else corpus_share)
+                  corpus_share=recipe.corpus_share if corpus_share is None else corpus_share,
+                  num_layers=recipe.num_layers if layers is None else layers)
     if labels is None:
         return out
     corpus_soft, rollout_soft = LABELS[labels]

@@ -45,16 +45,20 @@ DECODE_MAX_NEW = 128
 TF_PROBLEMS = tuple(range(40))            # notebook 05's teacher-forced problems and stride
 TF_STRIDE = 16
 BLOCK = 8
+DEFAULT_LAYERS = RECIPES["default"].num_layers  # the shipped drafter's depth
+MAX_LAYERS = 12
 
 
 @dataclass(frozen=True)
 class GridPoint:
     """share: real-code windows per batch (``DrafterRecipe.corpus_share``); steps: optimizer
     steps; labels: ``drafters.LABELS`` ("soft": the target's top-8 everywhere, as shipped
-    today; "mixed": hard on the rollouts, soft on real code; "hard": the sequences' tokens)."""
+    today; "mixed": hard on the rollouts, soft on real code; "hard": the sequences' tokens);
+    layers: the drafter's decoder layers (``DEFAULT_LAYERS``, the shipped depth, unless set)."""
     share: float
     steps: int
     labels: str = "soft"
+    layers: int = DEFAULT_LAYERS
 
     def __post_init__(self):
         if not 0 <= self.share <= 1:
@@ -63,26 +67,31 @@ class GridPoint:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.labels not in LABELS:
             raise ValueError(f"labels must be one of {tuple(LABELS)}, got {self.labels!r}")
+        if not 1 <= self.layers <= MAX_LAYERS:
+            raise ValueError(f"layers must be in [1, {MAX_LAYERS}], got {self.layers}")
 
     @property
     def name(self) -> str:
-        return f"share{self.share:g}-steps{self.steps}" + ("" if self.labels == "soft" else f"-{self.labels}")
+        return (f"share{self.share:g}-steps{self.steps}" + ("" if self.labels == "soft" else f"-{self.labels}")
+                + ("" if self.layers == DEFAULT_LAYERS else f"-layers{self.layers}"))
 
     def recipe(self, base: DrafterRecipe = RECIPES["default"]) -> DrafterRecipe:
-        return with_knobs(base, self.share, self.steps, self.labels)
+        return with_knobs(base, self.share, self.steps, self.labels, self.layers)
 
 
 SUFFIXES = {"": "soft", "m": "mixed", "h": "hard"}
 
 
 def parse_point(text: str) -> GridPoint:
-    """'0.25x6000' (soft labels), '0.25x6000m' (mixed), '0x3000h' (hard) -> GridPoint."""
-    suffix = text[-1] if text[-1:] in ("m", "h") else ""
-    share, _, steps = text[:len(text) - len(suffix)].partition("x")
+    """'0.25x6000' (soft labels), '0.25x6000m' (mixed), '0x3000h' (hard), each with an optional
+    '@L' for a drafter of L layers ('0.25x6000@5') -> GridPoint."""
+    body, at, layers = text.partition("@")
+    suffix = body[-1] if body[-1:] in ("m", "h") else ""
+    share, _, steps = body[:len(body) - len(suffix)].partition("x")
     try:
-        return GridPoint(float(share), int(steps), SUFFIXES[suffix])
+        return GridPoint(float(share), int(steps), SUFFIXES[suffix], int(layers) if at else DEFAULT_LAYERS)
     except ValueError as e:
-        raise ValueError(f"a grid point is SHARExSTEPS[m|h], e.g. 0.25x6000m, got {text!r} ({e})") from None
+        raise ValueError(f"a grid point is SHARExSTEPS[m|h][@LAYERS], e.g. 0.25x6000m@5, got {text!r} ({e})") from None
 
 
 def point_dir(arch: str, point: GridPoint, runs: Path = RUNS) -> Path:
@@ -153,8 +162,10 @@ def append_row(row: dict, path: Path = GRID_CSV) -> None:
 def grid_row(arch: str, point: str, source: str, share: float, steps: int, labels: str, *, drafter_dir: Path,
              manifest: dict) -> dict:
     """One stored row: the point, its held-out figures (``manifest``'s: the rollouts' held-out
-    split), every other lens (``measure``) and the machine's load."""
+    split), the drafter's depth (its config's), every other lens (``measure``) and the machine's load."""
+    layers = json.loads((Path(drafter_dir) / "config.json").read_text())["num_hidden_layers"]
     return {"arch": arch, "point": point, "source": source, "share": share, "steps": steps, "labels": labels,
+            "layers": layers,
             "heldout_tau_block8": manifest["tau_block8"], "heldout_tau_block16": manifest["tau_block16"],
             "final_val_loss": manifest["final_val_loss"], "train_time_s": manifest.get("train_time_s"),
             **measure(arch, drafter_dir), "load_avg_1min": os.getloadavg()[0]}
@@ -247,8 +258,15 @@ def pareto_front(rows: pd.DataFrame, x: str = "tf_dflash_tau", y: str = "decode_
 
 
 def point_label(row) -> str:
-    """'0.25 x 6k' (share x thousand steps), then ' hard' / ' mixed' for those labels."""
-    return f"{row['share']:g} x {row['steps'] / 1000:g}k" + ("" if row["labels"] == "soft" else f" {row['labels']}")
+    """'0.25 x 6k' (share x thousand steps), then ' hard' / ' mixed' for those labels and
+    ' 5L' for a drafter deeper or shallower than the shipped one."""
+    return (f"{row['share']:g} x {row['steps'] / 1000:g}k" + ("" if row["labels"] == "soft" else f" {row['labels']}")
+            + ("" if row.get("layers", DEFAULT_LAYERS) == DEFAULT_LAYERS else f" {int(row['layers'])}L"))
+
+
+def point_of(row) -> GridPoint:
+    """The grid point of a stored trained row."""
+    return GridPoint(float(row["share"]), int(row["steps"]), row["labels"], int(row.get("layers", DEFAULT_LAYERS)))
 
 
 def load_grid(path: Path = GRID_CSV) -> pd.DataFrame:

@@ -24,9 +24,20 @@ def test_points_parse_and_set_the_recipe_knobs():
     assert with_knobs(RECIPES["default"]) == RECIPES["default"]  # no knob: the preset itself
 
 
-@pytest.mark.parametrize("text", ["0.25", "ax100", "0.5x-3", "2x100", "0.5x100q"])
+def test_a_point_can_set_the_drafters_depth():
+    p = parse_point("0.25x6000@5")
+    assert p == GridPoint(0.25, 6000, "soft", 5) and p.name == "share0.25-steps6000-layers5"
+    assert p.recipe().num_layers == 5 and parse_point("0.25x6000").recipe().num_layers == RECIPES["default"].num_layers
+    assert parse_point("0x3000h@2").name == "share0-steps3000-hard-layers2"
+    assert point_label({"share": 0.25, "steps": 6000, "labels": "soft", "layers": 5}) == "0.25 x 6k 5L"
+    assert point_label({"share": 0.25, "steps": 6000, "labels": "soft", "layers": RECIPES["default"].num_layers}) == "0.25 x 6k"
+    with pytest.raises(ValueError, match="layers"):
+        with_knobs(RECIPES["default"], layers=0)
+
+
+@pytest.mark.parametrize("text", ["0.25", "ax100", "0.5x-3", "2x100", "0.5x100q", "0.5x100@0", "0.5x100@x"])
 def test_bad_points_are_named(text):
-    with pytest.raises(ValueError, match="share|steps|SHARExSTEPS"):
+    with pytest.raises(ValueError, match="share|steps|layers|SHARExSTEPS"):
         parse_point(text)
 
 
