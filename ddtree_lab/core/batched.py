@@ -1,0 +1,263 @@
+"""The batched round's pieces in one pass over the batch: staged for the next recompute (issue 29).
+
+Under load a round verifies B trees at once (``verify.verify_batch``), but several of its
+pieces still loop over the sequences in Python or map one tree's function with ``torch.vmap``.
+Each function here computes what one of those pieces computes, for the whole batch at once,
+and is tested equal to it (its plain twin, named in its docstring; core/tests/test_batched.py):
+
+- ``batch_masks`` / ``batch_buffers``: the tokens, positions, attention and GDN ancestor masks
+  and conv windows of B trees, every mask built for the batch at once (twin:
+  ``verify.batch_buffers``, per tree);
+- ``gated_delta_wy``: the tree WY pass (W1-W3) over any leading batch dims, no vmap (twin:
+  ``gdn_layer.gated_delta_wy_batch``, ``gdn_tree.gated_delta_wy`` per tree);
+- ``tree_conv``: the batched tree conv through one ``index_select`` over the flattened rows
+  (twin: ``gdn_layer.tree_conv_batch``, a broadcast advanced index);
+- ``wy_states`` / ``commit_batch``: the accepted nodes' recurrent states (W1) of every
+  sequence of a layer in one einsum, and the commit of a whole round (twins:
+  ``gdn_tree.wy_state`` and ``cache.commit``, per sequence).
+
+None is called by a loop yet. Wiring them in changes the modules every stored result is keyed
+to (``experiments.plumbing.results.COMPUTE_MODULES``), so it goes with the next recompute of every
+store (scripts/recompute.sh), which measures what they gain on the loops' own tokens/s. Then
+``batch_buffers`` becomes ``verify.batch_buffers`` and ``commit_batch`` joins ``cache``, the
+modules whose types they build (the rest of this module imports only ``tree``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import cache as cache_mod, gdn_tree
+from .gdn_layer import GdnMode, gdn_mode as as_mode
+from .tree import DraftTree
+from .verify import BatchBuffers, TreeBuffers
+
+
+# ----------------------------------------------------------------------------- buffers
+
+def _padded_rows(rows: list[torch.Tensor], T: int, fill: torch.Tensor | None = None) -> torch.Tensor:
+    """1-D LongTensors of lengths n_b -> [B, T]: row b's entries, then ``fill[b, n_b:]`` (zeros)."""
+    if min(r.numel() for r in rows) == T:
+        return torch.stack(rows)
+    out = torch.zeros(len(rows), T, dtype=torch.long) if fill is None else fill
+    for b, r in enumerate(rows):
+        out[b, :r.numel()] = r
+    return out
+
+
+def ancestor_masks(up: torch.Tensor) -> torch.Tensor:
+    """BoolTensor[B, T, T] from ``up`` LongTensor[B, T] (each row's parent; the root and every
+    padding row point at themselves): [b, i, j] true iff j == i or j is an ancestor of i.
+
+    Walks every row of every tree up one level per step (max-depth steps, all trees at once)."""
+    B, T = up.shape
+    mask = torch.eye(T, dtype=torch.bool).repeat(B, 1, 1)
+    node = torch.arange(T).expand(B, T)
+    rows = mask.new_ones(B, T, 1)
+    while True:
+        nxt = up.gather(1, node)
+        if torch.equal(nxt, node):
+            return mask
+        mask.scatter_(2, nxt[..., None], rows)
+        node = nxt
+
+
+def _real_rows(sizes: list[int], T: int) -> torch.Tensor:
+    """BoolTensor[B, T]: row i of tree b is a node (i < sizes[b]), not padding."""
+    return torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]
+
+
+def chain_masks(sizes: list[int], T: int) -> torch.Tensor:
+    """``ancestor_masks`` of B chains of ``sizes`` nodes, padded to T: lower triangles."""
+    tril = torch.ones(T, T, dtype=torch.bool).tril_()
+    if min(sizes) == T:  # no padding: one triangle for every tree
+        return tril.expand(len(sizes), T, T)
+    return tril[None] & _real_rows(sizes, T)[:, :, None] | torch.eye(T, dtype=torch.bool)
+
+
+def chain_windows(sizes: list[int], T: int, K: int) -> torch.Tensor:
+    """``conv_windows`` of B chains: node i's window is rows i + 1 .. i + K of [conv_state.T ; x]
+    (K - 1 predecessors, then itself); a padding row's, itself K times."""
+    windows = torch.arange(T)[:, None] + torch.arange(1, K + 1)  # [T, K]
+    if min(sizes) == T:
+        return windows.expand(len(sizes), T, K)
+    own = (torch.arange(T) + K)[:, None].expand(T, K)
+    return torch.where(_real_rows(sizes, T)[:, :, None], windows, own)
+
+
+def conv_windows(up: torch.Tensor, K: int) -> torch.Tensor:
+    """LongTensor[B, T, K]: every node's conv window as rows into [conv_state.T ; x_b] [K + T, C]
+    (``gdn_tree.ancestor_windows`` of every tree at once). ``up`` as ``ancestor_masks`` takes it,
+    with the root at -1; a padding row's window is itself K times."""
+    B, T = up.shape
+    own = torch.arange(T) + K
+    node_pred = torch.where(up >= 0, up + K, torch.full_like(up, K - 1))  # [B, T]
+    padding = up == torch.arange(T)
+    node_pred = torch.where(padding, own, node_pred)
+    pred = torch.cat([(torch.arange(K) - 1).clamp(min=0).expand(B, K), node_pred], dim=1)  # [B, K + T]
+    windows = torch.empty(B, T, K, dtype=torch.long)
+    windows[:, :, K - 1] = own
+    for j in range(K - 2, -1, -1):
+        windows[:, :, j] = pred.gather(1, windows[:, :, j + 1])
+    return windows
+
+
+def _parents_up(parents: list[torch.Tensor], T: int, root: int) -> torch.Tensor:
+    """[B, T]: each tree's parents (the root's set to ``root``), padding rows pointing at themselves."""
+    if min(p.numel() for p in parents) == T:
+        up = torch.stack(parents)
+    else:
+        up = _padded_rows(parents, T, torch.arange(T).repeat(len(parents), 1))
+    up[:, 0] = root
+    return up
+
+
+def _masks(parents: list[torch.Tensor], sizes: list[int], T: int, chains: bool) -> torch.Tensor:
+    """The ancestor masks [B, T, T] of B parent lists (``chains``: all are chains)."""
+    return chain_masks(sizes, T) if chains else ancestor_masks(_parents_up(parents, T, 0))
+
+
+def _prefix_masks(sizes: list[int], lengths: list[int], T: int, P: int) -> torch.Tensor:
+    """BoolTensor[B, T, P]: a node of sequence b sees b's committed rows, the last lengths[b]
+    of the P prefix columns; a padding row sees none."""
+    if min(lengths) == P and min(sizes) == T:
+        return torch.ones(len(sizes), T, P, dtype=torch.bool)
+    seen = torch.arange(P)[None, :] >= P - torch.tensor(lengths)[:, None]  # [B, P]
+    return seen[:, None, :] & _real_rows(sizes, T)[:, :, None]
+
+
+def _is_chain(tree: DraftTree) -> bool:
+    return int(tree.depths[-1]) == tree.parents.numel() - 1  # parents precede children: a chain's last node is deepest
+
+
+def _is_chain_parents(parents: torch.Tensor) -> bool:
+    return bool((parents[1:] == torch.arange(parents.numel() - 1)).all())
+
+
+def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[torch.Tensor],
+                conv_kernel: int | None = None) -> dict:
+    """Every tensor a verify of B trees needs, built for the batch at once: tokens, positions
+    LongTensor[B, T] (padding: 0), allowed BoolTensor[B, T, P + T], anc, gdn_anc BoolTensor[B, T, T]
+    (over the trees' and ``gdn_parents``' ancestors; padding rows see themselves) and windows
+    LongTensor[B, T, K] (None without a ``conv_kernel``). T = the largest tree, P = max(lengths)."""
+    sizes = [len(t) for t in trees]
+    T, P = max(sizes), max(lengths)
+    chains = all(_is_chain(t) for t in trees)
+    anc = _masks([t.parents for t in trees], sizes, T, chains)  # [B, T, T]
+    if not all(p is t.parents for p, t in zip(gdn_parents, trees)):  # naive: the flattened trees as chains
+        chains = all(map(_is_chain_parents, gdn_parents))
+        gdn_anc = _masks(gdn_parents, sizes, T, chains)
+    else:
+        gdn_anc = anc
+    windows = None
+    if conv_kernel is not None:
+        windows = (chain_windows(sizes, T, conv_kernel) if chains
+                   else conv_windows(_parents_up(gdn_parents, T, -1), conv_kernel))
+    return {"tokens": _padded_rows([t.tokens for t in trees], T),
+            "positions": _padded_rows([t.depths + length for t, length in zip(trees, lengths)], T),
+            "allowed": torch.cat([_prefix_masks(sizes, lengths, T, P), anc], dim=2), "anc": anc,
+            "gdn_anc": gdn_anc, "windows": windows}
+
+
+def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
+                  conv_kernel: int | None = None) -> BatchBuffers:
+    """``verify.batch_buffers`` (its plain twin) from ``batch_masks``: the same ``BatchBuffers``,
+    its ``per_tree`` entries views into the batch tensors."""
+    gdn_parents = [as_mode(gdn_mode).parents(t) for t in trees]
+    m = batch_masks(trees, lengths, gdn_parents, conv_kernel)
+    sizes = [len(t) for t in trees]
+    per_tree = [TreeBuffers(t, m["positions"][b, :s], m["anc"][b, :s, :s], gdn_parents[b], m["gdn_anc"][b, :s, :s])
+                for b, (t, s) in enumerate(zip(trees, sizes))]
+    gdn = conv_kernel is not None
+    return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
+                        m["gdn_anc"] if gdn else None, m["windows"], per_tree)
+
+
+# ----------------------------------------------------------------------------- the GDN layer
+
+def gated_delta_wy(q, k, v, g, beta, S0, *, anc):
+    """The tree WY pass (W1-W3) of ``gdn_tree.gated_delta_wy`` over leading batch dims ``...``.
+
+    q, k [..., T, H, dk], v [..., T, H, dv], g, beta [..., T, H], S0 [..., H, dk, dv],
+    anc [..., T, T] bool -> (o [..., T, H, dv], aux {"U": [..., H, T, dv], "G": [..., T, H]
+    float64, "k": [..., H, T, dk]}), as ``gdn_layer.gated_delta_wy_batch`` returns them.
+    """
+    q, k, v = (x.transpose(-3, -2) for x in (q, k, v))  # [..., H, T, d]
+    beta = beta.transpose(-1, -2)  # [..., H, T]
+    G = anc.to(g.device).double() @ g.double()  # [..., T, H]: path sums of the log gates
+    Gt = G.transpose(-1, -2)  # [..., H, T]
+    eG = Gt.exp().to(v.dtype)
+    D = (Gt[..., :, None] - Gt[..., None, :]).masked_fill(~anc.to(g.device)[..., None, :, :], float("-inf"))
+    D = D.exp().to(v.dtype)  # [..., H, T, T], differences in float64, non-ancestors -inf before exp
+    A = beta[..., None] * (k @ k.transpose(-1, -2)) * D  # strictly lower part read by the solve
+    rhs = beta[..., None] * (v - eG[..., None] * (k @ S0))
+    U = torch.linalg.solve_triangular(A, rhs, upper=False, unitriangular=True)  # (I + A) U = rhs
+    o = eG[..., None] * (q @ S0) + ((q @ k.transpose(-1, -2)) * D) @ U  # [..., H, T, dv]
+    return o.transpose(-3, -2), {"U": U, "G": G, "k": k}
+
+
+def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+              windows: torch.Tensor) -> torch.Tensor:
+    """``gdn_layer.tree_conv_batch`` through one ``index_select`` over the flattened rows:
+    x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K] -> silu(conv) [B, T, C]."""
+    B, T, C = x.shape
+    K = weight.shape[1]
+    rows = torch.cat([conv_state.transpose(1, 2), x], dim=1).reshape(B * (K + T), C)
+    flat = (windows.to(x.device) + (K + T) * torch.arange(B, device=x.device)[:, None, None]).reshape(-1)
+    picked = rows.index_select(0, flat).view(B, T, K, C)
+    return F.silu((picked * weight.T).sum(2))
+
+
+# ----------------------------------------------------------------------------- the commit
+
+def wy_states(U, G, k, S0, paths: list[torch.Tensor]) -> torch.Tensor:
+    """The recurrent state after the last node of each sequence's accepted path, by (W1),
+    for B sequences of one layer at once: S_b = e^{G_b[i]} S0_b + sum over j in path_b of
+    e^{G_b[i] - G_b[j]} k_b[j] u_b[j]^T, i = path_b[-1] (twin: ``gdn_tree.wy_state`` per sequence).
+
+    U [B, H, T, dv], G [B, T, H] float64, k [B, H, T, dk] (``gated_delta_wy``'s aux),
+    S0 [B, H, dk, dv], paths: B LongTensors (root .. accepted node) -> [B, H, dk, dv].
+    Only the paths' rows are read; a shorter path is padded by its own last node, weighted 0.
+    """
+    lens = [p.numel() for p in paths]
+    L = max(lens)
+    idx = torch.stack([p if n == L else torch.cat([p, p[-1:].expand(L - n)]) for p, n in zip(paths, lens)])  # [B, L]
+    rows = (torch.arange(len(paths), device=U.device)[:, None], idx.to(U.device))
+    Gp = G[rows]  # [B, L, H]
+    last = Gp[:, -1]  # [B, H]: every row ends on its path's last node
+    diff = last[:, None, :] - Gp  # [B, L, H], in float64
+    if min(lens) < L:
+        pad = torch.arange(L)[None, :] >= torch.tensor(lens)[:, None]
+        diff = diff.masked_fill(pad.to(U.device)[:, :, None], float("-inf"))
+    kp, Up = k.transpose(1, 2)[rows], U.transpose(1, 2)[rows]  # [B, L, H, dk], [B, L, H, dv]
+    update = torch.einsum("blh,blhk,blhv->bhkv", diff.exp().to(U.dtype), kp, Up)
+    return last.exp().to(U.dtype)[:, :, None, None] * S0 + update
+
+
+def _layer_states(mode: GdnMode, records: list, idxs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Every sequence's new state [H, dk, dv] of one GDN layer: one ``wy_states`` over the batch
+    when the records come from one WY pass of equal width, else ``mode.state`` per sequence."""
+    wy = [r.wy for r in records]
+    if len(wy) == 1 or any(w is None for w in wy) or len({w["U"].shape for w in wy}) != 1:
+        # a batch of one (the per-sequence closed form is the batch), fork, or a re-scored chain
+        return [mode.state(r, i.tolist()) for r, i in zip(records, idxs)]
+    stacked = {name: torch.stack([w[name] for w in wy]) for name in ("U", "G", "k")}
+    S0 = torch.stack([r.S0 for r in records])
+    return list(wy_states(stacked["U"], stacked["G"], stacked["k"], S0, idxs))
+
+
+@torch.no_grad()
+def commit_batch(model, caches: list, trees: list[DraftTree], paths: list) -> None:
+    """``cache.commit`` (its twin) of every sequence of one round, ``paths`` from the round's own
+    accept walks: the attention rows per sequence, every GDN layer's states for the batch at
+    once (``wy_states``)."""
+    idxs = [cache_mod._accept_rows(model, c, t, p, checked=True) for c, t, p in zip(caches, trees, paths)]
+    for i in caches[0].pending.gdn:
+        records = [c.pending.gdn[i] for c in caches]
+        states = _layer_states(caches[0].pending.mode, records, idxs)
+        for c, rec, idx, state in zip(caches, records, idxs, states):
+            c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
+            c.rec[i] = state.to(c.rec[i].dtype).clone()
+    for c, idx in zip(caches, idxs):
+        c.length += idx.numel()
+        c.pending = None

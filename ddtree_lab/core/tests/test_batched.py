@@ -1,0 +1,183 @@
+"""The staged one-pass pieces of the batched round (``core.batched``) against the pieces the
+loops run today, their twins:
+
+- ``batch_buffers`` == ``verify.batch_buffers``, field by field, bit for bit (mixed tree kinds and
+  sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN and attention-only);
+- ``gated_delta_wy`` == ``gdn_layer.gated_delta_wy_batch`` (batched) and ``gdn_tree.gated_delta_wy``
+  (no batch dim); ``tree_conv`` == ``gdn_layer.tree_conv_batch``, bit for bit;
+- ``wy_states`` == ``gdn_tree.wy_state`` per sequence; ``commit_batch`` == ``cache.commit`` per
+  sequence over two rounds of ``verify_batch`` (wy, fork, naive with branched paths re-scored);
+- the loop with every staged piece swapped in decodes the same tokens as the loop today.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ddtree_lab.core import batched, decode, gdn_layer, gdn_tree, harness, verify
+from ddtree_lab.core.cache import commit
+from ddtree_lab.core.drafter import DFlashDrafter
+from ddtree_lab.core.models import build_target
+from ddtree_lab.core.verify import prefill, verify_batch
+from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_identical, assert_same_cache, generator,
+                     random_tree, root_path, toy_pair)
+
+DTYPES = {"f32": torch.float32, "f64": torch.float64}
+BATCHES = {  # (kind, budget) per tree, committed lengths
+    "mixed": ((("bushy", 9), ("deep", 3), ("chain", 6), ("random", 16)), (0, 4, 2, 7)),
+    "chains": ((("chain", 7), ("chain", 3), ("chain", 7)), (5, 0, 9)),
+    "equal": ((("bushy", 16), ("bushy", 16)), (3, 3)),
+    "one": ((("random", 12),), (6,)),
+    "roots": ((("chain", 0), ("bushy", 4)), (2, 1)),
+}
+
+
+def _trees(name: str, gen) -> tuple[list, list]:
+    kinds, lengths = BATCHES[name]
+    return [random_tree(kind, budget, 64, gen) for kind, budget in kinds], list(lengths)
+
+
+@pytest.mark.parametrize("conv_kernel", (4, None), ids=("gdn", "attention"))
+@pytest.mark.parametrize("mode", gdn_layer.MODE_NAMES)
+@pytest.mark.parametrize("name", BATCHES)
+def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
+    trees, lengths = _trees(name, generator("buffers", name, mode))
+    ref = verify.batch_buffers(trees, lengths, mode, conv_kernel)
+    out = batched.batch_buffers(trees, lengths, mode, conv_kernel)
+    assert out.sizes == ref.sizes and out.past == ref.past
+    for field in ("tokens", "positions", "allowed", "gdn_anc", "windows"):
+        a, b = getattr(ref, field), getattr(out, field)
+        assert (a is None) == (b is None), field
+        if a is not None:
+            assert_identical(f"{name} {mode} {field}", a, b)
+    for r, o in zip(ref.per_tree, out.per_tree):
+        assert o.tree is r.tree
+        for field in ("positions", "anc", "gdn_parents", "gdn_anc"):
+            assert_identical(f"{name} {mode} per tree {field}", getattr(r, field), getattr(o, field))
+
+
+def _wy_inputs(B: int, T: int, dtype, gen, H: int = 2, dk: int = 8, dv: int = 6):
+    q, k = (torch.nn.functional.normalize(torch.randn(B, T, H, dk, generator=gen), dim=-1).to(dtype) for _ in range(2))
+    v = torch.randn(B, T, H, dv, generator=gen).to(dtype)
+    g = -torch.rand(B, T, H, generator=gen).to(dtype)  # log gates <= 0
+    beta = torch.rand(B, T, H, generator=gen).to(dtype)
+    S0 = (0.1 * torch.randn(B, H, dk, dv, generator=gen)).to(dtype)
+    return q, k, v, g, beta, S0
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("name", ("mixed", "one"))
+def test_wy_over_leading_dims_equals_the_vmapped_and_the_per_tree_pass(name, dtype):
+    gen = generator("wy", name, str(dtype))
+    trees, lengths = _trees(name, gen)
+    bufs = verify.batch_buffers(trees, lengths, "wy", 4)
+    q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
+    ref_o, ref_aux = gdn_layer.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    o, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    tol = LOGIT_TOL[dtype]
+    for b, n in enumerate(bufs.sizes):
+        assert_close(f"{name} seq{b} o", ref_o[b, :n], o[b, :n], tol)
+        for key in ("U", "k"):
+            assert_close(f"{name} seq{b} {key}", ref_aux[key][b][:, :n], aux[key][b][:, :n], tol)
+        assert_close(f"{name} seq{b} G", ref_aux["G"][b, :n], aux["G"][b, :n], 1e-12)
+        one = tuple(x[b, :n] for x in (q, k, v, g, beta))
+        plain = gdn_tree.gated_delta_wy(*one, trees[b].parents, S0=S0[b], anc=bufs.per_tree[b].gdn_anc)
+        unbatched, _ = batched.gated_delta_wy(*one, S0[b], anc=bufs.per_tree[b].gdn_anc)
+        assert_close(f"{name} seq{b} o, no batch dim", plain, unbatched, tol)
+
+
+def test_tree_conv_by_index_select_is_the_advanced_index_bit_for_bit(threads):
+    gen = generator("conv")
+    trees, lengths = _trees("mixed", gen)
+    bufs = verify.batch_buffers(trees, lengths, "wy", 4)
+    B, T, C = len(trees), max(bufs.sizes), 12
+    x, conv, weight = torch.randn(B, T, C, generator=gen), torch.randn(B, C, 4, generator=gen), torch.randn(C, 4, generator=gen)
+    assert_identical("tree conv", gdn_layer.tree_conv_batch(x, conv, weight, bufs.windows),
+                     batched.tree_conv(x, conv, weight, bufs.windows))
+
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+def test_wy_states_equal_the_per_sequence_closed_form(dtype):
+    gen = generator("states", str(dtype))
+    trees, lengths = _trees("mixed", gen)
+    bufs = verify.batch_buffers(trees, lengths, "wy", 4)
+    q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
+    _, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    paths = [torch.tensor(root_path(t, pick, gen)) for t, pick in zip(trees, ("random", "deepest", "root", "random"))]
+    out = batched.wy_states(aux["U"], aux["G"], aux["k"], S0, paths)
+    for b, path in enumerate(paths):
+        ref = gdn_tree.wy_state({key: t[b] for key, t in aux.items()}, S0[b], path.tolist())
+        assert_close(f"state seq{b}", ref, out[b], LOGIT_TOL[dtype])
+
+
+PAIRS = {preset: toy_pair(preset) for preset in ("gdn-toy", "mla-toy")}
+
+
+@pytest.mark.parametrize("preset,mode", [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("gdn-toy", "naive"),
+                                         ("mla-toy", "wy")])
+def test_commit_batch_equals_commit_per_sequence(preset, mode):
+    """Two rounds of one ``verify_batch``: ``commit_batch`` == ``commit`` of every sequence."""
+    model, _ = PAIRS[preset]
+    V, gen = model.config.vocab_size, generator("commit-batch", preset, mode)
+    prefixes = [torch.randint(V, (n,), generator=gen).tolist() for n in (0, 4, 10)]
+    ref, out = ([prefill(model, p)[0] for p in prefixes] for _ in range(2))
+    for rnd in range(2):
+        trees = [random_tree(kind, budget, V, gen) for kind, budget in (("bushy", 7), ("deep", 12), ("chain", 5))]
+        paths = [root_path(t, "random", gen) for t in trees]
+        verify_batch(model, ref, trees, mode)
+        verify_batch(model, out, trees, mode)
+        for c, t, p in zip(ref, trees, paths):
+            commit(model, c, t, p)
+        batched.commit_batch(model, out, trees, paths)
+        for b in range(len(trees)):
+            assert out[b].pending is None
+            assert_same_cache(f"{preset}-{mode} round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
+
+
+def _f64_pair(preset: str):
+    """``toy_pair``'s target and drafter rebuilt in float64 (exact comparisons, under the harness)."""
+    _, drafter = toy_pair(preset)
+    target = build_target(preset, dtype=torch.float64)
+    torch.manual_seed(1)
+    return target, DFlashDrafter.from_config(drafter.cfg, target).to(torch.float64).eval()
+
+
+@pytest.mark.parametrize("preset,mode,method", [("gdn-toy", "wy", "ddtree"), ("gdn-toy", "naive", "ddtree"),
+                                                ("gdn-toy", "wy", "dflash"), ("mla-toy", "wy", "ddtree")])
+def test_the_loop_with_the_staged_pieces_equals_the_loop_today(monkeypatch, preset, mode, method):
+    """Every staged piece swapped in where the loop calls its twin (buffers, WY pass, conv,
+    commit), float64 under the harness, a drafter hinted per sequence so rounds accept and
+    reject: every round's target logits equal the loop today's (the toy targets repeat one
+    token, so tokens alone would not show a wrong state), and every sequence equals its AR output."""
+    target, drafter = _f64_pair(preset)
+    gen = generator("staged-loop", preset, mode, method)
+    prompts = [torch.randint(target.config.vocab_size - 1, (n,), generator=gen) for n in (1, 9, 5)]
+    kw = dict(method=method, budget=[12, 4, 16] if method == "ddtree" else 7, block_size=8,
+              max_new_tokens=[14, 6, 11], gdn_mode=mode)
+    with harness.float64_harness():
+        ar = [decode.generate(target, None, p, method="ar", max_new_tokens=n).tokens
+              for p, n in zip(prompts, kw["max_new_tokens"])]
+        today, rounds_today = _decode(target, drafter, prompts, ar, kw)
+        monkeypatch.setattr(verify, "batch_buffers", batched.batch_buffers)
+        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", batched.gated_delta_wy)
+        monkeypatch.setattr(gdn_layer, "tree_conv_batch", batched.tree_conv)
+        monkeypatch.setattr(decode, "commit", _commit_through_the_batch)
+        staged, rounds = _decode(target, drafter, prompts, ar, kw)
+    assert len(rounds) == len(rounds_today)
+    for i, (r, ref) in enumerate(zip(rounds, rounds_today)):
+        assert r.sequence == ref.sequence and r.path == ref.path
+        assert_close(f"round {i} seq{r.sequence} target logits", ref.target_logits, r.target_logits, 1e-12)
+    assert [g.tokens for g in staged] == ar
+    assert sum(sum(g.acceptance_lengths) - len(g.acceptance_lengths) for g in staged) > 0
+
+
+def _decode(target, drafter, prompts, ar, kw) -> tuple[list, list]:
+    """The batch decoded with a drafter hinted toward each prompt's AR output: (gens, every Round)."""
+    rounds = []
+    hinted = BatchHintedDrafter(drafter, [p.tolist() + a for p, a in zip(prompts, ar)])
+    return decode.generate_batch(target, hinted, prompts, on_round=rounds.append, **kw), rounds
+
+
+def _commit_through_the_batch(model, cache, tree, path, checked=False):
+    """``commit``'s signature over ``commit_batch`` (a batch of one: the loop commits per sequence)."""
+    batched.commit_batch(model, [cache], [tree], [path])
