@@ -7,6 +7,8 @@
 - T = 0: every sequence of ``generate_batch`` (dflash, ddtree; GDN fork / wy, MLA; the batched
   AR baseline) equals its own batch-1 AR output: exactly in float64 under the harness; in
   float32 a difference must be a near-tie, reported with its margin;
+- every accepted row of every round scores as a stock forward with no cache of its own sequence
+  (float64): a wrong commit shows even where the toy's greedy output repeats one token;
 - T > 0: the first two tokens of every sequence fit the target's exact distribution;
 - finished sequences leave the batch; bad input raises ValueError naming the parameter.
 """
@@ -171,6 +173,33 @@ def test_greedy_batch_equals_ar(preset, mode, method, budget, block, dtype):
     rounds = [len(g.acceptance_lengths) for g in gens]
     print(f"{preset} {mode} {method}: {accepted} draft tokens accepted, rounds {rounds}")
     assert accepted > 0 and all(len(g.acceptance_lengths) > 1 for g in gens)
+
+
+@pytest.mark.parametrize("preset,mode,method", [("gdn-toy", "wy", "ddtree"), ("gdn-toy", "fork", "ddtree"),
+                                                ("gdn-toy", "naive", "ddtree"), ("gdn-toy", "wy", "dflash"),
+                                                ("mla-toy", "wy", "ddtree")], ids=lambda x: x)
+def test_every_accepted_row_scores_as_a_cache_free_forward_of_its_sequence(preset, mode, method):
+    """float64, a batch of three: in every round of every sequence, the target logits of each
+    accepted node equal a stock forward with no cache of the sequence so far plus the path to
+    that node (``full_forward_logits``). A wrong committed row or GDN state shows here even on a
+    toy target whose greedy output repeats one token (where output == AR cannot show it)."""
+    target, drafter = PAIRS[preset, torch.float64]
+    prompts, max_new = prompts_for(11, target.config.vocab_size)[:3], [12, 7, 10]
+    rounds = []
+    with precision(torch.float64):
+        ar = _ar_outputs(target, prompts, max_new)
+        hinted = BatchHintedDrafter(drafter, [p.tolist() + a for p, a in zip(prompts, ar)])
+        decode.generate_batch(target, hinted, prompts, method=method, budget=[12, 4, 16] if method == "ddtree" else 7,
+                              block_size=8, max_new_tokens=max_new, gdn_mode=mode, on_round=rounds.append)
+        seqs = [p.tolist() for p in prompts]
+        for r in rounds:
+            tokens = r.tree.tokens.tolist()
+            for j, node in enumerate(r.path):
+                ids = seqs[r.sequence] + [tokens[n] for n in r.path[1:j + 1]]
+                assert_close(f"{preset}-{mode}-{method} seq{r.sequence} at {len(ids)} tokens",
+                             full_forward_logits(target, ids), r.target_logits[node], LOGIT_TOL[torch.float64])
+            seqs[r.sequence] += [tokens[n] for n in r.path[1:]] + [r.bonus]
+    assert max(len(r.path) for r in rounds) > 2  # rounds that accept several draft tokens were checked
 
 
 @contextlib.contextmanager
