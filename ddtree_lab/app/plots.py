@@ -1100,6 +1100,21 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
 GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped before the grid", "s"), "previous": ("previous release", "^")}
 
 
+def _label_offsets(xs: np.ndarray, ys: np.ndarray, near: float = 0.06) -> list[tuple]:
+    """Label offsets (points) for scattered points: above right, or below right when a point
+    placed before lies within ``near`` of the axes' spans to its right and at about its height
+    (two labels would run into each other)."""
+    spans = [max(np.ptp(v), 1e-9) for v in (xs, ys)]
+    out = []
+    for i in range(len(xs)):
+        crowded = any(0 <= (xs[j] - xs[i]) / spans[0] < 3 * near and abs(ys[j] - ys[i]) / spans[1] < near
+                      and out[j] == (4, 4) for j in range(i))
+        crowded |= any(0 <= (xs[i] - xs[j]) / spans[0] < 3 * near and abs(ys[j] - ys[i]) / spans[1] < near
+                       and out[j] == (4, 4) for j in range(i))
+        out.append((4, -11) if crowded else (4, 4))
+    return out
+
+
 def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau", y: str = "decode_dflash_tau") -> Figure:
     """The drafter grid (``studies.drafter_grid``), one panel per target: free-running DFlash tau
     (``y``: decoding HumanEval prompts, every round) against teacher-forced DFlash tau on the
@@ -1117,8 +1132,8 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
                 ax.scatter(pts[x], pts[y], s=46, marker=marker or style["marker"], color=style["color"],
                            ec="k", lw=0.6, zorder=3, label=label if len(pts) else None,
                            alpha=1.0 if source == "trained" else 0.55)
-            for _, r in rows.iterrows():
-                ax.annotate(point_label(r), (r[x], r[y]), xytext=(4, 4), textcoords="offset points", fontsize=8)
+            for (_, r), offset in zip(rows.iterrows(), _label_offsets(rows[x].to_numpy(), rows[y].to_numpy())):
+                ax.annotate(point_label(r), (r[x], r[y]), xytext=offset, textcoords="offset points", fontsize=8)
             ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (drafter shipped before the grid)")
             ax.set(xlabel="teacher-forced DFlash τ (real code)", ylabel="free-running DFlash τ (decoding)",
                    title=f"{arch}: drafter grid")

@@ -122,21 +122,27 @@ def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeyp
 
 
 def test_the_drafters_limit_says_what_the_drafter_grid_stores():
-    """Honest limits: the shipped drafters (the grid's pick) accept more on real code than the
-    previous release's rollout-only ones; on free-running decoding (all rounds) the GDN one
-    accepts more and the MLA one less. Each direction read from the stored grid."""
+    """Honest limits: the shipped drafters (their grid rows, found by digest) accept more on real
+    code than the previous release's rollout-only ones; on free-running decoding (all rounds) the
+    GDN one accepts more and the MLA one less; the grid's 5-layer MLA pick, not shipped yet,
+    accepts more than both. Each direction read from the stored grid."""
+    from ddtree_lab import load_pair
     from ddtree_lab.experiments.studies.drafter_grid import load_grid, ship_rule
     text = " ".join(TEXT.split())
     for said in ("accept more on real code (**Real text, teacher-forced**) than rollout-only drafters",
                  "the GDN drafter now accepts more than the previous release's rollout-only one and the MLA drafter "
-                 "still less"):
+                 "still less", "the grid's 5-layer MLA drafter, not shipped yet, accepts more than both"):
         assert said in text, said
     grid = load_grid()
-    pick = ship_rule(grid).set_index("arch")
+    shipped = {arch: grid[grid.drafter_sha256 == load_pair(arch).drafter_digest].iloc[0] for arch in ("gdn", "mla")}
     previous = grid[grid.source == "previous"].set_index("arch")
-    assert (pick.tf_dflash_tau > previous.tf_dflash_tau.loc[pick.index]).all()
-    assert pick.decode_dflash_tau["gdn"] > previous.decode_dflash_tau["gdn"]
-    assert pick.decode_dflash_tau["mla"] < previous.decode_dflash_tau["mla"]
+    assert all(shipped[a].tf_dflash_tau > previous.tf_dflash_tau[a] for a in shipped)
+    assert shipped["gdn"].decode_dflash_tau > previous.decode_dflash_tau["gdn"]
+    assert shipped["mla"].decode_dflash_tau < previous.decode_dflash_tau["mla"]
+    pick = ship_rule(grid).set_index("arch").loc["mla"]
+    assert pick.layers == 5 and pick.drafter_sha256 != load_pair("mla").drafter_digest
+    for lens in ("decode_dflash_tau", "tf_dflash_tau"):  # there (free-running) and on real code
+        assert pick[lens] > max(previous[lens]["mla"], shipped["mla"][lens]), lens
 
 
 def test_a_readme_without_a_block_is_left_as_it_was_and_so_is_the_json(tmp_path):
