@@ -1,36 +1,28 @@
-"""The batched round's pieces in one pass over the batch: staged for the next recompute (issue 29).
+"""The batched round's pieces in one pass over the batch (issue 29).
 
-Under load a round verifies B trees at once (``verify.verify_batch``), but several of its
-pieces still loop over the sequences in Python or map one tree's function with ``torch.vmap``.
-Each function here computes what one of those pieces computes, for the whole batch at once,
-and is tested equal to it (its plain twin, named in its docstring; core/tests/test_batched.py):
+Under load a round verifies B trees at once (``verify.verify_batch``). Each function here
+computes one piece of that round for the whole batch at once, with no Python loop over the
+sequences and no ``torch.vmap``; its plain twin, named in its docstring, does it per tree
+(core/tests/test_batched.py tests each pair equal):
 
-- ``batch_masks`` / ``batch_buffers``: the tokens, positions, attention and GDN ancestor masks
-  and conv windows of B trees, every mask built for the batch at once (twin:
-  ``verify.batch_buffers``, per tree);
-- ``gated_delta_wy``: the tree WY pass (W1-W3) over any leading batch dims, no vmap (twin:
-  ``gdn_layer.gated_delta_wy_batch``, ``gdn_tree.gated_delta_wy`` per tree);
-- ``tree_conv``: the batched tree conv through one ``index_select`` over the flattened rows
-  (twin: ``gdn_layer.tree_conv_batch``, a broadcast advanced index);
-- ``wy_states`` / ``commit_batch``: the accepted nodes' recurrent states (W1) of every
-  sequence of a layer in one einsum, and the commit of a whole round (twins:
-  ``gdn_tree.wy_state`` and ``cache.commit``, per sequence).
+- ``batch_masks``: the tokens, positions, attention and GDN ancestor masks and conv windows of
+  B trees (``verify.batch_buffers`` wraps it; twin: ``verify.batch_buffers_reference``);
+- ``gated_delta_wy``: the tree WY pass (W1-W3) over any leading batch dims
+  (``gdn_layer.gated_delta_wy_batch``; twin: ``gdn_tree.gated_delta_wy`` per tree);
+- ``tree_conv``: the tree conv of B trees through one ``index_select`` over the flattened rows
+  (``gdn_layer.tree_conv_batch``; twin: ``gdn_layer.tree_conv_batch_reference``);
+- ``wy_states``: the accepted nodes' recurrent states (W1) of every sequence of one layer in
+  one einsum (``cache.commit_batch`` reads it; twin: ``gdn_tree.wy_state`` per sequence).
 
-None is called by a loop yet. Wiring them in changes the modules every stored result is keyed
-to (``experiments.plumbing.results.COMPUTE_MODULES``), so it goes with the next recompute of every
-store (scripts/recompute.sh), which measures what they gain on the loops' own tokens/s. Then
-``batch_buffers`` becomes ``verify.batch_buffers`` and ``commit_batch`` joins ``cache``, the
-modules whose types they build (the rest of this module imports only ``tree``).
+It imports only ``torch``: the modules that build the loop's types (``verify``, ``cache``,
+``gdn_layer``) import it.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from . import cache as cache_mod, gdn_tree
-from .gdn_layer import GdnMode, gdn_mode as as_mode
 from .tree import DraftTree
-from .verify import BatchBuffers, TreeBuffers
 
 
 # ----------------------------------------------------------------------------- buffers
@@ -159,20 +151,6 @@ def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[to
             "gdn_anc": gdn_anc, "windows": windows}
 
 
-def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                  conv_kernel: int | None = None) -> BatchBuffers:
-    """``verify.batch_buffers`` (its plain twin) from ``batch_masks``: the same ``BatchBuffers``,
-    its ``per_tree`` entries views into the batch tensors."""
-    gdn_parents = [as_mode(gdn_mode).parents(t) for t in trees]
-    m = batch_masks(trees, lengths, gdn_parents, conv_kernel)
-    sizes = [len(t) for t in trees]
-    per_tree = [TreeBuffers(t, m["positions"][b, :s], m["anc"][b, :s, :s], gdn_parents[b], m["gdn_anc"][b, :s, :s])
-                for b, (t, s) in enumerate(zip(trees, sizes))]
-    gdn = conv_kernel is not None
-    return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
-                        m["gdn_anc"] if gdn else None, m["windows"], per_tree)
-
-
 # ----------------------------------------------------------------------------- the GDN layer
 
 def gated_delta_wy(q, k, v, g, beta, S0, *, anc):
@@ -180,7 +158,7 @@ def gated_delta_wy(q, k, v, g, beta, S0, *, anc):
 
     q, k [..., T, H, dk], v [..., T, H, dv], g, beta [..., T, H], S0 [..., H, dk, dv],
     anc [..., T, T] bool -> (o [..., T, H, dv], aux {"U": [..., H, T, dv], "G": [..., T, H]
-    float64, "k": [..., H, T, dk]}), as ``gdn_layer.gated_delta_wy_batch`` returns them.
+    float64, "k": [..., H, T, dk]}), as ``gdn_tree.gated_delta_wy(..., return_aux=True)`` returns them per tree.
     """
     q, k, v = (x.transpose(-3, -2) for x in (q, k, v))  # [..., H, T, d]
     beta = beta.transpose(-1, -2)  # [..., H, T]
@@ -198,7 +176,7 @@ def gated_delta_wy(q, k, v, g, beta, S0, *, anc):
 
 def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
               windows: torch.Tensor) -> torch.Tensor:
-    """``gdn_layer.tree_conv_batch`` through one ``index_select`` over the flattened rows:
+    """``gdn_tree.tree_conv`` of B trees through one ``index_select`` over the flattened rows:
     x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K] -> silu(conv) [B, T, C]."""
     B, T, C = x.shape
     K = weight.shape[1]
@@ -232,32 +210,3 @@ def wy_states(U, G, k, S0, paths: list[torch.Tensor]) -> torch.Tensor:
     kp, Up = k.transpose(1, 2)[rows], U.transpose(1, 2)[rows]  # [B, L, H, dk], [B, L, H, dv]
     update = torch.einsum("blh,blhk,blhv->bhkv", diff.exp().to(U.dtype), kp, Up)
     return last.exp().to(U.dtype)[:, :, None, None] * S0 + update
-
-
-def _layer_states(mode: GdnMode, records: list, idxs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Every sequence's new state [H, dk, dv] of one GDN layer: one ``wy_states`` over the batch
-    when the records come from one WY pass of equal width, else ``mode.state`` per sequence."""
-    wy = [r.wy for r in records]
-    if len(wy) == 1 or any(w is None for w in wy) or len({w["U"].shape for w in wy}) != 1:
-        # a batch of one (the per-sequence closed form is the batch), fork, or a re-scored chain
-        return [mode.state(r, i.tolist()) for r, i in zip(records, idxs)]
-    stacked = {name: torch.stack([w[name] for w in wy]) for name in ("U", "G", "k")}
-    S0 = torch.stack([r.S0 for r in records])
-    return list(wy_states(stacked["U"], stacked["G"], stacked["k"], S0, idxs))
-
-
-@torch.no_grad()
-def commit_batch(model, caches: list, trees: list[DraftTree], paths: list) -> None:
-    """``cache.commit`` (its twin) of every sequence of one round, ``paths`` from the round's own
-    accept walks: the attention rows per sequence, every GDN layer's states for the batch at
-    once (``wy_states``)."""
-    idxs = [cache_mod._accept_rows(model, c, t, p, checked=True) for c, t, p in zip(caches, trees, paths)]
-    for i in caches[0].pending.gdn:
-        records = [c.pending.gdn[i] for c in caches]
-        states = _layer_states(caches[0].pending.mode, records, idxs)
-        for c, rec, idx, state in zip(caches, records, idxs, states):
-            c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
-            c.rec[i] = state.to(c.rec[i].dtype).clone()
-    for c, idx in zip(caches, idxs):
-        c.length += idx.numel()
-        c.pending = None

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from . import adapter, gdn_tree
+from . import adapter, batched, gdn_tree
 from .tree import DraftTree
 
 
@@ -142,13 +142,39 @@ def _accept_rows(model, cache: TreeCache, tree: DraftTree, path, checked: bool =
 def commit(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False) -> None:
     """Keep the accepted nodes ``path`` (root .. deepest accepted, from ``tree.accept``).
     checked: True when ``path`` comes from this round's own accept walk on this cache's
-    pending tree (the decoding loop), so nothing is re-validated."""
-    idx = _accept_rows(model, cache, tree, path, checked)
-    for i, rec in cache.pending.gdn.items():
-        cache.conv[i] = gdn_tree.commit_conv_state(cache.conv[i], rec.x[idx.to(rec.x.device)])
-        cache.rec[i] = cache.pending.mode.state(rec, idx.tolist()).to(cache.rec[i].dtype).clone()
-    cache.length += idx.numel()
-    cache.pending = None
+    pending tree (the decoding loop), so nothing is re-validated. ``commit_batch`` of one."""
+    commit_batch(model, [cache], [tree], [path], checked)
+
+
+@torch.no_grad()
+def commit_batch(model, caches: list[TreeCache], trees: list[DraftTree], paths: list, checked: bool = False) -> None:
+    """``commit`` of every sequence of one round (``verify.verify_batch``'s caches): the
+    attention rows per sequence, then each GDN layer's new states for the whole batch at once
+    (``_layer_states``). Its twin: ``commit`` per sequence (a batch of one takes the
+    per-sequence closed form, ``GdnMode.state``)."""
+    idxs = [_accept_rows(model, c, t, p, checked) for c, t, p in zip(caches, trees, paths)]
+    for i in caches[0].pending.gdn:
+        records = [c.pending.gdn[i] for c in caches]
+        states = _layer_states(caches[0].pending.mode, records, idxs)
+        for c, rec, idx, state in zip(caches, records, idxs, states):
+            c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
+            c.rec[i] = state.to(c.rec[i].dtype).clone()
+    for c, idx in zip(caches, idxs):
+        c.length += idx.numel()
+        c.pending = None
+
+
+def _layer_states(mode, records: list, idxs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Every sequence's new state [H, dk, dv] of one GDN layer (``mode``: the verify's
+    ``GdnMode``): one ``batched.wy_states`` over the batch when the records come from one WY
+    pass of equal width, else ``mode.state`` per sequence."""
+    wy = [r.wy for r in records]
+    if len(wy) == 1 or any(w is None for w in wy) or len({w["U"].shape for w in wy}) != 1:
+        # a batch of one (the per-sequence closed form is the batch), fork, or a re-scored chain
+        return [mode.state(r, i.tolist()) for r, i in zip(records, idxs)]
+    stacked = {name: torch.stack([w[name] for w in wy]) for name in ("U", "G", "k")}
+    S0 = torch.stack([r.S0 for r in records])
+    return list(batched.wy_states(stacked["U"], stacked["G"], stacked["k"], S0, idxs))
 
 
 @torch.no_grad()

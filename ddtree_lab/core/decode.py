@@ -9,8 +9,8 @@ the B sequences still running (docs/background.md section 7):
    budget, or with ``budget="auto"`` the budgets chosen jointly (``allocate.auto_trees``);
 3. verify: ``verify.verify_batch``, ONE target forward over every tree;
 4. accept per sequence (its own argmax, or its own seeded walk at T > 0);
-5. ragged commit: ``cache.commit`` per sequence (target cache and drafter context advance by
-   the accepted path and the bonus); finished sequences leave the batch.
+5. ragged commit: ``cache.commit_batch``, each sequence its own accepted path (target cache
+   and drafter context advance by the path and the bonus); finished sequences leave the batch.
 
 No full re-forward of the sequence per round. ``generate`` is the batch of one. At T = 0 the
 output equals AR decoding token for token (exact verification modes). At T > 0
@@ -33,7 +33,7 @@ from . import tree as tree_mod
 from .adapter import loop_ready
 from .allocate import auto_trees
 from .compiled import compiled_module, compiled_tree_forward
-from .cache import TreeCache, commit
+from .cache import TreeCache, commit_batch
 from .conditional import build_conditional_tree, conditional_chain
 from .drafter import Draft, DrafterState
 from .sampling import Conditional, Marginal, accept_rejection
@@ -451,8 +451,8 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
             # whatever the other sequences of the batch accept
             walks = [accept_round(t, o.logits, q, s, seq.rng) for t, o, q, seq in zip(trees, outs, proposals, running)]
         with timed_phase(clock, "commit"):
-            for seq, t, o, (path, bonus, _) in zip(running, trees, outs, walks):
-                commit(target, seq.cache, t, path, checked=True)
+            commit_batch(target, [q.cache for q in running], trees, [path for path, _, _ in walks], checked=True)
+            for seq, o, (path, bonus, _) in zip(running, outs, walks):
                 seq.features, seq.root = o.features[path], bonus
         for seq, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
             _record(seq.gen, t, path, bonus, o.logits[path], s.temperature)

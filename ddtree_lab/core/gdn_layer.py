@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from . import adapter, gdn_tree
+from .batched import gated_delta_wy as gated_delta_wy_batch, tree_conv as tree_conv_batch
 
 MODE_NAMES = ("naive", "fork", "wy")
 
@@ -160,29 +161,21 @@ def tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode: GdnMode):
     return out, records
 
 
-def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
-                    windows: torch.Tensor) -> torch.Tensor:
-    """``gdn_tree.tree_conv`` of B sequences at once: x [B, T, C], conv_state [B, C, K],
-    weight [C, K], windows [B, T, K] (``verify.conv_windows``) -> silu(conv) [B, T, C]."""
+def tree_conv_batch_reference(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
+                              windows: torch.Tensor) -> torch.Tensor:
+    """``tree_conv_batch``'s (``batched.tree_conv``) plain twin, a broadcast advanced index:
+    x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K] (``verify.BatchBuffers``)
+    -> silu(conv) [B, T, C]."""
     rows = torch.cat([conv_state.transpose(1, 2), x], dim=1)  # [B, K+T, C]
     batch_idx = torch.arange(x.shape[0], device=x.device)[:, None, None]
     picked = rows[batch_idx, windows.to(x.device)]  # [B, T, K, C]
     return F.silu((picked * weight.T).sum(2))  # a multiply-sum: einsum's bmm is ~5x slower at this shape
 
 
-def _wy_one(qkvgb: tuple, S0, anc):
-    """One tree's ``gated_delta_wy`` (qkvgb: (q, k, v, g, beta); vmap maps positional arguments)."""
-    return gdn_tree.gated_delta_wy(*qkvgb, None, S0=S0, anc=anc, return_aux=True)
-
-
-def gated_delta_wy_batch(q, k, v, g, beta, S0, *, anc):
-    """``gdn_tree.gated_delta_wy`` over B padded trees in one vmapped pass (batch 1: the plain
-    call, the same arithmetic without vmap's overhead).
-
-    q, k [B, T, H, dk], v [B, T, H, dv], g, beta [B, T, H], S0 [B, H, dk, dv], anc [B, T, T]
-    -> (o [B, T, H, dv], aux {"U": [B, H, T, dv], "G": [B, T, H] float64, "k": [B, H, T, dk]}).
-    """
-    if q.shape[0] == 1:
-        o, aux = _wy_one((q[0], k[0], v[0], g[0], beta[0]), S0[0], anc[0])
-        return o[None], {name: t[None] for name, t in aux.items()}
-    return torch.vmap(_wy_one)((q, k, v, g, beta), S0, anc)
+def gated_delta_wy_batch_reference(q, k, v, g, beta, S0, *, anc):
+    """``gated_delta_wy_batch``'s (``batched.gated_delta_wy``) plain twin: ``gdn_tree.gated_delta_wy``
+    per tree. q, k [B, T, H, dk], v [B, T, H, dv], g, beta [B, T, H], S0 [B, H, dk, dv],
+    anc [B, T, T] -> (o [B, T, H, dv], aux {"U": [B, H, T, dv], "G": [B, T, H], "k": [B, H, T, dk]})."""
+    outs = [gdn_tree.gated_delta_wy(q[b], k[b], v[b], g[b], beta[b], None, S0=S0[b], anc=anc[b], return_aux=True)
+            for b in range(q.shape[0])]
+    return torch.stack([o for o, _ in outs]), {name: torch.stack([aux[name] for _, aux in outs]) for name in ("U", "G", "k")}

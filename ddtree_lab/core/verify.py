@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from . import adapter, gdn_tree
+from . import adapter, batched, gdn_tree
 from .cache import Pending, TreeCache, check_cache, empty_cache
 from .drafter import left_padded
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
@@ -81,7 +81,22 @@ class BatchBuffers:
 def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
                   conv_kernel: int | None = None) -> BatchBuffers:
     """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
-    width K (None for attention-only targets)."""
+    width K (None for attention-only targets). Every mask and window is built for the batch at
+    once (``batched.batch_masks``); each ``per_tree`` entry is a view into the batch tensors.
+    Plain twin: ``batch_buffers_reference``."""
+    gdn_parents = [as_mode(gdn_mode).parents(t) for t in trees]
+    m = batched.batch_masks(trees, lengths, gdn_parents, conv_kernel)
+    sizes = [len(t) for t in trees]
+    per_tree = [TreeBuffers(t, m["positions"][b, :n], m["anc"][b, :n, :n], gdn_parents[b], m["gdn_anc"][b, :n, :n])
+                for b, (t, n) in enumerate(zip(trees, sizes))]
+    gdn = conv_kernel is not None
+    return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
+                        m["gdn_anc"] if gdn else None, m["windows"] if gdn else None, per_tree)
+
+
+def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
+                            conv_kernel: int | None = None) -> BatchBuffers:
+    """``batch_buffers``' plain twin: each tree's ``tree_buffers``, padded into the batch."""
     per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
     sizes = [len(t) for t in trees]
     tokens, positions = _padded([t.tokens for t in trees]), _padded([buf.positions for buf in per_tree])

@@ -1,13 +1,15 @@
-"""The staged one-pass pieces of the batched round (``core.batched``) against the pieces the
-loops run today, their twins:
+"""The one-pass pieces of the batched round (``core.batched``, and the loop functions built on
+them) against their plain per-tree twins:
 
-- ``batch_buffers`` == ``verify.batch_buffers``, field by field, bit for bit (mixed tree kinds and
-  sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN and attention-only);
-- ``gated_delta_wy`` == ``gdn_layer.gated_delta_wy_batch`` (batched) and ``gdn_tree.gated_delta_wy``
-  (no batch dim); ``tree_conv`` == ``gdn_layer.tree_conv_batch``, bit for bit;
-- ``wy_states`` == ``gdn_tree.wy_state`` per sequence; ``commit_batch`` == ``cache.commit`` per
-  sequence over two rounds of ``verify_batch`` (wy, fork, naive with branched paths re-scored);
-- the loop with every staged piece swapped in decodes the same tokens as the loop today.
+- ``verify.batch_buffers`` == ``verify.batch_buffers_reference``, field by field, bit for bit
+  (mixed tree kinds and sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN
+  and attention-only);
+- ``gated_delta_wy`` == ``gdn_layer.gated_delta_wy_batch_reference`` (per tree) and
+  ``gdn_tree.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
+  ``gdn_layer.tree_conv_batch_reference``, bit for bit;
+- ``wy_states`` == ``gdn_tree.wy_state`` per sequence; ``cache.commit_batch`` == ``cache.commit``
+  per sequence over two rounds of ``verify_batch`` (wy, fork, naive with branched paths re-scored);
+- the loop equals the loop with every twin swapped in, round for round.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 import torch
 
 from ddtree_lab.core import batched, decode, gdn_layer, gdn_tree, harness, verify
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.cache import commit, commit_batch
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, verify_batch
@@ -42,8 +44,8 @@ def _trees(name: str, gen) -> tuple[list, list]:
 @pytest.mark.parametrize("name", BATCHES)
 def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
     trees, lengths = _trees(name, generator("buffers", name, mode))
-    ref = verify.batch_buffers(trees, lengths, mode, conv_kernel)
-    out = batched.batch_buffers(trees, lengths, mode, conv_kernel)
+    ref = verify.batch_buffers_reference(trees, lengths, mode, conv_kernel)
+    out = verify.batch_buffers(trees, lengths, mode, conv_kernel)
     assert out.sizes == ref.sizes and out.past == ref.past
     for field in ("tokens", "positions", "allowed", "gdn_anc", "windows"):
         a, b = getattr(ref, field), getattr(out, field)
@@ -67,12 +69,12 @@ def _wy_inputs(B: int, T: int, dtype, gen, H: int = 2, dk: int = 8, dv: int = 6)
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("name", ("mixed", "one"))
-def test_wy_over_leading_dims_equals_the_vmapped_and_the_per_tree_pass(name, dtype):
+def test_wy_over_leading_dims_equals_the_per_tree_pass(name, dtype):
     gen = generator("wy", name, str(dtype))
     trees, lengths = _trees(name, gen)
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
-    ref_o, ref_aux = gdn_layer.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    ref_o, ref_aux = gdn_layer.gated_delta_wy_batch_reference(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     o, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     tol = LOGIT_TOL[dtype]
     for b, n in enumerate(bufs.sizes):
@@ -92,7 +94,7 @@ def test_tree_conv_by_index_select_is_the_advanced_index_bit_for_bit(threads):
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     B, T, C = len(trees), max(bufs.sizes), 12
     x, conv, weight = torch.randn(B, T, C, generator=gen), torch.randn(B, C, 4, generator=gen), torch.randn(C, 4, generator=gen)
-    assert_identical("tree conv", gdn_layer.tree_conv_batch(x, conv, weight, bufs.windows),
+    assert_identical("tree conv", gdn_layer.tree_conv_batch_reference(x, conv, weight, bufs.windows),
                      batched.tree_conv(x, conv, weight, bufs.windows))
 
 
@@ -128,7 +130,7 @@ def test_commit_batch_equals_commit_per_sequence(preset, mode):
         verify_batch(model, out, trees, mode)
         for c, t, p in zip(ref, trees, paths):
             commit(model, c, t, p)
-        batched.commit_batch(model, out, trees, paths)
+        commit_batch(model, out, trees, paths)
         for b in range(len(trees)):
             assert out[b].pending is None
             assert_same_cache(f"{preset}-{mode} round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
@@ -144,11 +146,12 @@ def _f64_pair(preset: str):
 
 @pytest.mark.parametrize("preset,mode,method", [("gdn-toy", "wy", "ddtree"), ("gdn-toy", "naive", "ddtree"),
                                                 ("gdn-toy", "wy", "dflash"), ("mla-toy", "wy", "ddtree")])
-def test_the_loop_with_the_staged_pieces_equals_the_loop_today(monkeypatch, preset, mode, method):
-    """Every staged piece swapped in where the loop calls its twin (buffers, WY pass, conv,
-    commit), float64 under the harness, a drafter hinted per sequence so rounds accept and
-    reject: every round's target logits equal the loop today's (the toy targets repeat one
-    token, so tokens alone would not show a wrong state), and every sequence equals its AR output."""
+def test_the_loop_equals_the_loop_with_every_twin(monkeypatch, preset, mode, method):
+    """The loop, then the loop with every plain twin swapped in where it calls a one-pass piece
+    (buffers, WY pass, conv, commit), float64 under the harness, a drafter hinted per sequence
+    so rounds accept and reject: every round's target logits are equal (the toy targets repeat
+    one token, so tokens alone would not show a wrong state), and every sequence equals its AR
+    output."""
     target, drafter = _f64_pair(preset)
     gen = generator("staged-loop", preset, mode, method)
     prompts = [torch.randint(target.config.vocab_size - 1, (n,), generator=gen) for n in (1, 9, 5)]
@@ -157,18 +160,18 @@ def test_the_loop_with_the_staged_pieces_equals_the_loop_today(monkeypatch, pres
     with harness.float64_harness():
         ar = [decode.generate(target, None, p, method="ar", max_new_tokens=n).tokens
               for p, n in zip(prompts, kw["max_new_tokens"])]
-        today, rounds_today = _decode(target, drafter, prompts, ar, kw)
-        monkeypatch.setattr(verify, "batch_buffers", batched.batch_buffers)
-        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", batched.gated_delta_wy)
-        monkeypatch.setattr(gdn_layer, "tree_conv_batch", batched.tree_conv)
-        monkeypatch.setattr(decode, "commit", _commit_through_the_batch)
-        staged, rounds = _decode(target, drafter, prompts, ar, kw)
-    assert len(rounds) == len(rounds_today)
-    for i, (r, ref) in enumerate(zip(rounds, rounds_today)):
+        fast, rounds = _decode(target, drafter, prompts, ar, kw)
+        monkeypatch.setattr(verify, "batch_buffers", verify.batch_buffers_reference)
+        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", gdn_layer.gated_delta_wy_batch_reference)
+        monkeypatch.setattr(gdn_layer, "tree_conv_batch", gdn_layer.tree_conv_batch_reference)
+        monkeypatch.setattr(decode, "commit_batch", _commit_per_sequence)
+        _, rounds_ref = _decode(target, drafter, prompts, ar, kw)
+    assert len(rounds) == len(rounds_ref)
+    for i, (r, ref) in enumerate(zip(rounds, rounds_ref)):
         assert r.sequence == ref.sequence and r.path == ref.path
         assert_close(f"round {i} seq{r.sequence} target logits", ref.target_logits, r.target_logits, 1e-12)
-    assert [g.tokens for g in staged] == ar
-    assert sum(sum(g.acceptance_lengths) - len(g.acceptance_lengths) for g in staged) > 0
+    assert [g.tokens for g in fast] == ar
+    assert sum(sum(g.acceptance_lengths) - len(g.acceptance_lengths) for g in fast) > 0
 
 
 def _decode(target, drafter, prompts, ar, kw) -> tuple[list, list]:
@@ -178,6 +181,7 @@ def _decode(target, drafter, prompts, ar, kw) -> tuple[list, list]:
     return decode.generate_batch(target, hinted, prompts, on_round=rounds.append, **kw), rounds
 
 
-def _commit_through_the_batch(model, cache, tree, path, checked=False):
-    """``commit``'s signature over ``commit_batch`` (a batch of one: the loop commits per sequence)."""
-    batched.commit_batch(model, [cache], [tree], [path])
+def _commit_per_sequence(model, caches, trees, paths, checked=False):
+    """``commit_batch``'s twin: ``commit`` per sequence (each a batch of one, ``GdnMode.state``)."""
+    for c, t, p in zip(caches, trees, paths):
+        commit(model, c, t, p, checked)

@@ -27,7 +27,7 @@ CORE_DIR = ROOT / "ddtree_lab" / "core"
 # the modules whose code decides a stored result, given the models' weights (which the key
 # holds by digest, so the presets in models.py need not be hashed); a new module that
 # computes stored results is added here
-COMPUTE_MODULES = ("adapter.py", "allocate.py", "cache.py", "compiled.py", "conditional.py", "decode.py", "drafter.py",
+COMPUTE_MODULES = ("adapter.py", "allocate.py", "batched.py", "cache.py", "compiled.py", "conditional.py", "decode.py", "drafter.py",
                    "gdn_layer.py", "harness.py", "spec.py",
                    "gdn_tree.py", "sampling.py", "tree.py", "verify.py")
 
