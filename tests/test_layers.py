@@ -158,8 +158,8 @@ def closure(module: str) -> set[str]:
 def test_every_core_module_the_loops_run_keys_the_stores():
     """A stored result is keyed to the code version of ``COMPUTE_MODULES``: every core module the
     decoding loops import (``core.decode`` and what it imports) must be one of them, so that a
-    change to any of them marks every stored result as computed by older code (a module staged
-    beside them, such as ``core.batched``, joins the list when a loop first imports it)."""
+    change to any of them marks every stored result as computed by older code (a new module
+    joins the list when a loop first imports it)."""
     from ddtree_lab.experiments.plumbing.results import COMPUTE_MODULES
     loop = {m for m in closure("ddtree_lab.core.decode") if layer(m) == "core"}
     hashed = {f"ddtree_lab.core.{name.removesuffix('.py')}" for name in COMPUTE_MODULES}
