@@ -6,6 +6,9 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
 - ``ar_step``: one stock decode step of batch B (``DynamicCache``, a 2-D attention mask);
 - ``verify_batch``: ONE forward over B trees of ``budget`` nodes each (``verify.verify_batch``);
 - ``verify_loop``: the same B trees verified one sequence at a time (batch-1 ``verify``);
+- ``stock_batch``: transformers' stock forward of the same B x (budget + 1) tree tokens as
+  plain causal rows (no tree): what a batch of that many tokens costs with no tree machinery, the
+  floor the batched verify is read against (issue 29 item 4);
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
@@ -22,6 +25,7 @@ warm-up), min beside them as a noise check. Results -> data/results/bench_batch.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -68,30 +72,62 @@ def caches_and_trees(model, B: int, budget: int, prefix: int):
     return caches, trees
 
 
-def ar_stepper(model, B: int, prefix: int):
-    """A function running one batch-B stock decode step (the cache grows by one each call)."""
+def _prefilled(model, B: int, prefix: int):
+    """A stock ``DynamicCache`` holding B random prefixes of ``prefix`` tokens -> (cache,
+    2-D mask [B, prefix], next positions [B, 1])."""
     from transformers import DynamicCache
     prompts = [random_prefix(model, prefix, seed=b) for b in range(B)]
     ids, mask = decode.left_pad(prompts)
     cache = DynamicCache(config=model.config)
     with torch.no_grad():
         model(ids, attention_mask=mask, past_key_values=cache, use_cache=True)
-    state = {"mask": mask, "pos": mask.sum(-1, keepdim=True)}
+    return cache, mask, mask.sum(-1, keepdim=True)
+
+
+def ar_stepper(model, B: int, prefix: int):
+    """A function running one batch-B stock decode step (the cache grows by one each call) on
+    random tokens, a fresh column each call (identical tokens would route every row of a MoE
+    layer to the same experts and understate a step)."""
+    cache, mask, pos = _prefilled(model, B, prefix)
+    state = {"mask": mask, "pos": pos, "step": 0}
+    tokens = torch.randint(model.config.vocab_size, (B, 64), generator=torch.Generator().manual_seed(B))
 
     @torch.no_grad()
     def step():
         state["mask"] = torch.cat([state["mask"], state["mask"].new_ones(B, 1)], 1)
-        model(torch.zeros(B, 1, dtype=torch.long), attention_mask=state["mask"], position_ids=state["pos"],
+        column = state["step"] % tokens.shape[1]
+        model(tokens[:, column:column + 1], attention_mask=state["mask"], position_ids=state["pos"],
               past_key_values=cache, use_cache=True)
-        state["pos"] = state["pos"] + 1
+        state["pos"], state["step"] = state["pos"] + 1, state["step"] + 1
     return step
+
+
+def stock_forwarder(model, tokens: torch.Tensor, prefix: int):
+    """A function running one stock forward of tokens [B, n] after B prefixes (causal within
+    the n, a 2-D mask, ``DynamicCache``): the floor of a batched verify of the same tokens,
+    with no tree in it (on the GDN target transformers' own multi-token linear-attention
+    path). After each call the attention layers' K/V are cut back to the prefixes; the GDN
+    layers' fixed-size states are overwritten at the same cost."""
+    from transformers.cache_utils import DynamicLayer
+    (B, n), (cache, mask, pos) = tokens.shape, _prefilled(model, tokens.shape[0], prefix)
+    mask = torch.cat([mask, mask.new_ones(B, n)], 1)
+    positions = pos + torch.arange(n)
+
+    @torch.no_grad()
+    def forward():
+        model(tokens, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True)
+        for layer in cache.layers:
+            if isinstance(layer, DynamicLayer):
+                layer.crop(-n)
+    return forward
 
 
 def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) -> dict:
     caches, trees = caches_and_trees(model, B, budget, prefix)
     fns = {"ar_step": ar_stepper(model, B, prefix),
            "verify_batch": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
-           "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)]}
+           "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)],
+           "stock_batch": stock_forwarder(model, torch.stack([t.tokens for t in trees]), prefix)}
     times = interleaved_times(fns, repeats)
     row = {"B": B, "budget": budget, "mode": mode}
     for name, t in times.items():
@@ -99,6 +135,8 @@ def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) 
     # ratios: median of the paired per-repeat ratios, 95% interval, sign test
     row |= ratio_columns("verify_batch/ar_step", times["verify_batch"], times["ar_step"])
     row |= ratio_columns("verify_loop/verify_batch", times["verify_loop"], times["verify_batch"])
+    row |= ratio_columns("stock_batch/ar_step", times["stock_batch"], times["ar_step"])
+    row |= ratio_columns("verify_batch/stock_batch", times["verify_batch"], times["stock_batch"])
     return row
 
 
@@ -223,6 +261,7 @@ def main():
             print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
             tables.append(table.assign(arch=arch, table=kind))
     meta = {"prefix": args.prefix, "repeats": args.repeats, "threads": torch.get_num_threads(),
+            "load_avg_1min": os.getloadavg()[0],  # what else ran beside it (issue 29)
             "torch": torch.__version__, "transformers": transformers.__version__}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     pd.concat(tables, ignore_index=True).assign(**meta).to_csv(OUT, index=False)
