@@ -214,8 +214,10 @@ def render_round_cost() -> str:
     n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
     head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
             f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
-            f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round: the median over prompts, the lab's "
-            "own phase timers, the reference loop exposes none; 'vs' columns: tokens/s over the reference loop's "
+            f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round, the median over prompts: in all, and in "
+            "the target's forwards (the prefill left out), the drafter's forwards and the rest of the loop, every loop "
+            "timed alike from outside by forward hooks on its two models (the reference loop's own timer needs CUDA; "
+            "the lab's phases are in notebook 05's figure); 'vs' columns: tokens/s over the reference loop's "
             "and over AR's on the same prompt, median [95% interval]; on the GDN target the reference loop "
             "departs from AR, see **The leak in the chain**):\n\n")
     table = _table(list(shown.columns), shown.values.tolist())

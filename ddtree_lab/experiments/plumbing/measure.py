@@ -8,6 +8,9 @@ seeded random trees and prefixes every cost measurement times (``studies.verify_
 - ``median_seconds(fn, repeats, warmup)``: the median of ``repeats`` timed calls;
 - ``interleaved(fns, repeats, clock)``: every fn in turn per repeat after one warm-up repeat
   (repeat r of every fn is one pair for ``spread.ratio_columns``);
+- ``ForwardClock(modules)``: seconds inside each named module's forward calls, per call, by
+  forward hooks (a loop timed from outside, as the reference loop ``dflash_generate``, which
+  exposes no phase timers on a CPU);
 - ``LiveBytes``: a dispatch-mode counter of live tensor storage over every aten output (views
   counted once per storage, freed when the last tensor dies), its ``peak``;
 - ``random_tree(V, budget, seed)`` / ``random_prefix(model, n, seed)``: the same (budget,
@@ -67,6 +70,31 @@ def interleaved(fns: dict, repeats: int, clock=time.perf_counter) -> dict:
             if rep:
                 times[name].append(1e3 * (clock() - start))
     return times
+
+
+class ForwardClock:
+    """``with ForwardClock({"target": model, ...}) as clock``: ``clock.calls[name]`` lists the
+    seconds of every forward call of that module inside the block (device-synced at both
+    ends, by a pre- and a post-forward hook; the hooks are removed on exit). A module's own
+    submodules are not timed apart: one entry per call of the named module."""
+
+    def __init__(self, modules: dict):
+        self.modules = modules
+        self.calls: dict[str, list[float]] = {name: [] for name in modules}
+        self._handles: list = []
+
+    def __enter__(self) -> "ForwardClock":
+        for name, module in self.modules.items():
+            started = []
+            self._handles += [module.register_forward_pre_hook(lambda *_, s=started: s.append(synced_clock())),
+                              module.register_forward_hook(
+                                  lambda *_, s=started, n=name: self.calls[n].append(synced_clock() - s.pop()))]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
 
 class LiveBytes(TorchDispatchMode):

@@ -8,7 +8,11 @@ lab's verify against its floor.
 - ``phase_table(frame)``: from such a run (or the bench store), per (target, method,
   budget) at T = 0, the median over prompts of milliseconds per round in each phase
   (``decode.PHASES``, the lab's own device-synced timers) and in all; the reference loop
-  (``dflash_generate``) exposes no phases, so its row has the total per round only.
+  (``dflash_generate``) exposes no phases, so its row has the total per round only. Beside
+  them, for every loop alike, the round-cost run times the two models' forward calls from
+  outside (``run_with_forwards``: ``measure.ForwardClock``): per round the target's forwards
+  (the prefill left out), the drafter's and the rest of the loop (everything else: logits of
+  the draft, trees, masks, acceptance, cache work, Python).
 - ``verify_floor(pair, ...)``: at real decoding states (the committed sequence before a round
   of a lab run, and that round's own tree), the lab's verify as the loop calls it
   (``verify.verify_batch_unchecked``, features included) against the floor of what any verify
@@ -35,7 +39,7 @@ from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.models import arch_of
 from ...core.verify import additive_mask, batch_buffers, prefill, verify_batch_unchecked
-from ..plumbing.measure import timed
+from ..plumbing.measure import ForwardClock, timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep, with_axes
@@ -61,8 +65,20 @@ def round_grid(archs=("mla", "gdn"), budgets=ROUND_BUDGETS, block_size: int = 8,
 def run_round_cost(pairs: dict, prompts: list[int], store: ResultsStore | None = None, **grid) -> pd.DataFrame:
     """The interleaved round-cost run over ``prompts`` (resumable) -> its rows."""
     store = store or ResultsStore("round_cost")
-    return run_sweep(round_grid(tuple(pairs), **grid), prompts, store, pairs, runner=run_with_official,
+    return run_sweep(round_grid(tuple(pairs), **grid), prompts, store, pairs, runner=run_with_forwards,
                      run=ROUND_RUN)
+
+
+def run_with_forwards(cfg: dict, prompt_id: int, pair) -> dict:
+    """``official.run_with_official`` with the target's and the drafter's forward calls timed
+    from outside (``measure.ForwardClock``), the lab's loops and the reference loop alike:
+    metrics["forwards"] = seconds in {"prefill": the first target call, "target": the other
+    target calls, "drafter": the drafter's calls}."""
+    with ForwardClock({"target": pair.target, "drafter": pair.drafter.model}) as clock:
+        metrics = run_with_official(cfg, prompt_id, pair)
+    target = clock.calls["target"]
+    return metrics | {"forwards": {"prefill": target[0] if target else 0.0, "target": sum(target[1:]),
+                                   "drafter": sum(clock.calls["drafter"])}}
 
 
 def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFrame | None:
@@ -88,25 +104,29 @@ def round_table(frame: pd.DataFrame) -> pd.DataFrame:
         lambda g: sum(sum(m["acceptance_lengths"]) for m in g["_metrics"])
         / max(1, sum(len(m["acceptance_lengths"]) for m in g["_metrics"])), include_groups=False).rename("tau")
     out = over_ref.merge(over_ar, on=list(AXES))
-    out = out.join(taus, on=keys).merge(phase_table(frame)[keys + ["total_ms", "verify_ms", "draft_ms"]],
+    out = out.join(taus, on=keys).merge(phase_table(frame)[keys + ["total_ms", "verify_ms", "draft_ms"] + FORWARD_MS],
                                         on=keys, how="left")
     return out[out.method != "ar"].reset_index(drop=True)
 
 
 LOOP_NAMES = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
-ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "draft ms", "verify ms", "vs reference loop", "vs AR"]
+ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "target forwards", "drafter forwards", "rest of the loop",
+                 "vs reference loop", "vs AR"]
+FORWARD_MS = ["target_fwd_ms", "drafter_fwd_ms", "rest_ms"]  # per round, every loop alike (``run_with_forwards``)
 
 
 def round_display(table: pd.DataFrame, archs=("mla", "gdn")) -> pd.DataFrame:
-    """``round_table`` for reading (the README block and notebook 05): one row per loop, ratios
-    as '0.85x [0.74, 1.01] noise', '-' where a cell does not apply (the reference loop exposes
-    no phases and is not compared with itself)."""
+    """``round_table`` for reading (the README block and notebook 05): one row per loop, ms
+    per round in all and in the models' forwards (timed from outside, every loop alike; '-'
+    in a run stored before they were), ratios as '0.85x [0.74, 1.01] noise', '-' where a cell
+    does not apply (the reference loop is not compared with itself)."""
     rows = []
     for arch in archs:
         for r in table[table.arch == arch].itertuples():
             ref = r.method == "official"
             rows.append([arch, LOOP_NAMES[r.method] + (f" {r.budget}" if r.method == "ddtree" else ""), f"{r.tau:.2f}",
-                         f"{r.total_ms:.1f}", "-" if ref else f"{r.draft_ms:.1f}", "-" if ref else f"{r.verify_ms:.1f}",
+                         f"{r.total_ms:.1f}", *("-" if pd.isna(v) else f"{v:.1f}" for v in
+                                                (getattr(r, c) for c in FORWARD_MS)),
                          "-" if ref else format_ratio_columns(r._asdict(), "vs_official"),
                          format_ratio_columns(r._asdict(), "vs_ar")])
     return pd.DataFrame(rows, columns=ROUND_COLUMNS)
@@ -126,8 +146,22 @@ def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
         for p in PHASES + ("total",):
             row[f"{p}_ms"] = statistics.median(x[p] for x in per) if method != "official" or p == "total" \
                 else float("nan")
-        rows.append(row)
+        rows.append(row | forward_ms(list(g["_metrics"])))
     return pd.DataFrame(rows)
+
+
+def forward_ms(metrics: list[dict]) -> dict:
+    """Medians over prompts of ms per round in the target's forwards (the prefill left out), the
+    drafter's and the rest of the loop (total minus every forward), from ``run_with_forwards``'
+    metrics; NaN when a row has none (a run stored before they were timed)."""
+    if not metrics or any("forwards" not in m for m in metrics):
+        return dict.fromkeys(FORWARD_MS, float("nan"))
+    per = []
+    for m in metrics:
+        f, rounds = m["forwards"], max(1, len(m["acceptance_lengths"]))
+        rest = m["timings"]["total"] - f["prefill"] - f["target"] - f["drafter"]
+        per.append([1e3 * x / rounds for x in (f["target"], f["drafter"], rest)])
+    return {name: statistics.median(x[i] for x in per) for i, name in enumerate(FORWARD_MS)}
 
 
 def round_states(pair, prompt_ids: list[int], budget: int, block_size: int = 8, max_new_tokens: int = 128,

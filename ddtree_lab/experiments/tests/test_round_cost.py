@@ -38,7 +38,8 @@ def test_round_states_are_the_loops_own_rounds():
 
 def test_phase_table_reads_milliseconds_per_round():
     metrics = lambda total: {"timings": {**dict.fromkeys(round_cost.PHASES, 0.001), "total": total},
-                             "acceptance_lengths": [2, 3], "tokens": [1] * 5}
+                             "acceptance_lengths": [2, 3], "tokens": [1] * 5,
+                             "forwards": {"prefill": 0.002, "target": 0.01, "drafter": 0.004}}
     rows = [{"arch": "mla", "method": m, "budget": b, "gdn_mode": "wy", "temperature": 0.0, "block_size": 8,
              "max_new_tokens": 5, "accept_rule": "rejection", "prompt": p, "_metrics": metrics(0.02 * (p + 1))}
             for m, b in (("dflash", 7), ("official", 7), ("ddtree", 16)) for p in range(3)]
@@ -46,6 +47,40 @@ def test_phase_table_reads_milliseconds_per_round():
     assert t.loc["dflash", "verify_ms"] == pytest.approx(0.5) and t.loc["dflash", "total_ms"] == pytest.approx(20)
     assert t.loc["official", "verify_ms"] != t.loc["official", "verify_ms"]  # no phases: NaN
     assert t.loc["ddtree", "rounds"] == 6
+    # the forwards, every loop alike, per round: target 10 ms / 2, drafter 4 ms / 2, and the rest of
+    # the median prompt's total (40 ms) after the prefill and both: (40 - 16) / 2
+    for method in ("dflash", "official"):
+        assert t.loc[method, ["target_fwd_ms", "drafter_fwd_ms", "rest_ms"]].tolist() == pytest.approx([5, 2, 12])
+
+
+def test_the_forward_clock_times_every_call_of_each_named_module_and_leaves_no_hook():
+    from ddtree_lab.experiments.plumbing.measure import ForwardClock
+    inner = torch.nn.Linear(3, 3)
+    outer = torch.nn.Sequential(inner, torch.nn.ReLU())
+    with ForwardClock({"outer": outer, "other": torch.nn.Identity()}) as clock:
+        outer(torch.ones(3))
+        outer(torch.ones(3))
+    outer(torch.ones(3))  # after the block: not timed
+    assert len(clock.calls["outer"]) == 2 and clock.calls["other"] == [] and min(clock.calls["outer"]) >= 0
+    assert not outer._forward_hooks and not outer._forward_pre_hooks
+
+
+@pytest.fixture(scope="module")
+def mla_pair():
+    from ddtree_lab import load_pair
+    return load_pair("mla")
+
+
+def test_every_loop_of_the_round_cost_run_has_its_forwards_timed_alike(mla_pair):
+    """The lab's loops and the reference loop are split the same way, from outside: the prefill
+    (the first target call), the other target calls and the drafter's, all inside the total;
+    AR calls no drafter."""
+    for cfg in round_cost.round_grid(("mla",), budgets=(4,), max_new_tokens=12):
+        m = round_cost.run_with_forwards(cfg, 0, mla_pair)
+        f = m["forwards"]
+        assert f["prefill"] > 0 and f["target"] > 0, cfg["method"]
+        assert (f["drafter"] == 0) == (cfg["method"] == "ar"), cfg["method"]
+        assert f["prefill"] + f["target"] + f["drafter"] <= m["timings"]["total"], cfg["method"]
 
 
 def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
