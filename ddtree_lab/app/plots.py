@@ -1183,13 +1183,30 @@ def plot_reliability_by_target(nodes: pd.DataFrame) -> Figure:
 
 
 PHASE_COLORS = dict(zip(("draft", "tree", "verify", "accept", "commit"), (PALETTE[i] for i in (0, 2, 3, 4, 5))))
+REFERENCE_PARTS = {"drafter_fwd_ms": ("reference: drafter forwards", "0.35"),
+                   "target_fwd_ms": ("reference: target forwards", "0.6"),
+                   "rest_ms": ("reference: rest of its loop", "0.85")}
+
+
+def _reference_bar(ax, i: int, r) -> None:
+    """The reference loop's bar at row i: its forwards and the rest of its loop (greys), or its
+    total alone when the row has no forwards (NaN)."""
+    if pd.isna(getattr(r, "target_fwd_ms", float("nan"))):
+        ax.barh(i, r.total_ms, color="0.6", label="reference loop (total)")
+        return
+    left = 0.0
+    for column, (label, color) in REFERENCE_PARTS.items():
+        ax.barh(i, r[column], left=left, color=color, label=label)
+        left += r[column]
 
 
 def plot_round_cost(phases: pd.DataFrame) -> Figure:
     """Milliseconds per round, one horizontal bar per loop and one panel per target, split into
     the lab's phases (``round_cost.phase_table``: medians over prompts) and the rest of the
     median total (hatched); the reference loop (``dflash_generate``), which exposes no phase
-    timers, as one grey bar of its total."""
+    timers, in greys: its drafter's and target's forwards as timed from outside
+    (``round_cost.run_with_forwards``) and the rest of its loop, or one bar of its total in a
+    run stored before the forwards were timed."""
     archs = list(dict.fromkeys(phases.arch))
     with mpl.rc_context(STYLE):
         fig, axes = _new_axes(None, len(archs), (5.0, 3.2))
@@ -1199,7 +1216,7 @@ def plot_round_cost(phases: pd.DataFrame) -> Figure:
                       for m, b in zip(rows.method, rows.budget)]
             for i, r in rows.iterrows():
                 if r.method == "official":
-                    ax.barh(i, r.total_ms, color="0.6", label="reference loop (total)")
+                    _reference_bar(ax, i, r)
                     continue
                 left = 0.0
                 for phase, color in PHASE_COLORS.items():

@@ -179,7 +179,8 @@ def _figures():
     phases = pd.DataFrame([{"arch": a, "method": m, "budget": b, "total_ms": t, **{f"{p}_ms": v for p, v in zip(
         ("draft", "tree", "verify", "accept", "commit"), ph)}} for a in ("mla", "gdn") for m, b, t, ph in
         [("official", 7, 15.0, [np.nan] * 5), ("dflash", 7, 17.7, [3.4, 0.2, 12.7, 0.1, 0.2]),
-         ("ddtree", 16, 20.0, [3.4, 0.7, 14.6, 0.2, 0.3])]])
+         ("ddtree", 16, 20.0, [3.4, 0.7, 14.6, 0.2, 0.3])]]).assign(
+        target_fwd_ms=10.0, drafter_fwd_ms=3.0, rest_ms=2.0)
     return {
         "plot_budget_curves": lambda: plots.plot_budget_curves(summary, "gdn", mark_budget=7),
         "plot_loop_split": lambda: plots.plot_loop_split(loops, "gdn", block_size=4),
