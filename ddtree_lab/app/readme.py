@@ -452,8 +452,7 @@ BATCH_GOALS = {"batch16": 1.5, "per_node": 2.0, "gdn_over_mla": 1.3}  # issue 13
 def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
     """Per target and GDN mode: batch-16 x budget-16 verify over a batch-16 AR step (paired
     median [95% interval]), the stock forward of the same tokens over that AR step and the
-    verify over that stock forward ('-' in a file from before they were measured), per-node ms
-    at 64 and 256 over the FLOP floor, verify ms at 256."""
+    verify over that stock forward, per-node ms at 64 and 256 over the FLOP floor, verify ms at 256."""
     rows = []
     for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
         b = g[(g.table == "batch") & (g.B == g[g.table == "batch"].B.max())]
@@ -463,8 +462,7 @@ def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
         r = b.iloc[0]
         rows.append([ARCH_TITLES[arch].split(" (")[0], mode if arch == "gdn" else "-", f"{int(r.B)} x {int(r.budget)}",
                      format_ratio_columns(r, "verify_batch/ar_step"),
-                     *(format_ratio_columns(r, k) if k in r and pd.notna(r[k]) else "-"
-                       for k in ("stock_batch/ar_step", "verify_batch/stock_batch")),
+                     *(format_ratio_columns(r, k) for k in ("stock_batch/ar_step", "verify_batch/stock_batch")),
                      " / ".join(f"{n.loc[k, 'per_node/floor']:.1f}x" for k in (64, 256)),
                      f"{n.loc[256, 'verify_ms']:.1f}", _peak_mb(g)])
     return rows
@@ -476,18 +474,13 @@ def _peak_mb(g: pd.DataFrame) -> str:
     return f"{m.peak_bytes.iloc[0] / 2**20:.1f} ({int(m.B.iloc[0])} x {int(m.budget.iloc[0])})" if len(m) else "-"
 
 
-def _load_said(t: pd.DataFrame) -> str:
-    """', load average X at its end' from a timing file's ``load_avg_1min`` column ('' without one)."""
-    return f", load average {t.load_avg_1min.iloc[0]:.2f} at its end" if "load_avg_1min" in t else ""
-
-
 def render_batch_cost() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_batch.csv")
     per = t[t.table == "per_node"].set_index(["arch", "mode", "budget"]).verify_ms
     gdn_mla = per.get(("gdn", "wy", 256), float("nan")) / per.get(("mla", "wy", 256), float("nan"))
     head = (f"**Batched verify cost** (`python scripts/bench_batch.py`: random-init targets of the shipped shapes, "
             f"float32, the loops' kernels (MoE experts as `grouped_mm`), one thread, prefix {int(t.prefix.iloc[0])}, thread CPU time, {int(t.repeats.iloc[0])} interleaved "
-            f"repeats{_load_said(t)}; goals: batched verify <= {BATCH_GOALS['batch16']}x an AR step of the same batch, a node <= "
+            f"repeats, load average {t.load_avg_1min.iloc[0]:.2f} at its end; goals: batched verify <= {BATCH_GOALS['batch16']}x an AR step of the same batch, a node <= "
             f"{BATCH_GOALS['per_node']}x its FLOP floor (2 x active parameters at this core's measured fp32 matmul rate), "
             f"GDN wy verify at 256 nodes <= {BATCH_GOALS['gdn_over_mla']}x MLA's: measured {gdn_mla:.2f}x, medians of "
             "separate runs; the stock forward is transformers' own forward of the same batch x (budget + 1) tokens as "
