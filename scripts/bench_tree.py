@@ -15,7 +15,7 @@ import torch
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.measure import median_seconds
-from ddtree_lab.core.tree import (_best_first, _log_normaliser, _top_ranks, accept,
+from ddtree_lab.core.tree import (_best_first, _top_ranks, accept,
                              ancestor_mask, build_tree)
 
 DEPTH, VOCAB = 16, 4096  # block size L, vocabulary V
@@ -32,8 +32,7 @@ def median_ms(fn, *args) -> float:
 
 def torch_part(logits: torch.Tensor, budget: int) -> list[list[float]]:
     """The torch share of build_tree: topk ranks, log-probs of the kept tokens -> lists."""
-    ids = _top_ranks(logits, min(budget, logits.shape[1]))  # [L, K]
-    return (logits.gather(1, ids).double() - _log_normaliser(logits)).tolist()
+    return _top_ranks(logits, min(budget, logits.shape[1]))[1].tolist()  # [L, K]
 
 
 def first_child_tokens(tree) -> torch.Tensor:

@@ -111,6 +111,13 @@ class TreeRule:
                     else build_conditional_tree(draft.conditional, root, budget))
         return draft_tree(draft.logits, root, method, budget)
 
+    def trees(self, drafts: list, roots: list[int], method: str, budgets: list[int]) -> list[tree_mod.DraftTree]:
+        """``tree`` of every draft of a round: DDTree's unary trees built at once
+        (``tree.build_trees``), the others one by one."""
+        if self.name == "unary" and method == "ddtree":
+            return tree_mod.build_trees(torch.stack([d.logits for d in drafts]), roots, budgets)
+        return [self.tree(d, r, method, b) for d, r, b in zip(drafts, roots, budgets)]
+
     def proposal(self, draft):
         """The drafter's q for the rejection rule (``sampling.Marginal`` / ``Conditional``)."""
         return Conditional(draft.conditional) if self.name == "conditional" else Marginal(draft.logits)
@@ -474,7 +481,7 @@ def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model,
     """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets chosen
     jointly for this round's batch by ``auto_trees`` (each tree built once at the cost model's
     largest budget, then cut)."""
+    roots = [s.root for s in running]
     if method == "ddtree" and running[0].budget == "auto":
-        return auto_trees([rule.tree(d, s.root, method, cost_model.max_budget) for d, s in zip(drafts, running)],
-                          cost_model)
-    return [rule.tree(d, s.root, method, s.budget) for d, s in zip(drafts, running)]
+        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model)
+    return rule.trees(drafts, roots, method, [s.budget for s in running])

@@ -17,7 +17,7 @@ and gives the lab's two calls on it, both through ``DFlashDraftModel.forward``:
 - ``draft_batch`` / ``draft`` (inference): B sequences in ONE block forward. Each
   sequence keeps its own context K/V (``DrafterState``); ``ContextCache`` is the cache object
   the model's attention layers update: it appends each sequence's new context rows to its
-  state and returns the left-padded [context ; block] keys and values, masked per sequence.
+  state and returns the [context ; block] keys and values, masked per sequence.
   ``draft`` is the batch of one. -> one ``Draft`` per sequence, logits [block_size - 1, V],
   row d-1 = depth d. ``propose_reference`` is their plain twin (``dflash_generate``'s step);
 - ``block_logits`` (training): all anchors of a sequence in one forward through an attention
@@ -149,10 +149,26 @@ class Draft:
 
 @dataclass
 class DrafterState:
-    """One sequence's context K/V: per layer [1, H_kv, length, D], norm and RoPE applied."""
+    """One sequence's context K/V: per layer a buffer [1, H_kv, capacity, D] whose first
+    ``length`` rows are the context (norm and RoPE applied); rows past ``length`` are scratch
+    (finite: zeros or an old block's rows)."""
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     length: int = 0
+
+    def context(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(keys, values) [1, H_kv, length, D] of ``layer``: views."""
+        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
+
+    def reserve(self, rows: int) -> None:
+        """Grow every layer's buffers to at least ``rows`` rows (at least doubling; zeros past
+        the context), so a round appends in place."""
+        for bufs in (self.keys, self.values):
+            for i, buf in enumerate(bufs):
+                if buf.shape[2] < rows:
+                    grown = buf.new_zeros(*buf.shape[:2], max(rows, 2 * buf.shape[2]), buf.shape[3])
+                    grown[:, :, :self.length] = buf[:, :, :self.length]
+                    bufs[i] = grown
 
 
 class ContextCache:
@@ -160,9 +176,11 @@ class ContextCache:
     batched block forward of B sequences.
 
     The forward runs on ``[new context rows (left-padded to n_max) ; block]``; ``update`` gets
-    their keys/values [B, H, n_max + bs, D], appends sequence b's ``new_rows[b]`` real rows to
-    its ``DrafterState`` and returns its whole context, left-padded to ``width``, then the
-    block: [B, H, width + bs, D] (the forward's mask hides the padding)."""
+    their keys/values [B, H, n_max + bs, D], writes sequence b's ``new_rows[b]`` real rows into
+    its ``DrafterState`` buffers (in place: ``DrafterState.reserve`` made room for ``width``
+    rows) and returns every context left-aligned in ``width`` rows, then the block:
+    [B, H, width + bs, D]. Row b's rows past its context are its buffer's scratch, which the
+    forward's mask hides (``DFlashDrafter._block_mask``)."""
 
     def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int):
         self.states, self.new_rows, self.block_size, self.width = states, new_rows, block_size, width
@@ -173,32 +191,21 @@ class ContextCache:
         n_max = keys.shape[2] - self.block_size
         out = []
         for tensor, name in ((keys, "keys"), (values, "values")):
-            rows = []
             for b, (state, n) in enumerate(zip(self.states, self.new_rows)):
-                stored = getattr(state, name)
-                stored[layer_idx] = torch.cat([stored[layer_idx], tensor[b:b + 1, :, n_max - n:n_max]], 2)
-                rows.append(stored[layer_idx])
-            out.append(torch.cat([left_padded(rows, self.width), tensor[:, :, n_max:]], 2))
+                getattr(state, name)[layer_idx][:, :, state.length:state.length + n] = tensor[b:b + 1, :, n_max - n:n_max]
+            context = torch.cat([getattr(s, name)[layer_idx][:, :, :self.width] for s in self.states])  # [B, H, width, D]
+            out.append(torch.cat([context, tensor[:, :, n_max:]], 2))
         return out[0], out[1]
-
 
     def _update_one(self, keys, values, layer_idx):
-        """A batch of one: [context ; new rows ; block] in one copy per tensor; the state keeps
-        its first rows (a view)."""
+        """A batch of one: [context ; new rows ; block] in one copy per tensor, which becomes
+        the state's buffer (the block's rows its scratch)."""
         state, out = self.states[0], []
-        keep = state.length + self.new_rows[0]
         for tensor, stored in ((keys, state.keys), (values, state.values)):
-            full = torch.cat([stored[layer_idx], tensor], 2)  # [1, H, keep + bs, D]
-            stored[layer_idx] = full[:, :, :keep]
+            full = torch.cat([stored[layer_idx][:, :, :state.length], tensor], 2)  # [1, H, length + n + bs, D]
+            stored[layer_idx] = full
             out.append(full)
         return out[0], out[1]
-
-
-def left_padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    """[1, H, L_b, D] each -> [B, H, width, D], zeros on the left (one row of full width: itself)."""
-    if len(rows) == 1 and rows[0].shape[2] == width:
-        return rows[0]
-    return torch.cat([F.pad(r, (0, 0, width - r.shape[2], 0)) for r in rows], 0)
 
 
 class DFlashDrafter(nn.Module):
@@ -311,6 +318,9 @@ class DFlashDrafter(nn.Module):
                              f"block would end at {width + block_size}")
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
             states, new_features, new_rows, width, block_size)
+        if len(states) > 1:
+            for state in states:
+                state.reserve(width)
         cache = ContextCache(states, new_rows, block_size, width)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
@@ -339,9 +349,9 @@ class DFlashDrafter(nn.Module):
         return feats, pos, self._block_mask(lengths, width, block_size)
 
     def _block_mask(self, lengths: torch.Tensor, width: int, block_size: int) -> torch.Tensor:
-        """bool [B, 1, bs, W + bs]: block rows see their own context (right-aligned in W) and the
+        """bool [B, 1, bs, W + bs]: block rows see their own context (left-aligned in W) and the
         whole block."""
-        visible = (torch.arange(width) >= width - lengths[:, None]).to(self.device)  # [B, W]
+        visible = (torch.arange(width) < lengths[:, None]).to(self.device)  # [B, W]
         return torch.cat([visible[:, None, None].expand(-1, 1, block_size, width),
                           visible.new_ones(len(lengths), 1, block_size, block_size)], -1)
 

@@ -92,16 +92,28 @@ def _check_int(name: str, value, low: int, high: int | None = None) -> int:
     return as_int
 
 
-def _check_logits(draft_logits) -> torch.Tensor:
-    """Validated float logits [L, V] with L, V >= 1 and only finite values."""
-    if not isinstance(draft_logits, torch.Tensor) or draft_logits.dim() != 2 \
+def _shaped_logits(draft_logits, batched: bool = False) -> torch.Tensor:
+    """Float logits [L, V] ([B, L, V] if ``batched``) on the host, every size >= 1 (values unchecked)."""
+    dims = 3 if batched else 2
+    if not isinstance(draft_logits, torch.Tensor) or draft_logits.dim() != dims \
             or min(draft_logits.shape) < 1:
         shape = tuple(draft_logits.shape) if isinstance(draft_logits, torch.Tensor) else type(draft_logits)
-        raise ValueError(f"draft_logits must be a 2-D tensor [L, V] with L, V >= 1, got {shape}")
+        want = "[B, L, V] with B, L, V" if batched else "[L, V] with L, V"
+        raise ValueError(f"draft_logits must be a {dims}-D tensor {want} >= 1, got {shape}")
     logits = draft_logits if draft_logits.is_floating_point() else draft_logits.double()
-    if not bool(torch.isfinite(logits).all()):
-        raise ValueError("draft_logits must hold finite values in (-inf, inf), got NaN or inf")
     return logits.detach().cpu()
+
+
+def _check_finite(finite: bool) -> None:
+    if not finite:
+        raise ValueError("draft_logits must hold finite values in (-inf, inf), got NaN or inf")
+
+
+def _check_logits(draft_logits) -> torch.Tensor:
+    """Validated float logits [L, V] with L, V >= 1 and only finite values."""
+    logits = _shaped_logits(draft_logits)
+    _check_finite(bool(torch.isfinite(logits).all()))
+    return logits
 
 
 # ----------------------------------------------------------------------------- building
@@ -115,20 +127,25 @@ def _log_normaliser(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits.double(), dim=-1, keepdim=True)  # [L, 1]
 
 
-def _top_ranks(logits: torch.Tensor, k: int) -> torch.Tensor:
-    """Token ids [L, k] of each row's k best tokens, ordered (logit desc, token id asc).
+def _top_ranks(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token ids [L, k] of each row's k best tokens, ordered (logit desc, token id asc),
+    their float64 log-probs [L, k]). A NaN or an infinity anywhere in a row, or -inf among its
+    k best, is a ValueError (a -inf below them never enters a tree).
 
-    One ``topk`` call; torch's order among equal values is unspecified, so tied rows are
-    re-canonicalised (a rare path; random float logits almost never tie).
+    One ``topk`` call of k + 1: a tie at the cut is the (k+1)-th value equal to the k-th.
+    torch's order among equal values is unspecified, so tied rows are re-canonicalised (a rare
+    path; random float logits almost never tie).
     """
-    values, ids = logits.topk(k, dim=-1)  # [L, k], [L, k]
-    kth = values[:, -1:]  # [L, 1]
+    values, ids = logits.topk(min(k + 1, logits.shape[1]), dim=-1)  # [L, k (+1)]
+    normaliser = _log_normaliser(logits)  # [L, 1]: NaN or inf if any entry is NaN or +inf
+    _check_finite(bool(torch.isfinite(normaliser).all() and torch.isfinite(values[:, :k]).all()))
+    ties_at_cut = values.shape[1] > k and bool((values[:, k] == values[:, k - 1]).any())
+    values, ids = values[:, :k], ids[:, :k]
     equal_pairs = values[:, 1:] == values[:, :-1]  # [L, k-1]
     ties_inside = bool((equal_pairs & (ids[:, 1:] < ids[:, :-1])).any())
-    ties_at_cut = bool(((logits == kth).sum(-1) != (values == kth).sum(-1)).any())
-    if not (ties_inside or ties_at_cut):
-        return ids
-    return _canonical_top_ranks(logits, kth, k)
+    if ties_inside or ties_at_cut:
+        ids = _canonical_top_ranks(logits, values[:, -1:], k)
+    return ids, logits.gather(1, ids).double() - normaliser
 
 
 def _canonical_top_ranks(logits: torch.Tensor, kth: torch.Tensor, k: int) -> torch.Tensor:
@@ -182,15 +199,36 @@ def build_tree(draft_logits: torch.Tensor, root_token: int, budget: int) -> Draf
 
     draft_logits: [L, V], row d-1 scores depth d. Returns min(budget, sum_d V^d) draft
     nodes plus the root (``root_token``). Best-first search, O(B log B) after one topk and
-    one logsumexp on the whole [L, V] tensor; tie rule in the module docstring.
+    one logsumexp on the whole [L, V] tensor; tie rule in the module docstring. The tree of
+    one: ``build_trees``.
     """
-    logits = _check_logits(draft_logits)  # [L, V]
-    root_token = _check_int("root_token", root_token, 0, logits.shape[1] - 1)
-    budget = _check_int("budget", budget, 1)
-    num_ranks = min(budget, logits.shape[1])  # K
-    ids = _top_ranks(logits, num_ranks)  # [L, K]
-    top_log_probs = logits.gather(1, ids).double() - _log_normaliser(logits)  # [L, K] f64
-    nodes = _best_first(top_log_probs.tolist(), num_ranks, budget)
+    if not isinstance(draft_logits, torch.Tensor) or draft_logits.dim() != 2 or min(draft_logits.shape) < 1:
+        _shaped_logits(draft_logits)  # raises, naming the 2-D shape
+    return build_trees(draft_logits[None], [root_token], [budget])[0]
+
+
+def build_trees(draft_logits: torch.Tensor, root_tokens: list[int], budgets: list[int]) -> list[DraftTree]:
+    """``build_tree`` of B drafts at once: draft_logits [B, L, V], one root token and one budget
+    per draft -> B trees, each equal to ``build_tree(draft_logits[b], root_tokens[b],
+    budgets[b])``. The checks, the top-K ranks (K = min(max budget, V): a tree of a smaller
+    budget reads the first of them, the same ranks by the tie rule) and the logsumexps run
+    once over the batch; only the best-first searches run per tree."""
+    logits = _shaped_logits(draft_logits, batched=True)  # [B, L, V], values checked by _top_ranks
+    B, L, V = logits.shape
+    if len(root_tokens) != B or len(budgets) != B:
+        raise ValueError(f"root_tokens and budgets must have one entry per draft ({B}), "
+                         f"got {len(root_tokens)} and {len(budgets)}")
+    roots = [_check_int("root_token", r, 0, V - 1) for r in root_tokens]
+    budgets = [_check_int("budget", b, 1) for b in budgets]
+    rows = logits.reshape(B * L, V)
+    ids, top_log_probs = _top_ranks(rows, min(max(budgets), V))  # [B * L, K] each
+    ids, top_log_probs = ids.view(B, L, -1), top_log_probs.view(B, L, -1).tolist()
+    return [_tree(ids[b], top_log_probs[b], roots[b], budgets[b]) for b in range(B)]
+
+
+def _tree(ids: torch.Tensor, top_log_probs: list[list[float]], root_token: int, budget: int) -> DraftTree:
+    """One tree from its rows' top ranks ids [L, K] and their log-probs (K >= its own ranks)."""
+    nodes = _best_first(top_log_probs, min(budget, len(top_log_probs[0])), budget)
     parents, depths, ranks, weights = (list(col) for col in zip(*nodes))
     tokens = ids[torch.tensor(depths) - 1, torch.tensor(ranks)].tolist()  # [N]
     return _pack(root_token, tokens, parents, depths, weights)

@@ -31,7 +31,6 @@ from transformers import DynamicCache
 
 from . import adapter, batched, gdn_tree
 from .cache import Pending, TreeCache, check_cache, empty_cache
-from .drafter import left_padded
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
@@ -247,21 +246,25 @@ class TreeBatch:
         self.records = [{} for _ in self.caches]
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        keys = torch.cat([self._stacked(layer_idx, 0, key_states), key_states], dim=-2)
-        values = torch.cat([self._stacked(layer_idx, 1, value_states), value_states], dim=-2)
+        keys, values = (self._joined(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
         past = self.bufs.past
         for b, c in enumerate(self.caches):
             c.kv[layer_idx] = (keys[b:b + 1, :, past - c.length:], values[b:b + 1, :, past - c.length:])
         return keys, values
 
-    def _stacked(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
-        """[B, h, Pmax, d]: each sequence's committed rows, right-aligned (left padding zeros);
-        a batch of one is its committed rows themselves (a view: no copy)."""
+    def _joined(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """[B, h, Pmax + T, d]: each sequence's committed rows right-aligned in Pmax (zeros on
+        the left), then the new rows ``new`` [B, h, T, d]; one copy of each row."""
         if len(self.caches) == 1:
             c = self.caches[0]
-            return c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:, :, :0]
-        return left_padded([c.kv[layer_idx][which][:, :, :c.length] if c.length else new[:1, :, :0]
-                            for c in self.caches], self.bufs.past)
+            return torch.cat([c.kv[layer_idx][which][:, :, :c.length], new], dim=-2) if c.length else new
+        past = self.bufs.past
+        out = new.new_zeros(new.shape[0], new.shape[1], past + new.shape[2], new.shape[3])
+        for b, c in enumerate(self.caches):
+            if c.length:
+                out[b, :, past - c.length:past] = c.kv[layer_idx][which][0, :, :c.length]
+        out[:, :, past:] = new
+        return out
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.bufs.past

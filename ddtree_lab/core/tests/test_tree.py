@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddtree_lab.core.tree import (DraftTree, accept, accept_reference, ancestor_mask, ancestor_mask_reference,
-                             build_tree, build_tree_reference, chain_tree,
+                             build_tree, build_tree_reference, build_trees, chain_tree,
                              expected_acceptance, expected_acceptance_prefixes,
                              position_ids)
 
@@ -87,6 +87,27 @@ def test_heap_matches_reference(logits, data):
     root = data.draw(st.integers(0, logits.shape[1] - 1), label="root")
     assert_same_tree("build_tree", build_tree_reference(logits, root, budget),
                      build_tree(logits, root, budget))
+
+
+@settings(max_examples=100, deadline=None)
+@given(logits=logits_cases(), data=st.data())
+def test_a_batch_of_trees_equals_each_tree_alone(logits, data):
+    """``build_trees`` over drafts of one shape (random, flipped, all tied, negated) with their
+    own roots and budgets: each tree equals the brute-force twin's, ties at every cut included."""
+    batch = torch.stack([logits, logits.flip(-1), torch.zeros_like(logits), -logits])  # [4, L, V]
+    budgets = [data.draw(st.integers(1, num_prefixes(logits) + 3), label=f"budget{b}") for b in range(4)]
+    roots = [data.draw(st.integers(0, logits.shape[1] - 1), label=f"root{b}") for b in range(4)]
+    for b, tree in enumerate(build_trees(batch, roots, budgets)):
+        assert_same_tree(f"tree {b}", build_tree_reference(batch[b], roots[b], budgets[b]), tree)
+
+
+def test_build_trees_names_a_bad_batch():
+    with pytest.raises(ValueError, match=r"3-D tensor \[B, L, V\]"):
+        build_trees(torch.zeros(2, 3), [0], [1])
+    with pytest.raises(ValueError, match="one entry per draft"):
+        build_trees(torch.zeros(2, 2, 3), [0], [1, 1])
+    with pytest.raises(ValueError, match=r"budget must be an int in \[1, inf\)"):
+        build_trees(torch.zeros(2, 2, 3), [0, 0], [1, 0])
 
 
 @settings(max_examples=25, deadline=None)
