@@ -12,7 +12,7 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
-- breakdown of one batched verify: buffers + mask, the cache view (``TreeBatch._stacked``),
+- breakdown of one batched verify: buffers + mask, the cache view (``TreeBatch._joined``),
   the GDN layers (``gdn_layer.tree_layer_batch``, and its per-sequence twin for comparison), the
   rest of the forward.
 
@@ -186,7 +186,7 @@ def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, 
     for _ in range(repeats + 1):
         totals: dict = {}
         with timed_calls([(vmod, "batch_buffers", "batch_buffers"), (vmod, "additive_mask", "additive_mask"),
-                          (vmod.TreeBatch, "_stacked", "_stacked")], totals, clock):
+                          (vmod.TreeBatch, "_joined", "_joined")], totals, clock):
             totals["total"] = timed_ms(lambda: vmod.verify_batch(
                 model, [c.snapshot() for c in caches], trees, mode, gdn_layer=timed_layer(layer, totals)))
         rows.append(totals)
