@@ -44,6 +44,10 @@ class TreeCache:
     kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
     conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
     pending: what the last verify left for ``commit`` (a ``Pending``)
+    buffers: {(attention layer, 0 keys / 1 values): [1, h, capacity, d]}, this cache's own
+      buffers; where one is held, ``kv``'s tensor of it is a view of its first rows, and a
+      verify of this cache alone writes its tree rows after them in place (``appended``).
+      Never shared: a ``snapshot`` holds none, so it copies before it writes.
     Implements the ``update`` call transformers' attention layers make on a cache.
     """
     model_key: tuple
@@ -52,6 +56,7 @@ class TreeCache:
     conv: dict = field(default_factory=dict)
     rec: dict = field(default_factory=dict)
     pending: Pending | None = None
+    buffers: dict = field(default_factory=dict)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx in self.kv:
@@ -59,14 +64,35 @@ class TreeCache:
             key_states = torch.cat([k[:, :, :self.length], key_states], dim=-2)
             value_states = torch.cat([v[:, :, :self.length], value_states], dim=-2)
         self.kv[layer_idx] = (key_states, value_states)
+        for which in (0, 1):
+            self.buffers.pop((layer_idx, which), None)  # its rows now live in these tensors
         return key_states, value_states
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
+    def appended(self, layer: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """[1, h, length + T, d]: the committed rows of ``layer``'s keys (``which`` 0) or values
+        (1), then ``new`` [1, h, T, d], written in place into this cache's buffer (grown to at
+        least twice its rows when full: one copy of the committed rows); a view of it. Under
+        ``torch.compile``: one ``cat``, no buffer (a buffer's growth would retrace the graph)."""
+        if torch.compiler.is_compiling():
+            self.buffers.pop((layer, which), None)
+            return torch.cat([self.kv[layer][which][..., :self.length, :], new], -2) if self.length else new
+        end = self.length + new.shape[-2]
+        buf = self.buffers.get((layer, which))
+        if buf is None or buf.shape[-2] < end:
+            grown = new.new_zeros(*new.shape[:-2], max(end, 2 * (0 if buf is None else buf.shape[-2])), new.shape[-1])
+            if self.length:
+                grown[..., :self.length, :] = self.kv[layer][which][..., :self.length, :]
+            buf = self.buffers[(layer, which)] = grown
+        buf.narrow(-2, self.length, new.shape[-2]).copy_(new)
+        return buf.narrow(-2, 0, end)
+
     def snapshot(self) -> "TreeCache":
-        """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: verify
-        and commit replace dict entries and never write a tensor in place."""
+        """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: it
+        shares the committed tensors, which no one writes (a cache writes only past its own
+        length, and only into buffers it holds; the copy holds none)."""
         return TreeCache(self.model_key, self.length, dict(self.kv), dict(self.conv), dict(self.rec))
 
 
@@ -110,18 +136,19 @@ def _rescore_if_leaked(model, cache: TreeCache, tree: DraftTree, idx: torch.Tens
     return idx
 
 
-def _keep_rows(cache: TreeCache, idx: torch.Tensor) -> None:
-    """Keep the committed rows and the accepted tree rows ``idx``: a slice when the accepted
-    rows are the first ones (a chain, or the main path of a tree: no copy), else a gather."""
-    k_acc = idx.numel()
-    if bool((idx == torch.arange(k_acc)).all()):
-        end = cache.length + k_acc
-        for i, (k, v) in cache.kv.items():
-            cache.kv[i] = (k[:, :, :end], v[:, :, :end])
-        return
-    rows = torch.cat([torch.arange(cache.length), cache.length + idx])
+def _keep_rows(cache: TreeCache, idx: list[int]) -> None:
+    """Keep the committed rows and the accepted tree rows ``idx`` (increasing, from 0): a
+    slice when they are the first ones (a chain, or the main path of a tree: no copy), else
+    the accepted rows gathered to the front of the tree rows, in place (the tree rows are this
+    verify's own: no snapshot reads them)."""
+    end = cache.length + len(idx)
+    if idx[-1] != len(idx) - 1:
+        rows = torch.tensor(idx) + cache.length
+        for k, v in cache.kv.values():
+            for t in (k, v):
+                t[:, :, cache.length:end] = t.index_select(-2, rows.to(t.device))
     for i, (k, v) in cache.kv.items():
-        cache.kv[i] = (k.index_select(-2, rows.to(k.device)), v.index_select(-2, rows.to(k.device)))
+        cache.kv[i] = (k[:, :, :end], v[:, :, :end])
 
 
 def _accept_rows(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False) -> torch.Tensor:
@@ -134,7 +161,7 @@ def _accept_rows(model, cache: TreeCache, tree: DraftTree, path, checked: bool =
         check_cache(model, cache)
         idx = _check_path(cache, tree, path)
     idx = _rescore_if_leaked(model, cache, tree, idx)
-    _keep_rows(cache, idx)
+    _keep_rows(cache, idx.tolist())
     return idx
 
 

@@ -65,8 +65,9 @@ class Generation:
 
 
 def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
-    """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1)."""
-    logp = torch.log_softmax(logits.double() / (temperature or 1.0), dim=-1)
+    """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1), in
+    the logits' precision, at least float32."""
+    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / (temperature or 1.0), dim=-1)
     return (-(logp.exp() * logp).sum(-1)).tolist()
 
 

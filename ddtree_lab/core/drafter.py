@@ -156,10 +156,6 @@ class DrafterState:
     values: list[torch.Tensor] = field(default_factory=list)
     length: int = 0
 
-    def context(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(keys, values) [1, H_kv, length, D] of ``layer``: views."""
-        return self.keys[layer][:, :, :self.length], self.values[layer][:, :, :self.length]
-
     def reserve(self, rows: int) -> None:
         """Grow every layer's buffers to at least ``rows`` rows (at least doubling; zeros past
         the context), so a round appends in place."""
@@ -198,13 +194,19 @@ class ContextCache:
         return out[0], out[1]
 
     def _update_one(self, keys, values, layer_idx):
-        """A batch of one: [context ; new rows ; block] in one copy per tensor, which becomes
-        the state's buffer (the block's rows its scratch)."""
+        """A batch of one: the new rows and the block written after the context, in place
+        (``DrafterState.reserve`` made room: the block's rows become scratch); -> views
+        [1, H, length + n + bs, D] of the state's buffers. Under ``torch.compile`` (no reserve):
+        [context ; new rows ; block] in one ``cat``, which becomes the state's buffer."""
         state, out = self.states[0], []
+        end = state.length + keys.shape[2]
         for tensor, stored in ((keys, state.keys), (values, state.values)):
-            full = torch.cat([stored[layer_idx][:, :, :state.length], tensor], 2)  # [1, H, length + n + bs, D]
-            stored[layer_idx] = full
-            out.append(full)
+            if torch.compiler.is_compiling():
+                stored[layer_idx] = torch.cat([stored[layer_idx][:, :, :state.length], tensor], 2)
+                out.append(stored[layer_idx])
+            else:
+                stored[layer_idx].narrow(2, state.length, tensor.shape[2]).copy_(tensor)
+                out.append(stored[layer_idx].narrow(2, 0, end))
         return out[0], out[1]
 
 
@@ -251,8 +253,12 @@ class DFlashDrafter(nn.Module):
         """[..., S] ids -> [..., S, hidden] block embeddings (the target's, times the published
         ``input_embedding_scale``, 1 by default)."""
         w = self._target_io[0].weight.detach()
-        scale = float((getattr(self.model.config, "dflash_config", None) or {}).get("input_embedding_scale", 1.0))
-        return (F.embedding(ids.to(w.device), w) * scale).to(self.model.fc.weight.dtype)
+        return (F.embedding(ids.to(w.device), w) * self._embedding_scale).to(self.model.fc.weight.dtype)
+
+    @functools.cached_property
+    def _embedding_scale(self) -> float:
+        """The published ``input_embedding_scale`` (1 by default), read from the config once."""
+        return float((getattr(self.model.config, "dflash_config", None) or {}).get("input_embedding_scale", 1.0))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normed hidden [..., hidden] -> logits [..., V] (``compute_logits`` on the target's head)."""
@@ -318,9 +324,9 @@ class DFlashDrafter(nn.Module):
                              f"block would end at {width + block_size}")
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
             states, new_features, new_rows, width, block_size)
-        if len(states) > 1:
-            for state in states:
-                state.reserve(width)
+        if len(states) > 1 or forward is None:  # a compiled batch of one appends by cat (``_update_one``)
+            for state, n in zip(states, new_rows):
+                state.reserve(width if len(states) > 1 else state.length + n + block_size)
         cache = ContextCache(states, new_rows, block_size, width)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),

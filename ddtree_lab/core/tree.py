@@ -202,9 +202,7 @@ def build_tree(draft_logits: torch.Tensor, root_token: int, budget: int) -> Draf
     one logsumexp on the whole [L, V] tensor; tie rule in the module docstring. The tree of
     one: ``build_trees``.
     """
-    if not isinstance(draft_logits, torch.Tensor) or draft_logits.dim() != 2 or min(draft_logits.shape) < 1:
-        _shaped_logits(draft_logits)  # raises, naming the 2-D shape
-    return build_trees(draft_logits[None], [root_token], [budget])[0]
+    return build_trees(_shaped_logits(draft_logits)[None], [root_token], [budget])[0]
 
 
 def build_trees(draft_logits: torch.Tensor, root_tokens: list[int], budgets: list[int]) -> list[DraftTree]:

@@ -247,17 +247,22 @@ class TreeBatch:
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         keys, values = (self._joined(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
+        if len(self.caches) == 1:
+            self.caches[0].kv[layer_idx] = (keys, values)
+            return keys, values
         past = self.bufs.past
         for b, c in enumerate(self.caches):
             c.kv[layer_idx] = (keys[b:b + 1, :, past - c.length:], values[b:b + 1, :, past - c.length:])
+            for which in (0, 1):
+                c.buffers.pop((layer_idx, which), None)  # its rows now live in this batch's tensor
         return keys, values
 
     def _joined(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
         """[B, h, Pmax + T, d]: each sequence's committed rows right-aligned in Pmax (zeros on
-        the left), then the new rows ``new`` [B, h, T, d]; one copy of each row."""
+        the left), then the new rows ``new`` [B, h, T, d]; one copy of each row. A batch of one:
+        its cache's own buffer, the new rows written in place (``TreeCache.appended``)."""
         if len(self.caches) == 1:
-            c = self.caches[0]
-            return torch.cat([c.kv[layer_idx][which][:, :, :c.length], new], dim=-2) if c.length else new
+            return self.caches[0].appended(layer_idx, which, new)
         past = self.bufs.past
         out = new.new_zeros(new.shape[0], new.shape[1], past + new.shape[2], new.shape[3])
         for b, c in enumerate(self.caches):

@@ -184,6 +184,35 @@ def test_rounds_match_fresh_prefill(arch, mode):
                      verify(model, cache, tree, mode).logits, 1e-12)
 
 
+@pytest.mark.parametrize("arch,mode", ROUND_CASES, ids=[f"{a}-{m}" for a, m in ROUND_CASES])
+def test_a_cache_and_its_snapshot_decode_apart(arch, mode):
+    """A verify of one cache writes its tree rows in place into that cache's own buffers
+    (``TreeCache.appended``). A snapshot taken between rounds and the cache it came from then
+    take turns, each its own trees and paths (gathers and slices): each stays equal to a fresh
+    prefill of its own committed sequence, so neither ever wrote a row the other reads."""
+    model = target(arch, torch.float64)
+    V = model.config.vocab_size
+    gen = generator("snapshot-apart", arch, mode)
+    with harness.float64_harness():
+        prefix = random_prefix(V, gen)
+        first, committed = _commit_rounds(model, mode, prefix, [(random_tree("bushy", 16, V, gen),
+                                                                 lambda t: root_path(t, "deepest", gen))])
+        caches = {"first": (first, committed)}
+        caches["second"] = (first.snapshot(), committed)
+        for r in range(6):
+            name = ("first", "second")[r % 2]
+            cache, seq = caches[name]
+            tree = random_tree(("bushy", "deep")[r % 3 == 0], 16, V, gen)
+            verify(model, cache, tree, mode)
+            path = root_path(tree, ("random", "deepest", "root")[r % 3], gen)
+            commit(model, cache, tree, path)
+            caches[name] = (cache, seq + tree.tokens[path].tolist())
+        for name, (cache, seq) in caches.items():
+            fresh, _ = prefill(model, seq)
+            assert_same_cache(f"{arch}-{mode}-snapshot-apart-{name}-f64", fresh, cache, 1e-12)
+    assert caches["first"][1] != caches["second"][1]
+
+
 def commit_case(tag: str, kind: str, pick: str, dtype):
     """(GDN model, prefix, 32-node tree of ``kind``, a root path picked by ``pick``)."""
     model = target("gdn", dtype)
