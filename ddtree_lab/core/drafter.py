@@ -201,7 +201,9 @@ class ContextCache:
         state, out = self.states[0], []
         end = state.length + keys.shape[2]
         for tensor, stored in ((keys, state.keys), (values, state.values)):
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() or stored[layer_idx].shape[2] < end:
+                # compiled, or a compiled forward that dynamo runs eagerly (past its recompile
+                # limit): no reserve was made
                 stored[layer_idx] = torch.cat([stored[layer_idx][:, :, :state.length], tensor], 2)
                 out.append(stored[layer_idx])
             else:

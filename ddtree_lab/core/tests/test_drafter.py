@@ -88,6 +88,22 @@ def test_propose_equals_its_reference_twin_the_dflash_loops_cache(preset):
         assert cache.get_seq_length() == state.length
 
 
+@pytest.mark.parametrize("handed", (False, True), ids=("own-forward", "handed-forward"))
+def test_a_handed_forward_that_runs_eagerly_drafts_the_same(handed):
+    """A forward handed in (a compiled copy, which dynamo runs eagerly once past its recompile
+    limit) makes no reserve; the batch of one then appends by cat instead of in place, and
+    drafts what the published model on a cropped DynamicCache drafts, round after round."""
+    from transformers import DynamicCache
+    _, drafter = make_drafter("mla-toy")
+    gen = torch.Generator().manual_seed(4)
+    state, cache = drafter.new_state(), DynamicCache(config=drafter.model.config)
+    for n, root in zip((3, 7, 1, 4, 2), (5, 9, 2, 11, 6)):
+        feats = torch.randn(n, drafter.cfg.feature_size, generator=gen)
+        got = drafter.draft(state, feats, root, 8, forward=drafter.model if handed else None)
+        assert_close(f"draft after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
+                     got.logits, 1e-5)
+
+
 def test_drafter_is_the_published_class_and_round_trips_its_layout(tmp_path):
     """save_pretrained / from_pretrained of dflash.DFlashDraftModel: config.json with
     dflash_config, the lab's view of it, and the same proposals after the round trip."""
