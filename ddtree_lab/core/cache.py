@@ -82,10 +82,8 @@ class TreeCache:
         end = self.length + new.shape[-2]
         buf = self.buffers.get((layer, which))
         if buf is None or buf.shape[-2] < end:
-            grown = new.new_zeros(*new.shape[:-2], max(end, 2 * (0 if buf is None else buf.shape[-2])), new.shape[-1])
-            if self.length:
-                grown[..., :self.length, :] = self.kv[layer][which][..., :self.length, :]
-            buf = self.buffers[(layer, which)] = grown
+            kept = self.kv[layer][which][..., :self.length, :] if self.length else new[..., :0, :]
+            buf = self.buffers[(layer, which)] = grown(kept, 0 if buf is None else buf.shape[-2], end)
         buf.narrow(-2, self.length, new.shape[-2]).copy_(new)
         return buf.narrow(-2, 0, end)
 
@@ -94,6 +92,16 @@ class TreeCache:
         shares the committed tensors, which no one writes (a cache writes only past its own
         length, and only into buffers it holds; the copy holds none)."""
         return TreeCache(self.model_key, self.length, dict(self.kv), dict(self.conv), dict(self.rec))
+
+
+def grown(kept: torch.Tensor, capacity: int, rows: int) -> torch.Tensor:
+    """A buffer [..., max(rows, 2 * capacity), d] whose first rows are ``kept`` [..., n, d]
+    (zeros after them): a full buffer of ``capacity`` rows grown to hold ``rows``, at least
+    doubling, so appends stay amortised O(new rows). ``TreeCache.appended`` and
+    ``drafter.DrafterState.reserve`` grow theirs by it."""
+    out = kept.new_zeros(*kept.shape[:-2], max(rows, 2 * capacity), kept.shape[-1])
+    out[..., :kept.shape[-2], :] = kept
+    return out
 
 
 def model_key(model) -> tuple:

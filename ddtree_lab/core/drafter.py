@@ -42,6 +42,7 @@ from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
 
+from .cache import grown
 from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
@@ -162,9 +163,7 @@ class DrafterState:
         for bufs in (self.keys, self.values):
             for i, buf in enumerate(bufs):
                 if buf.shape[2] < rows:
-                    grown = buf.new_zeros(*buf.shape[:2], max(rows, 2 * buf.shape[2]), buf.shape[3])
-                    grown[:, :, :self.length] = buf[:, :, :self.length]
-                    bufs[i] = grown
+                    bufs[i] = grown(buf[:, :, :self.length], buf.shape[2], rows)
 
 
 class ContextCache:
