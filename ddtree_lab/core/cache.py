@@ -73,19 +73,15 @@ class TreeCache:
 
     def appended(self, layer: int, which: int, new: torch.Tensor) -> torch.Tensor:
         """[1, h, length + T, d]: the committed rows of ``layer``'s keys (``which`` 0) or values
-        (1), then ``new`` [1, h, T, d], written in place into this cache's buffer (grown to at
-        least twice its rows when full: one copy of the committed rows); a view of it. Under
-        ``torch.compile``: one ``cat``, no buffer (a buffer's growth would retrace the graph)."""
-        if torch.compiler.is_compiling():
+        (1), then ``new`` [1, h, T, d], written after them into this cache's own buffer
+        (``append_rows``); a view of it. Under ``torch.compile``: one ``cat``, no buffer."""
+        kept = self.kv[layer][which][..., :self.length, :] if self.length else new[..., :0, :]
+        buf, out = append_rows(self.buffers.get((layer, which)), kept, new)
+        if buf is None:
             self.buffers.pop((layer, which), None)
-            return torch.cat([self.kv[layer][which][..., :self.length, :], new], -2) if self.length else new
-        end = self.length + new.shape[-2]
-        buf = self.buffers.get((layer, which))
-        if buf is None or buf.shape[-2] < end:
-            kept = self.kv[layer][which][..., :self.length, :] if self.length else new[..., :0, :]
-            buf = self.buffers[(layer, which)] = grown(kept, 0 if buf is None else buf.shape[-2], end)
-        buf.narrow(-2, self.length, new.shape[-2]).copy_(new)
-        return buf.narrow(-2, 0, end)
+        else:
+            self.buffers[(layer, which)] = buf
+        return out
 
     def snapshot(self) -> "TreeCache":
         """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: it
@@ -97,11 +93,27 @@ class TreeCache:
 def grown(kept: torch.Tensor, capacity: int, rows: int) -> torch.Tensor:
     """A buffer [..., max(rows, 2 * capacity), d] whose first rows are ``kept`` [..., n, d]
     (zeros after them): a full buffer of ``capacity`` rows grown to hold ``rows``, at least
-    doubling, so appends stay amortised O(new rows). ``TreeCache.appended`` and
+    doubling, so appends stay amortised O(new rows). ``append_rows`` and
     ``drafter.DrafterState.reserve`` grow theirs by it."""
     out = kept.new_zeros(*kept.shape[:-2], max(rows, 2 * capacity), kept.shape[-1])
     out[..., :kept.shape[-2], :] = kept
     return out
+
+
+def append_rows(buf: torch.Tensor | None, kept: torch.Tensor, new: torch.Tensor) -> tuple:
+    """Append ``new`` [..., T, d] after ``kept`` [..., n, d], the first n rows of ``buf``
+    [..., capacity, d] (the caller's own buffer) or, with ``buf`` None, rows the caller must
+    not write -> (buffer, view [..., n + T, d] of it): written in place, the buffer grown by
+    ``grown`` when it is short (or absent). Under ``torch.compile`` -> (None, ``cat``): a
+    buffer's growth would retrace the graph. The one append rule of the target's
+    ``TreeCache`` and the drafter's ``ContextCache`` (a batch of one)."""
+    if torch.compiler.is_compiling():
+        return None, torch.cat([kept, new], -2)
+    n, end = kept.shape[-2], kept.shape[-2] + new.shape[-2]
+    if buf is None or buf.shape[-2] < end:
+        buf = grown(kept, 0 if buf is None else buf.shape[-2], end)
+    buf.narrow(-2, n, new.shape[-2]).copy_(new)
+    return buf, buf.narrow(-2, 0, end)
 
 
 def model_key(model) -> tuple:

@@ -42,7 +42,7 @@ from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
 
-from .cache import grown
+from .cache import append_rows, grown
 from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
@@ -173,7 +173,7 @@ class ContextCache:
     The forward runs on ``[new context rows (left-padded to n_max) ; block]``; ``update`` gets
     their keys/values [B, H, n_max + bs, D], writes sequence b's ``new_rows[b]`` real rows into
     its ``DrafterState`` buffers (in place: ``DrafterState.reserve`` made room for ``width``
-    rows) and returns every context left-aligned in ``width`` rows, then the block:
+    rows; a batch of one: ``cache.append_rows``) and returns every context left-aligned in ``width`` rows, then the block:
     [B, H, width + bs, D]. Row b's rows past its context are its buffer's scratch, which the
     forward's mask hides (``DFlashDrafter._block_mask``)."""
 
@@ -193,21 +193,15 @@ class ContextCache:
         return out[0], out[1]
 
     def _update_one(self, keys, values, layer_idx):
-        """A batch of one: the new rows and the block written after the context, in place
-        (``DrafterState.reserve`` made room: the block's rows become scratch); -> views
-        [1, H, length + n + bs, D] of the state's buffers. Under ``torch.compile`` (no reserve):
-        [context ; new rows ; block] in one ``cat``, which becomes the state's buffer."""
+        """A batch of one: the new rows and the block appended after the context in the
+        state's buffers (``cache.append_rows``: the block's rows become scratch); -> views
+        [1, H, length + n + bs, D]. Under ``torch.compile``: [context ; new rows ; block] in
+        one ``cat``, which becomes the state's buffer."""
         state, out = self.states[0], []
-        end = state.length + keys.shape[2]
         for tensor, stored in ((keys, state.keys), (values, state.values)):
-            if torch.compiler.is_compiling() or stored[layer_idx].shape[2] < end:
-                # compiled, or a compiled forward that dynamo runs eagerly (past its recompile
-                # limit): no reserve was made
-                stored[layer_idx] = torch.cat([stored[layer_idx][:, :, :state.length], tensor], 2)
-                out.append(stored[layer_idx])
-            else:
-                stored[layer_idx].narrow(2, state.length, tensor.shape[2]).copy_(tensor)
-                out.append(stored[layer_idx].narrow(2, 0, end))
+            buf, rows = append_rows(stored[layer_idx], stored[layer_idx][:, :, :state.length], tensor)
+            stored[layer_idx] = rows if buf is None else buf
+            out.append(rows)
         return out[0], out[1]
 
 
@@ -325,9 +319,9 @@ class DFlashDrafter(nn.Module):
                              f"block would end at {width + block_size}")
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
             states, new_features, new_rows, width, block_size)
-        if len(states) > 1 or forward is None:  # a compiled batch of one appends by cat (``_update_one``)
-            for state, n in zip(states, new_rows):
-                state.reserve(width if len(states) > 1 else state.length + n + block_size)
+        if len(states) > 1:  # a batch of one appends by ``cache.append_rows`` (``_update_one``)
+            for state in states:
+                state.reserve(width)
         cache = ContextCache(states, new_rows, block_size, width)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
