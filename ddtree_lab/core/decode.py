@@ -67,8 +67,8 @@ class Generation:
 def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
     """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1), in
     the logits' precision, at least float32."""
-    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / (temperature or 1.0), dim=-1)
-    return (-(logp.exp() * logp).sum(-1)).tolist()
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    return torch.special.entr(torch.softmax(x / temperature if temperature else x, -1)).sum(-1).tolist()
 
 
 _CUDA = torch.cuda.is_available()
@@ -461,18 +461,25 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
         with timed_phase(clock, "commit"):
             commit_batch(target, [q.cache for q in running], trees, [path for path, _, _ in walks], checked=True)
             for seq, o, (path, bonus, _) in zip(running, outs, walks):
-                seq.features, seq.root = o.features[path], bonus
+                seq.features, seq.root = _rows(o.features, path), bonus
         for seq, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
-            _record(seq.gen, t, path, bonus, o.logits[path], s.temperature)
+            _record(seq.gen, t, path, bonus, _rows(o.logits, path), s.temperature)
             if hooks.on_round is not None:
                 hooks.on_round(Round(d.logits, t, o.logits, choice, path, bonus, q, seq.index))
         running = [q for q in running if len(q.gen.tokens) < q.max_new_tokens]
 
 
+def _rows(x: torch.Tensor, path: list[int]) -> torch.Tensor:
+    """x[path] for a root path of node indices: a view when they are the first rows (a chain,
+    or a tree's main path), else a gather."""
+    return x[:len(path)] if path[-1] == len(path) - 1 else x[path]
+
+
 def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, temperature: float) -> None:
     """Append one round's accepted tokens, their entropies (the rows they came from), its
     acceptance length and tree size."""
-    gen.tokens += tree.tokens[path[1:]].tolist() + [bonus]
+    tokens = tree.tokens.tolist()
+    gen.tokens += [tokens[i] for i in path[1:]] + [bonus]
     gen.entropies += entropies(path_logits, temperature)
     gen.acceptance_lengths.append(len(path))
     gen.tree_sizes.append(tree.num_nodes)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import torch
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,19 +275,15 @@ def chain_tree(draft_tokens: torch.Tensor, root_token: int,
                          f"got {getattr(draft_tokens, 'shape', type(draft_tokens))}")
     root_token = _check_int("root_token", root_token, 0)
     length = draft_tokens.shape[0]
-    if log_probs is None:
-        log_probs = torch.zeros(length, dtype=torch.float64)
-    elif not isinstance(log_probs, torch.Tensor) or tuple(log_probs.shape) != (length,):
+    if log_probs is not None and (not isinstance(log_probs, torch.Tensor) or tuple(log_probs.shape) != (length,)):
         raise ValueError(f"log_probs must be a 1-D tensor of length L={length}, "
                          f"got {getattr(log_probs, 'shape', type(log_probs))}")
     steps = torch.arange(length + 1)  # [L+1]
-    return DraftTree(
-        tokens=torch.cat([torch.tensor([root_token]), draft_tokens.long().cpu()]),
-        parents=steps - 1,
-        depths=steps,
-        log_weights=torch.cat([torch.zeros(1, dtype=torch.float64),
-                               log_probs.double().cpu().cumsum(0)]),
-    )
+    weights = torch.zeros(length + 1, dtype=torch.float64)
+    if log_probs is not None:
+        torch.cumsum(log_probs.double().cpu(), 0, out=weights[1:])
+    return DraftTree(tokens=F.pad(draft_tokens.long().cpu(), (1, 0), value=root_token), parents=steps - 1,
+                     depths=steps, log_weights=weights)
 
 
 # ----------------------------------------------------------------------------- buffers
