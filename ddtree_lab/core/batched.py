@@ -118,10 +118,6 @@ def _prefix_masks(sizes: list[int], lengths: list[int], T: int, P: int) -> torch
     return seen[:, None, :] & _real_rows(sizes, T)[:, :, None]
 
 
-def _is_chain(tree: DraftTree) -> bool:
-    return int(tree.depths[-1]) == tree.parents.numel() - 1  # parents precede children: a chain's last node is deepest
-
-
 def _is_chain_parents(parents: torch.Tensor) -> bool:
     return bool((parents[1:] == torch.arange(parents.numel() - 1)).all())
 
@@ -134,7 +130,7 @@ def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[to
     LongTensor[B, T, K] (None without a ``conv_kernel``). T = the largest tree, P = max(lengths)."""
     sizes = [len(t) for t in trees]
     T, P = max(sizes), max(lengths)
-    chains = all(_is_chain(t) for t in trees)
+    chains = all(t.is_chain for t in trees)
     anc = _masks([t.parents for t in trees], sizes, T, chains)  # [B, T, T]
     if not all(p is t.parents for p, t in zip(gdn_parents, trees)):  # naive: the flattened trees as chains
         chains = all(map(_is_chain_parents, gdn_parents))

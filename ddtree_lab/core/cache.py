@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 
 from . import adapter, batched, gdn_tree
-from .tree import DraftTree
+from .tree import DraftTree, leading_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,7 +162,7 @@ def _keep_rows(cache: TreeCache, idx: list[int]) -> None:
     the accepted rows gathered to the front of the tree rows, in place (the tree rows are this
     verify's own: no snapshot reads them)."""
     end = cache.length + len(idx)
-    if idx[-1] != len(idx) - 1:
+    if not leading_rows(idx):
         rows = torch.tensor(idx) + cache.length
         for k, v in cache.kv.values():
             for t in (k, v):

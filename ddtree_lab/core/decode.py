@@ -472,14 +472,13 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
 def _rows(x: torch.Tensor, path: list[int]) -> torch.Tensor:
     """x[path] for a root path of node indices: a view when they are the first rows (a chain,
     or a tree's main path), else a gather."""
-    return x[:len(path)] if path[-1] == len(path) - 1 else x[path]
+    return x[:len(path)] if tree_mod.leading_rows(path) else x[path]
 
 
 def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, temperature: float) -> None:
     """Append one round's accepted tokens, their entropies (the rows they came from), its
     acceptance length and tree size."""
-    tokens = tree.tokens.tolist()
-    gen.tokens += [tokens[i] for i in path[1:]] + [bonus]
+    gen.tokens += _rows(tree.tokens, path)[1:].tolist() + [bonus]
     gen.entropies += entropies(path_logits, temperature)
     gen.acceptance_lengths.append(len(path))
     gen.tree_sizes.append(tree.num_nodes)

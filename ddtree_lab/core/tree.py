@@ -74,6 +74,12 @@ class DraftTree:
         tokens = self.tokens.tolist()
         return [{tokens[c]: c for c in reversed(kids)} for kids in self.children]
 
+    @cached_property
+    def is_chain(self) -> bool:
+        """Whether node i's parent is i - 1 for every node (read from the last node's depth:
+        parents precede children, so only a chain's last node has depth N)."""
+        return int(self.depths[-1]) == len(self) - 1
+
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root (0) down to ``node``."""
         return tree_path(self.parents, node)
@@ -360,11 +366,23 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
         raise ValueError(f"target_choice must be a 1-D tensor of length N+1={len(tree)}, "
                          f"got {getattr(target_choice, 'shape', type(target_choice))}")
     choice = target_choice.tolist()
+    if tree.is_chain:  # the longest prefix whose every token is the target's choice before it
+        tokens, k = tree.tokens.tolist(), 0
+        while k + 1 < len(tokens) and tokens[k + 1] == choice[k]:
+            k += 1
+        return list(range(k + 1)), int(choice[k])
     child_by_token = tree.child_by_token
     path = [0]
     while (child := child_by_token[path[-1]].get(choice[path[-1]])) is not None:
         path.append(child)
     return path, int(choice[path[-1]])
+
+
+def leading_rows(path: list[int]) -> bool:
+    """Whether a root path (ascending node indices, as ``accept`` returns) is the first
+    len(path) nodes 0 .. len - 1: a chain's path, or a tree's main path. Its rows of a
+    per-node tensor are then a slice, not a gather."""
+    return path[-1] == len(path) - 1
 
 
 def accept_reference(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int]:

@@ -61,7 +61,9 @@ class BatchBuffers:
     """Everything one verify of B trees needs, from the trees and committed lengths, built once.
 
     sizes: N_b + 1 per tree; past: Pmax; tokens, positions LongTensor[B, T], T = max(sizes)
-    (padding: token 0, position 0); allowed BoolTensor[B, T, Pmax + T] (attention);
+    (padding: token 0, position 0); allowed BoolTensor[B, T, Pmax + T] (attention), or None
+    for one chain on an attention-only target (the causal mask after ``past`` rows, which
+    ``attention_bias`` hands out as a view of a cached buffer);
     gdn_anc BoolTensor[B, T, T] (the GDN layers' ancestor masks, padding rows: diagonal) and
     windows LongTensor[B, T, K] (conv windows, rows into [conv_state.T ; x_b]): None on an
     attention-only target;
@@ -82,7 +84,10 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
     """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
     width K (None for attention-only targets). Every mask and window is built for the batch at
     once (``batched.batch_masks``); each ``per_tree`` entry is a view into the batch tensors.
+    One chain on an attention-only target builds no mask (``chain_buffers``).
     Plain twin: ``batch_buffers_reference``."""
+    if conv_kernel is None and len(trees) == 1 and trees[0].is_chain:
+        return chain_buffers(trees[0], lengths[0])
     gdn_parents = [as_mode(gdn_mode).parents(t) for t in trees]
     m = batched.batch_masks(trees, lengths, gdn_parents, conv_kernel)
     sizes = [len(t) for t in trees]
@@ -91,6 +96,17 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
     gdn = conv_kernel is not None
     return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
                         m["gdn_anc"] if gdn else None, m["windows"] if gdn else None, per_tree)
+
+
+def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
+    """``batch_buffers`` of one chain of n nodes after ``length`` committed rows on an
+    attention-only target: no ``allowed`` (``attention_bias`` gives its causal mask);
+    positions a view of ``arange`` [1, n], the chain's ancestor mask the lower triangle."""
+    n = len(chain)
+    positions = torch.arange(length, length + n)
+    anc = batched.chain_masks([n], n)[0]
+    buffers = TreeBuffers(chain, positions, anc, chain.parents, anc)
+    return BatchBuffers([n], length, chain.tokens[None], positions[None], None, None, None, [buffers])
 
 
 def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
@@ -144,6 +160,39 @@ def conv_windows(per_tree: list[TreeBuffers], K: int) -> torch.Tensor:
     for b, buf in enumerate(per_tree):
         out[b, :buf.gdn_parents.numel()] = gdn_tree.ancestor_windows(buf.gdn_parents.cpu(), K)
     return out
+
+
+def attention_bias(bufs: BatchBuffers, dtype, device=None) -> torch.Tensor:
+    """The additive mask [B, 1, T, Pmax + T] the attention layers of a verify of ``bufs`` add:
+    ``additive_mask(bufs.allowed)``; for one chain (``allowed`` None) a view of a cached
+    buffer (``chain_bias``), or under ``torch.compile`` the same mask built in the graph."""
+    if bufs.allowed is not None:
+        return additive_mask(bufs.allowed, dtype, device)
+    n, past = bufs.sizes[0], bufs.past
+    if torch.compiler.is_compiling():
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril_()
+        return additive_mask(torch.cat([causal.new_ones(n, past), causal], 1)[None], dtype, device)
+    return chain_bias(n, past, dtype, device)
+
+
+_CHAIN_BIAS: dict = {}
+
+
+def chain_bias(n: int, past: int, dtype, device=None) -> torch.Tensor:
+    """[1, 1, n, past + n] additive mask of a chain of n nodes after ``past`` committed rows:
+    a view of one buffer per (n, dtype, device), kept for the process: zeros over the
+    committed columns, the causal triangle last (-inf as ``finfo(dtype).min``, as
+    ``additive_mask``). The buffer grows (at least doubling) when ``past`` outgrows it. Read
+    only: the attention layers add it, never write it."""
+    key = (n, dtype, torch.device(device or "cpu"))
+    buf = _CHAIN_BIAS.get(key)
+    if buf is None or buf.shape[-1] - n < past:
+        cap = max(past, 256, 0 if buf is None else 2 * (buf.shape[-1] - n))
+        buf = torch.zeros(1, 1, n, cap + n, dtype=dtype, device=device)
+        buf[0, 0, :, cap:].masked_fill_(torch.ones(n, n, dtype=torch.bool, device=device).triu_(1),
+                                        torch.finfo(dtype).min)
+        _CHAIN_BIAS[key] = buf
+    return buf[..., buf.shape[-1] - n - past:]
 
 
 def additive_mask(allowed: torch.Tensor, dtype, device=None) -> torch.Tensor:
@@ -294,7 +343,7 @@ def tree_forward(model, view: TreeBatch, hidden: bool = False):
     Not pure: through ``TreeBatch.update`` every sequence's cache takes its tree rows, pending
     until ``cache.commit``."""
     p = next(model.parameters())
-    bias = additive_mask(view.bufs.allowed, p.dtype, p.device)
+    bias = attention_bias(view.bufs, p.dtype, p.device)
     mask = bias if view.bufs.gdn_anc is None else {"full_attention": bias, "linear_attention": None}
     return model(view.bufs.tokens.to(p.device), attention_mask=mask, position_ids=view.bufs.positions.to(p.device),
                  past_key_values=view, use_cache=True, output_hidden_states=hidden)

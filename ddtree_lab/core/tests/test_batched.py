@@ -31,6 +31,8 @@ BATCHES = {  # (kind, budget) per tree, committed lengths
     "equal": ((("bushy", 16), ("bushy", 16)), (3, 3)),
     "one": ((("random", 12),), (6,)),
     "roots": ((("chain", 0), ("bushy", 4)), (2, 1)),
+    "one chain": ((("chain", 7),), (300,)),  # attention-only: ``verify.chain_buffers``, past the bias's first 256 columns
+    "root only": ((("chain", 0),), (0,)),
 }
 
 
@@ -47,15 +49,35 @@ def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
     ref = verify.batch_buffers_reference(trees, lengths, mode, conv_kernel)
     out = verify.batch_buffers(trees, lengths, mode, conv_kernel)
     assert out.sizes == ref.sizes and out.past == ref.past
-    for field in ("tokens", "positions", "allowed", "gdn_anc", "windows"):
+    for field in ("tokens", "positions", "gdn_anc", "windows"):
         a, b = getattr(ref, field), getattr(out, field)
         assert (a is None) == (b is None), field
         if a is not None:
             assert_identical(f"{name} {mode} {field}", a, b)
+    assert (out.allowed is None) == (conv_kernel is None and len(trees) == 1 and trees[0].is_chain)
+    if out.allowed is not None:
+        assert_identical(f"{name} {mode} allowed", ref.allowed, out.allowed)
+    for dtype in DTYPES.values():  # the mask the attention layers add, a view of a cached buffer for one chain
+        assert_identical(f"{name} {mode} bias", verify.additive_mask(ref.allowed, dtype), verify.attention_bias(out, dtype))
     for r, o in zip(ref.per_tree, out.per_tree):
         assert o.tree is r.tree
         for field in ("positions", "anc", "gdn_parents", "gdn_anc"):
             assert_identical(f"{name} {mode} per tree {field}", getattr(r, field), getattr(o, field))
+
+
+def test_chain_bias_in_the_graph_equals_the_cached_view(monkeypatch):
+    """Under ``torch.compile`` a chain's bias is built in the graph (a cached buffer's growth
+    would retrace); it equals the view eager rounds take, as does the view after the buffer
+    grew (an earlier view keeps its values)."""
+    tree = random_tree("chain", 5, 64, generator("chain bias"))
+    first = verify.attention_bias(verify.batch_buffers([tree], [3]), torch.float32)
+    grown_view = verify.attention_bias(verify.batch_buffers([tree], [5000]), torch.float32)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for past, eager in ((3, first), (5000, grown_view)):
+        assert_identical(f"chain bias past {past}", eager,
+                         verify.attention_bias(verify.batch_buffers([tree], [past]), torch.float32))
+    assert_identical("view before growth", verify.additive_mask(verify.batch_buffers_reference([tree], [3]).allowed,
+                                                                torch.float32), first)
 
 
 def _wy_inputs(B: int, T: int, dtype, gen, H: int = 2, dk: int = 8, dv: int = 6):

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddtree_lab.core.tree import (DraftTree, accept, accept_reference, ancestor_mask, ancestor_mask_reference,
+from ddtree_lab.core.tree import (DraftTree, accept, accept_reference, leading_rows, ancestor_mask, ancestor_mask_reference,
                              build_tree, build_tree_reference, build_trees, chain_tree,
                              expected_acceptance, expected_acceptance_prefixes,
                              position_ids)
@@ -199,6 +199,24 @@ def test_accept_on_chain_stops_at_first_mismatch():
     assert accept(tree, torch.tensor([5, 6, 9, 8, 0])) == ([0, 1, 2], 9)
     assert accept(tree, torch.tensor([5, 6, 7, 8, 3])) == ([0, 1, 2, 3, 4], 3)
     assert accept(tree, torch.tensor([0, 6, 7, 8, 3])) == ([0], 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.lists(st.integers(0, 3), max_size=8), choice=st.data())
+def test_accept_on_chains_matches_reference(tokens, choice):
+    """A chain takes ``accept``'s prefix walk; it agrees with the brute-force twin (a small
+    vocabulary, so long matches and early mismatches both occur)."""
+    tree = chain_tree(torch.tensor(tokens, dtype=torch.long), root_token=1)
+    target = torch.tensor(choice.draw(st.lists(st.integers(0, 3), min_size=len(tree), max_size=len(tree))))
+    assert tree.is_chain
+    assert accept(tree, target) == accept_reference(tree, target)
+
+
+def test_is_chain_and_leading_rows():
+    tree = build_tree(torch.tensor([[3.0, 1.0, 0.0], [2.0, 0.0, 1.0]]), 0, 4)
+    assert chain_tree(torch.tensor([4, 5]), 0).is_chain and chain_tree(torch.tensor([], dtype=torch.long), 0).is_chain
+    assert not tree.is_chain and build_tree(torch.tensor([[3.0, 0.0], [2.0, 0.0]]), 0, 1).is_chain
+    assert leading_rows([0]) and leading_rows([0, 1, 2]) and not leading_rows([0, 2]) and not leading_rows([0, 1, 3])
 
 
 # ----------------------------------------------------------------------------- optimality

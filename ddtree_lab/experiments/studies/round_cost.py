@@ -38,7 +38,7 @@ from ...core.adapter import loop_ready
 from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.models import arch_of
-from ...core.verify import additive_mask, batch_buffers, prefill, verify_batch_unchecked
+from ...core.verify import attention_bias, batch_buffers, prefill, verify_batch_unchecked
 from ..plumbing.measure import ForwardClock, timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
@@ -185,7 +185,7 @@ def _floor_forward(model, cache: DynamicCache, tree, start: int):
     tokens, positions and additive mask verify builds (``verify.batch_buffers``)."""
     p = next(model.parameters())
     bufs = batch_buffers([tree], [start])
-    bias = additive_mask(bufs.allowed, p.dtype, p.device)
+    bias = attention_bias(bufs, p.dtype, p.device)
     mask = {"full_attention": bias, "linear_attention": None} if arch_of(model) == "gdn" else bias
     return model(bufs.tokens.to(p.device), attention_mask=mask, position_ids=bufs.positions.to(p.device),
                  past_key_values=cache, use_cache=True, output_hidden_states=True)
