@@ -71,8 +71,7 @@ def _schedule(steps: int, batch: int, anchors: int, **kw) -> TrainConfig:
 
 RECIPES: dict[str, DrafterRecipe] = {
     # 1 thread, shared 2-core CPU: ~0.32 s/step (8 x 8 blocks), rollouts ~6 prompts/s. 6000 steps at a
-    # real-code share of 0.25: the drafter grid's pick on both targets, shipped (notebook 06, issue 27:
-    # the highest free-running tau whose teacher-forced tau on real code keeps the floor)
+    # real-code share of 0.25 (a shipped target's drafter takes its own knobs: SHIPPED_KNOBS)
     "default": DrafterRecipe(_schedule(6000, 8, 8, lr=2e-3, warmup_steps=100, eval_every=250),
                              num_rollouts=4000, corpus_share=0.25),  # ~33 min training + ~11 min rollouts
     "quick": DrafterRecipe(_schedule(500, 8, 8, lr=2e-3, warmup_steps=30, eval_every=100),
@@ -81,6 +80,22 @@ RECIPES: dict[str, DrafterRecipe] = {
                          num_rollouts=8, prompt_len=8, new_tokens=24, gen_batch=4, num_layers=1,
                          temperatures=(0.0,), corpus_windows=4, soft_top_k=4),
 }
+
+
+# The shipped drafters' knobs: the drafter grid's picks (notebook 06, issue 27: the highest
+# free-running tau whose teacher-forced tau on real code keeps the floor). The "default" preset of
+# a shipped target trains with them (``preset_recipe``), so `train-drafter --arch A` rebuilds what ships.
+SHIPPED_KNOBS: dict[str, dict] = {"gdn": {"corpus_share": 0.25, "layers": 3},
+                                  "mla": {"corpus_share": 0.1, "layers": 5}}
+
+
+def preset_recipe(recipes: dict, preset: str, arch: str | None) -> "DrafterRecipe":
+    """``recipes[preset]`` (``RECIPES`` or ``DFLASH2_RECIPES``), with ``SHIPPED_KNOBS[arch]`` for
+    the "default" preset of a shipped target (arch None or another arch: the preset as it is)."""
+    if preset not in recipes:
+        raise ValueError(f"preset must be one of {sorted(recipes)}, got {preset!r}")
+    knobs = SHIPPED_KNOBS.get(arch, {}) if preset == "default" else {}
+    return with_knobs(recipes[preset], **knobs)
 
 
 def _batch(rollouts: dict, idx, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -255,12 +270,11 @@ def train_drafter(arch: str | None, preset: str = "default", *, target=None, pro
     tokenizer) or token-id lists; default ``drafter_prompts()``. mask_token_id: default the
     tokenizer's MASK. out: default the shipped ``{arch}-drafter``; runs_dir (the resumable
     training state): ``data/runs/{out's name}-{preset}`` for a drafter inside ``data/`` (the
-    shipped ones), else ``{out}.run`` beside ``out``. corpus_share, steps: the recipe's knobs (``with_knobs``).
+    shipped ones), else ``{out}.run`` beside ``out``. corpus_share, steps: the recipe's knobs (``with_knobs``;
+    default the preset's, ``preset_recipe``: a shipped arch's own for "default").
     Returns the shipped manifest.
     """
-    if preset not in RECIPES:
-        raise ValueError(f"preset must be one of {sorted(RECIPES)}, got {preset!r}")
-    recipe = with_knobs(RECIPES[preset], corpus_share, steps)
+    recipe = with_knobs(preset_recipe(RECIPES, preset, arch), corpus_share, steps)
     if target is None:
         if arch is None:
             raise ValueError("arch must be given when no target is")
@@ -376,9 +390,7 @@ def train_drafter2(arch: str | None, preset: str = "default", *, target=None, dr
     or ``out`` (a target of one's own: ``target`` and its ``drafter`` given, arch None reads
     as ``arch_of(target)``; the run beside ``out``, ``default_runs_dir``).
     corpus_share, labels: the data knobs (``with_knobs``), as the DFlash drafter was trained."""
-    if preset not in DFLASH2_RECIPES:
-        raise ValueError(f"preset must be one of {sorted(DFLASH2_RECIPES)}, got {preset!r}")
-    recipe = with_knobs(DFLASH2_RECIPES[preset], corpus_share, labels=labels)
+    recipe = with_knobs(preset_recipe(DFLASH2_RECIPES, preset, arch), corpus_share, labels=labels)
     cfg = replace(recipe.train, max_minutes=max_minutes)
     if target is None:
         check_manifest(ckpt_path(arch, "target"), REBUILD["target"].format(arch=arch))

@@ -122,3 +122,23 @@ def test_the_corpus_share_splits_every_batch_and_weighs_each_part_by_its_count(m
         loss = drafters.drafter_loss_fn(roll, 8, 3, corpus, corpus_share=share)(drafter, rng)
         assert loss.item() == pytest.approx((1 * (8 - n_corpus) + 3 * n_corpus) / 8)
         assert calls == [c for c in ((8 - n_corpus, False), (n_corpus, True)) if c[0]]
+
+
+@pytest.mark.parametrize("arch", ["gdn", "mla"])
+def test_the_default_recipe_of_a_shipped_target_rebuilds_what_ships(arch):
+    """`train-drafter --arch A` (and `train-drafter2`) train with the knobs the shipped drafters
+    were trained with, read from their manifests: the real-code share, the depth, the steps and
+    the labels; a target of one's own (arch None) and the other presets keep the preset."""
+    import json
+    from ddtree_lab.train.checkpoints import ckpt_path
+    for kind, recipes in (("drafter", drafters.RECIPES), ("drafter2", drafters.DFLASH2_RECIPES)):
+        shipped = json.loads((ckpt_path(arch, kind) / "manifest.json").read_text())["recipe"]
+        recipe = drafters.preset_recipe(recipes, "default", arch)
+        assert (recipe.corpus_share, recipe.train.max_tokens, recipe.soft_top_k, recipe.rollout_soft) == (
+            shipped["corpus_share"], shipped["train"]["max_tokens"], shipped["soft_top_k"], shipped["rollout_soft"])
+        if kind == "drafter":
+            assert recipe.num_layers == shipped["num_layers"]
+    assert drafters.preset_recipe(drafters.RECIPES, "default", None) == drafters.RECIPES["default"]
+    assert drafters.preset_recipe(drafters.RECIPES, "quick", arch) == drafters.RECIPES["quick"]
+    with pytest.raises(ValueError, match="preset must be one of"):
+        drafters.preset_recipe(drafters.RECIPES, "huge", arch)
