@@ -183,3 +183,14 @@ def test_a_readme_without_a_block_is_left_as_it_was_and_so_is_the_json(tmp_path)
     with pytest.raises(ValueError, match="results:build_tree"):
         readme.write_readme(["build_tree"], readme=page, out=stored)
     assert page.read_text() == "# no blocks here\n" and stored.read_text() == '{"kept": 1}\n'
+
+
+def test_a_value_against_its_goal_never_rounds_across_it():
+    from ddtree_lab.app.readme import against_goal
+    assert against_goal(2.9965, 3.0) == "2.996 (miss)"        # two decimals would read 3.00
+    assert against_goal(2.9996, 3.0) == "2.999 (miss)"
+    assert against_goal(3.004, 3.0) == "3.00 (pass)"
+    assert against_goal(2.86, 3.0) == "2.86 (miss)"
+    assert against_goal(2.72, 2.8, higher=False) == "2.72 (pass)"
+    assert against_goal(2.8004, 2.8, higher=False) == "2.801 (miss)"
+    assert against_goal(3.45, 2.8, higher=False) == "3.45 (miss)"
