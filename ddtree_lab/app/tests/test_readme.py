@@ -151,12 +151,12 @@ def test_the_drafters_limit_says_what_the_drafter_grid_stores():
         assert row.decode_dflash_tau > previous.decode_dflash_tau[arch], arch
         assert picks.loc[arch].drafter_sha256 == row.drafter_sha256, arch
     assert {arch: (row.layers, row.share) for arch, row in shipped.items()} == {"gdn": (3, 0.25), "mla": (5, 0.1)}
-    quarter = grid[grid.point == "share0.25-steps6000-layers5"].iloc[0]     # shipped on MLA before this one
+    quarter = grid[(grid.arch == "mla") & (grid.point == "share0.25-steps6000-layers5")].iloc[0]  # shipped before
     assert shipped["mla"].decode_dflash_tau > quarter.decode_dflash_tau
     assert shipped["mla"].tf_dflash_tau < quarter.tf_dflash_tau
     goal = "teacher-forced DDTree-64 tau on real code >= 2.5"
-    met = {arch: {g.goal.split(": ", 1)[1]: g.met for g in drafter_grid_goals(row, previous.loc[arch], 0.0, 0)}
-           for arch, row in {**shipped, "quarter": quarter}.items()}
+    met = {name: {g.goal.split(": ", 1)[1]: g.met for g in drafter_grid_goals(row, previous.loc[row.arch], 0.0, 0)}
+           for name, row in {**shipped, "quarter": quarter}.items()}
     assert not met["mla"][goal] and not met["gdn"][goal] and met["quarter"][goal]
     assert not met["mla"]["free-running DFlash tau >= 3.0 (0 HumanEval prompts, block 8)"]
 
