@@ -397,6 +397,7 @@ def train_drafter2(arch: str | None, preset: str = "default", *, target=None, dr
         target = load_target(ckpt_path(arch, "target"))
     arch = arch_of(target) if arch is None else arch
     drafter = drafter or load_drafter(ckpt_path(arch, "drafter"), target)
+    recipe = replace(recipe, num_layers=drafter.cfg.num_layers)  # its depth is the DFlash drafter's
     tok = tok or data.load_tokenizer()
     rollouts, train_r, val_r, corpus = training_data(target, recipe, tok, prompts, cfg.seed, cache_dir)
     torch.manual_seed(cfg.seed)

@@ -142,3 +142,21 @@ def test_the_default_recipe_of_a_shipped_target_rebuilds_what_ships(arch):
     assert drafters.preset_recipe(drafters.RECIPES, "quick", arch) == drafters.RECIPES["quick"]
     with pytest.raises(ValueError, match="preset must be one of"):
         drafters.preset_recipe(drafters.RECIPES, "huge", arch)
+
+
+def test_a_dflash2_manifest_records_the_depth_of_the_drafter_it_starts_from(tmp_path, monkeypatch):
+    """The DFlash 2 recipe's depth is the DFlash drafter's (a 2-layer toy drafter here, where
+    the toy preset says 1), as its config is."""
+    import json
+    from dataclasses import replace
+    target = build_target("gdn-toy")
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, 63, size=int(rng.integers(8, 14))).tolist() for _ in range(8)]
+    kw = dict(target=target, prompts=prompts, cache_dir=tmp_path / "cache")
+    monkeypatch.setitem(drafters.RECIPES, "toy", replace(drafters.RECIPES["toy"], num_layers=2))
+    drafters.train_drafter("gdn", "toy", mask_token_id=63, out=tmp_path / "d", runs_dir=tmp_path / "r", **kw)
+    drafter = drafters.load_drafter(tmp_path / "d", target)
+    assert drafter.cfg.num_layers == 2 != drafters.DFLASH2_RECIPES["toy"].num_layers
+    man = drafters.train_drafter2("gdn", "toy", drafter=drafter, out=tmp_path / "d2", runs_dir=tmp_path / "r2", **kw)
+    assert man["recipe"]["num_layers"] == man["drafter_config"]["num_layers"] == 2
+    assert json.loads((tmp_path / "d2" / "manifest.json").read_text())["recipe"]["num_layers"] == 2
