@@ -15,12 +15,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, harness, sampling
+from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
@@ -91,21 +92,30 @@ def test_verify_batch_features_match_batch_one():
         assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
 
 
+@pytest.mark.parametrize("layout", ("padded", "packed"))
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("mode", ("wy", "naive"))
-def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
-    """One GDN layer on 3 padded trees: outputs on real rows, conv, and the committed state (W1)
-    of a random path per sequence, fast (one vmapped WY pass) vs the per-sequence loop."""
+def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
+    """One GDN layer on 3 trees of different sizes, their rows padded [B, T, D] or packed
+    [1, N, D]: outputs on real rows, conv, and the committed state (W1) of a random path per
+    sequence, fast (one batched WY pass) vs the per-sequence loop."""
     model, _ = PAIRS["gdn-toy", dtype]
     m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
     trees = [random_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
     bufs = batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
+    assert bufs.rows is not None  # sizes differ: verify_batch packs them
     h = torch.randn(3, max(bufs.sizes), model.config.hidden_size, generator=gen).to(dtype)
     conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
     S0 = torch.randn(3, m.num_v_heads, m.head_k_dim, m.head_v_dim, generator=gen).to(dtype) * 0.1
+    if layout == "packed":
+        h, unpacked = batched.pack(h, bufs.rows, 1), (lambda x: batched.unpack(x, bufs.rows, 3, max(bufs.sizes), 1))
+    else:
+        bufs, unpacked = dataclasses.replace(bufs, rows=None), (lambda x: x)
     with precision(dtype):
         out, recs = gdn_layer.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
         ref, ref_recs = gdn_layer.tree_layer_batch_reference(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
+    assert out.shape == h.shape and ref.shape == h.shape
+    out, ref = unpacked(out), unpacked(ref)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
         path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
         assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], LOGIT_TOL[dtype])
