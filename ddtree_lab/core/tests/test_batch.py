@@ -25,6 +25,7 @@ from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harne
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
+from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
 from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
                      exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path,
@@ -90,6 +91,29 @@ def test_verify_batch_features_match_batch_one():
     outs = verify_batch(model, _caches(model, prefixes), trees, "wy", layers)
     for b, (c, t) in enumerate(zip(_caches(model, prefixes), trees)):
         assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
+
+
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_trees_of_different_sizes_run_packed(preset):
+    """Trees of 8, 2 and 5 rows run as ONE row of 15 tokens (no padding to 8), their attention
+    through ``adapter.packed_attention``; trees of one size run as B rows of T; afterwards,
+    and after a failed forward, the model's attention is its own again."""
+    model, _ = PAIRS[preset, torch.float32]
+    own, gen, seen = model.config._attn_implementation, generator("packed", preset), []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.append((tuple(args[0].shape), mod.config._attn_implementation))
+        if isinstance(kwargs["past_key_values"], verify_mod.TreeBatch) else None, with_kwargs=True)  # verifies only
+    try:
+        for budgets in ((7, 1, 4), (4, 4, 4)):
+            trees = [random_tree("bushy", n, 64, gen) for n in budgets]
+            verify_batch(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees, "wy")
+        with pytest.raises(RuntimeError, match="boom"):
+            verify_mod.verify_batch_unchecked(model, _caches(model, [[1], [2]]), [trees[0], random_tree("chain", 2, 64, gen)],
+                                          gdn_layer.gdn_mode("wy"), forward=lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    finally:
+        hook.remove()
+    assert seen == [((1, 15), adapter.PACKED_ATTENTION), ((3, 5), own)]
+    assert model.config._attn_implementation == own
 
 
 @pytest.mark.parametrize("layout", ("padded", "packed"))
