@@ -97,9 +97,10 @@ class BatchBuffers:
 
 
 def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                  conv_kernel: int | None = None) -> BatchBuffers:
+                  conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
     """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
-    width K (None for attention-only targets). Every mask and window is built for the batch at
+    width K (None for attention-only targets); packed: trees of different sizes run packed
+    (``rows``; False: padded to the largest, packed's plain twin). Every mask and window is built for the batch at
     once (``batched.batch_masks``); each ``per_tree`` entry is a view into the batch tensors.
     One chain on an attention-only target builds no mask (``chain_buffers``).
     Plain twin: ``batch_buffers_reference``."""
@@ -113,7 +114,7 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
     gdn = conv_kernel is not None
     return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
                         m["gdn_anc"] if gdn else None, m["windows"] if gdn else None, per_tree,
-                        batched.packed_rows(sizes, max(sizes)))
+                        batched.packed_rows(sizes, max(sizes)) if packed else None)
 
 
 def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
@@ -128,7 +129,7 @@ def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
 
 
 def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                            conv_kernel: int | None = None) -> BatchBuffers:
+                            conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
     """``batch_buffers``' plain twin: each tree's ``tree_buffers``, padded into the batch."""
     per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
     sizes = [len(t) for t in trees]
@@ -137,7 +138,8 @@ def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode
     gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes)) if gdn else None
     windows = conv_windows(per_tree, conv_kernel) if gdn else None
     T = max(sizes)
-    rows = None if min(sizes) == T else torch.tensor([b * T + i for b, n in enumerate(sizes) for i in range(n)])
+    rows = None if min(sizes) == T or not packed else torch.tensor([b * T + i for b, n in enumerate(sizes)
+                                                                    for i in range(n)])
     return BatchBuffers(sizes, max(lengths), tokens, positions, batch_allowed(per_tree, lengths),
                         gdn_anc, windows, per_tree, rows)
 
@@ -386,7 +388,7 @@ def tree_forward(model, view: TreeBatch, hidden: bool = False):
 
 @torch.no_grad()
 def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mode="wy",
-                 feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
+                 feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward, packed: bool = True) -> list[Forward]:
     """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
     features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
 
@@ -394,21 +396,23 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     round, its arguments checked once per generation). Writes no committed row: every cache
     keeps its tree rows as pending (``cache.Pending``) until ``commit``.
     gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its ``_reference`` twin; forward:
-    ``tree_forward`` or a compiled copy of it.
+    ``tree_forward`` or a compiled copy of it; packed: trees of different sizes run packed
+    (False: padded to the largest tree, the layout packing is measured against).
     """
     mode = as_mode(gdn_mode)
     _check_batch(model, caches, trees, mode)
-    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward=forward)
+    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward=forward, packed=packed)
 
 
 @torch.no_grad()
 def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree], mode: GdnMode,
-                           feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
+                           feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward,
+                           packed: bool = True) -> list[Forward]:
     """``verify_batch`` on arguments already checked (``mode``: a ``GdnMode``; the token ids and
     positions of every tree valid for its cache and the model)."""
     gdn = adapter.route_gdn_trees(model)
     K = next(iter(gdn.values())).conv_kernel_size if gdn else None
-    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K), mode,
+    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K, packed), mode,
                      gdn_layer or tree_layer_batch)
     with adapter.packed_attention_on(model, view.bufs.rows is not None):
         out = forward(model, view, bool(feature_layers))

@@ -61,10 +61,12 @@ def _caches(model, prefixes):
     return [prefill(model, p)[0] for p in prefixes]
 
 
+@pytest.mark.parametrize("packed", (True, False), ids=("packed", "padded"))
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("preset,mode", CASES + [("gdn-toy", "naive")], ids=lambda x: x)
-def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
-    """Two rounds of verify + commit: batch == batch 1, logits and committed caches."""
+def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype, packed):
+    """Two rounds of verify + commit: batch == batch 1, logits and committed caches; trees of
+    different sizes packed (the default) or padded to the largest."""
     model, _ = PAIRS[preset, dtype]
     V, gen = model.config.vocab_size, generator("batch-verify", preset, mode)
     prefixes = [torch.randint(V, (n - 1,), generator=gen).tolist() for n in PROMPT_LENGTHS]
@@ -73,7 +75,7 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
         for rnd in range(2):
             trees = [random_tree(kind, budget, V, gen) for kind, budget in
                      zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
-            outs = verify_batch(model, out, trees, mode)
+            outs = verify_batch(model, out, trees, mode, packed=packed)
             for b, (tree, o) in enumerate(zip(trees, outs)):
                 assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
                              o.logits, LOGIT_TOL[dtype])
