@@ -11,6 +11,10 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
   floor the batched verify is read against (issue 29 item 4);
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
+- packed: B trees of different sizes (``PACKED_BUDGETS``, the spread ``auto`` gives under load)
+  verified packed (``verify.verify_batch``'s default: N = sum of the tree sizes tokens) and
+  padded to the largest tree (``packed=False``: B x the largest), beside a batched AR step
+  (issue 29 item 4);
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
 - breakdown of one batched verify: buffers + mask, the cache view (``TreeBatch._joined``),
   the GDN layers (``gdn_layer.tree_layer_batch``, and its per-sequence twin for comparison), the
@@ -140,6 +144,28 @@ def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) 
     return row
 
 
+PACKED_BUDGETS = (64, 4, 16, 1, 32, 2, 8, 16)  # per sequence, cycled: trees of different sizes
+
+
+def packed_row(model, B: int, prefix: int, mode: str, repeats: int) -> dict:
+    """B trees of ``PACKED_BUDGETS`` (cycled) nodes: the packed verify, the same trees padded
+    to the largest, and a batched AR step; paired ratios."""
+    budgets = [PACKED_BUDGETS[b % len(PACKED_BUDGETS)] for b in range(B)]
+    caches = [prefill(model, random_prefix(model, prefix, seed=b))[0] for b in range(B)]
+    trees = [random_tree(model.config.vocab_size, n, seed=b) for b, n in enumerate(budgets)]
+    fns = {"ar_step": ar_stepper(model, B, prefix),
+           "packed": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
+           "padded": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode, packed=False)}
+    times = interleaved_times(fns, repeats)
+    row = {"B": B, "mode": mode, "tokens_packed": sum(len(t) for t in trees),
+           "tokens_padded": B * max(len(t) for t in trees)}
+    for name, t in times.items():
+        row[f"{name}_ms"], row[f"{name}_min_ms"] = statistics.median(t), min(t)
+    row |= ratio_columns("padded/packed", times["padded"], times["packed"])
+    row |= ratio_columns("packed/ar_step", times["packed"], times["ar_step"])
+    return row
+
+
 # ----------------------------------------------------------------------------- per node
 
 def matmul_gflops(model, repeats: int) -> float:
@@ -239,8 +265,9 @@ def _tables(model, arch: str, args) -> dict[str, pd.DataFrame]:
     parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
                         tree_layer_batch_reference)] if arch == "gdn" else []
     memory = memory_rows(model, max(args.batches), 64, args.prefix, modes)
+    packed = [packed_row(model, B, args.prefix, m, args.repeats) for m in modes for B in args.batches if B > 1]
     return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts),
-            "memory": pd.DataFrame(memory)}
+            "memory": pd.DataFrame(memory), "packed": pd.DataFrame(packed)}
 
 
 def main():

@@ -465,7 +465,9 @@ BATCH_GOALS = {"batch16": 1.5, "per_node": 2.0, "gdn_over_mla": 1.3}  # issue 13
 def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
     """Per target and GDN mode: batch-16 x budget-16 verify over a batch-16 AR step (paired
     median [95% interval]), the stock forward of the same tokens over that AR step and the
-    verify over that stock forward, per-node ms at 64 and 256 over the FLOP floor, verify ms at 256."""
+    verify over that stock forward, per-node ms at 64 and 256 over the FLOP floor, verify ms at
+    256, and trees of different sizes padded over packed at the largest batch ('-' when the
+    file has no packed rows)."""
     rows = []
     for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
         b = g[(g.table == "batch") & (g.B == g[g.table == "batch"].B.max())]
@@ -477,8 +479,18 @@ def _batch_cost_rows(t: pd.DataFrame) -> list[list]:
                      format_ratio_columns(r, "verify_batch/ar_step"),
                      *(format_ratio_columns(r, k) for k in ("stock_batch/ar_step", "verify_batch/stock_batch")),
                      " / ".join(f"{n.loc[k, 'per_node/floor']:.1f}x" for k in (64, 256)),
-                     f"{n.loc[256, 'verify_ms']:.1f}", _peak_mb(g)])
+                     f"{n.loc[256, 'verify_ms']:.1f}", _peak_mb(g), _packed(g)])
     return rows
+
+
+def _packed(g: pd.DataFrame) -> str:
+    """Padded over packed verify of the stored trees of different sizes at the largest batch."""
+    p = g[g.table == "packed"] if "tokens_packed" in g else g.iloc[:0]
+    if p.empty:
+        return "-"
+    r = p[p.B == p.B.max()].iloc[0]
+    return (f"{format_ratio_columns(r, 'padded/packed')} ({int(r.B)} trees, {int(r.tokens_padded)} -> "
+            f"{int(r.tokens_packed)} tokens; packed / AR step {r['packed/ar_step']:.2f}x)")
 
 
 def _peak_mb(g: pd.DataFrame) -> str:
@@ -503,7 +515,8 @@ def render_batch_cost() -> str:
                           "stock forward of the same tokens, no tree / batched AR step",
                           "batched verify / that stock forward",
                           "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms",
-                          "peak MB of one batched verify (batch x budget)"],
+                          "peak MB of one batched verify (batch x budget)",
+                          "trees of different sizes: padded verify / packed verify"],
                          _batch_cost_rows(t))
 
 

@@ -10,7 +10,10 @@
 - the stock ``DynamicCache`` after a prefill: attention K/V (MLA stores its compressed latents
   there), GDN conv and recurrent states;
 - ``kernel_dtype``: the dtype the stock GDN kernels compute in (the float64 proof's harness,
-  ``harness.float64_harness``, lives in its own module and swaps it).
+  ``harness.float64_harness``, lives in its own module and swaps it);
+- ``packed_attention``: the attention of a packed verify (``verify.tree_forward``), registered
+  in transformers' ``AttentionInterface`` and switched on for that forward only
+  (``packed_attention_on``).
 
 ``check_internals()`` fails loudly if the pinned version changed any of these.
 """
@@ -28,7 +31,9 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen35moe
 from transformers.models.qwen3_next import modeling_qwen3_next as qwen3next
 
-from . import gdn_tree
+from transformers import AttentionInterface
+
+from . import batched, gdn_tree
 
 PINNED_TRANSFORMERS = "5.23.0"
 
@@ -142,6 +147,42 @@ def attention_layer_ids(model) -> list[int]:
     return [i for i, layer in enumerate(decoder_layers(model)) if hasattr(layer, "self_attn")]
 
 
+# --- the packed verify's attention ------------------------------------------------------
+PACKED_ATTENTION = "ddtree_packed"
+
+
+def packed_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, *, tree_rows, **kwargs):
+    """The attention of a packed verify: the module's own eager attention, per sequence.
+
+    query [1, h, N, d]: the N tree rows of B trees side by side; key, value [B, hk, S, d]: each
+    sequence's committed rows then its tree rows (``verify.TreeBatch.update``); attention_mask
+    [B, 1, T, S]; tree_rows LongTensor[N] (``batched.packed_rows``). The query rows are
+    unpacked to [B, h, T, d], attended as a padded batch and packed back: -> (out [1, N, h, dv],
+    None)."""
+    B, T = attention_mask.shape[0], attention_mask.shape[2]
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    out, _ = eager(module, batched.unpack(query, tree_rows, B, T, 2), key, value, attention_mask, scaling, dropout)
+    return batched.pack(out, tree_rows, 1), None  # out [B, T, h, dv]
+
+
+AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+
+
+@contextlib.contextmanager
+def packed_attention_on(model, on: bool = True) -> Iterator[None]:
+    """``model``'s attention layers run ``packed_attention`` inside the block (``on``), their
+    own implementation restored on exit."""
+    if not on:
+        yield
+        return
+    before = model.config._attn_implementation
+    model.config._attn_implementation = PACKED_ATTENTION
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = before
+
+
 # --- Gated DeltaNet pieces --------------------------------------------------------------
 def gdn_project(m, h: torch.Tensor):
     """h [T, D] -> x [T, C] (pre-conv q|k|v), z [T, H, dv], a [T, H], b [T, H].
@@ -232,6 +273,7 @@ def check_internals() -> None:
         problems += [f"{cls.__name__} lost .{a}" for a in attrs if not hasattr(m, a)]
     for obj, name in [(qwen35, "l2norm"), (qwen35, "torch_chunk_gated_delta_rule"),
                       (qwen35, "eager_attention_forward"), (dsv3, "eager_attention_forward"),
+                      (qwen35moe, "eager_attention_forward"), (qwen3next, "eager_attention_forward"),
                       (qwen35moe, "torch_chunk_gated_delta_rule"), (qwen3next, "torch_chunk_gated_delta_rule"),
                       (dsv3.DeepseekV3TopkRouter, "forward")]:
         if not hasattr(obj, name):

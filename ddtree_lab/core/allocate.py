@@ -9,11 +9,12 @@ expectation (G_b: the sum of sequence b's first n_b gains). A batched round cost
 ``seconds[v - 1]`` at v verify tokens, from a cost model measured over batch x tokens
 (B trees of equal size: v = B x budget). What v is depends on the verify:
 
-- ``padded=True`` (``verify.verify_batch``, which pads every tree to the largest):
+- ``padded=True`` (a verify that pads every tree to the largest):
   v = B x max_b n_b. For a largest budget m every sequence then gets min(m, N_b) nodes (the
   padding is paid anyway), so the best allocation is the best m:
   rate(m) = (B + sum_b G_b(min(m, N_b))) / seconds[B m - 1];
-- ``padded=False`` (a packed verify, trees side by side without padding): v = sum_b n_b.
+- ``padded=False`` (a packed verify, trees side by side without padding, as
+  ``verify.verify_batch`` runs trees of different sizes): v = sum_b n_b.
   For a fixed v the best split is the v largest marginals (each sequence's first node
   forced: a tree holds at least one node), prefix-closed per sequence, and the best v
   maximises (B + sum of the v largest marginals) / seconds[v - 1]; trees differ in size.
@@ -105,7 +106,7 @@ def auto_trees(full: list[tree_mod.DraftTree], cost_model, padded: bool = True) 
 
     ``cost_model.batch_round_seconds(tokens [n], batch) -> seconds [n]`` predicts a round of
     ``batch`` trees whose verify processes ``tokens`` tokens. padded: the verify pads every
-    tree to the largest (``verify.verify_batch`` does). Batch 1: the tree whose budget
+    tree to the largest (False: it packs them, as ``verify.verify_batch`` does). Batch 1: the tree whose budget
     maximises (expected accepted + 1) / predicted round seconds.
     """
     gains = [t.log_weights[1:].exp() for t in full]  # [N_b] each, non-increasing

@@ -12,7 +12,12 @@ sequences and no ``torch.vmap``; its plain twin, named in its docstring, does it
 - ``tree_conv``: the tree conv of B trees through one ``index_select`` over the flattened rows
   (``gdn_layer.tree_conv_batch``; twin: ``gdn_layer.tree_conv_batch_reference``);
 - ``wy_states``: the accepted nodes' recurrent states (W1) of every sequence of one layer in
-  one einsum (``cache.commit_batch`` reads it; twin: ``gdn_tree.wy_state`` per sequence).
+  one einsum (``cache.commit_batch`` reads it; twin: ``gdn_tree.wy_state`` per sequence);
+- ``packed_rows``, ``pack``, ``unpack``: the packed layout of a verify of trees of different
+  sizes (issue 29 item 4): the trees' rows side by side, no padding, for every row-wise piece
+  of the forward (embeddings, projections, MLP and experts, the head); attention and the GDN
+  layers unpack them to [B, T] per sequence and pack their output back (twin: the padded
+  layout itself, ``verify.verify_batch`` against per-sequence ``verify``).
 
 It imports only ``torch``: the modules that build the loop's types (``verify``, ``cache``,
 ``gdn_layer``) import it.
@@ -57,6 +62,32 @@ def ancestor_masks(up: torch.Tensor) -> torch.Tensor:
 def _real_rows(sizes: list[int], T: int) -> torch.Tensor:
     """BoolTensor[B, T]: row i of tree b is a node (i < sizes[b]), not padding."""
     return torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]
+
+
+def packed_rows(sizes: list[int], T: int) -> torch.Tensor | None:
+    """LongTensor[N], N = sum(sizes): for node i of tree b in the packed layout (the trees side
+    by side, no padding), its row b * T + i of the padded layout [B * T]; None when no tree is
+    padded (the two layouts are one)."""
+    if min(sizes) == T:
+        return None
+    return _real_rows(sizes, T).reshape(-1).nonzero().squeeze(1)
+
+
+def unpack(x: torch.Tensor, rows: torch.Tensor, B: int, T: int, dim: int) -> torch.Tensor:
+    """x [1, ..., N, ...] (the N packed rows along ``dim`` >= 1) -> [B, ..., T, ...]: every row
+    at its padded place ``rows`` (``packed_rows``), zeros on the padding rows."""
+    flat = x[0].movedim(dim - 1, 0)  # [N, ...]
+    out = flat.new_zeros(B * T, *flat.shape[1:])
+    out[rows.to(x.device)] = flat
+    return out.view(B, T, *flat.shape[1:]).movedim(1, dim)
+
+
+def pack(x: torch.Tensor, rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """``unpack``'s inverse: x [B, ..., T, ...] (T along ``dim`` >= 1) -> [1, ..., N, ...], the
+    padded rows ``rows`` in packed order (padding rows dropped)."""
+    flat = x.movedim(dim, 1)
+    flat = flat.reshape(-1, *flat.shape[2:])  # [B * T, ...]
+    return flat.index_select(0, rows.to(x.device)).movedim(0, dim - 1)[None]
 
 
 def chain_masks(sizes: list[int], T: int) -> torch.Tensor:

@@ -490,5 +490,6 @@ def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model,
     largest budget, then cut)."""
     roots = [s.root for s in running]
     if method == "ddtree" and running[0].budget == "auto":
-        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model)
+        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model,
+                          padded=False)  # the verify packs trees of different sizes
     return rule.trees(drafts, roots, method, [s.budget for s in running])

@@ -19,13 +19,14 @@ plain twin (``tree_layer`` per sequence). Each returns the layer output and one
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from . import adapter, gdn_tree
+from . import adapter, batched, gdn_tree
 from .batched import gated_delta_wy as gated_delta_wy_batch, tree_conv as tree_conv_batch
 
 MODE_NAMES = ("naive", "fork", "wy")
@@ -133,27 +134,38 @@ def tree_layer(m, h, conv_state, S0, buf, mode: GdnMode) -> tuple[torch.Tensor, 
 
 
 def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.Tensor, list[GdnRecord]]:
-    """One GDN layer on B padded trees. h [B, T, D], conv_state [B, C, K], S0 [B, H, dk, dv],
-    bufs: ``verify.BatchBuffers`` -> (out [B, T, D] (padding rows: never read), a record per
-    sequence, as ``tree_layer`` makes it). Projections, gates and the output norm over all
-    B x T rows at once. A mode without a batched form (fork: ``GdnMode.batched``) runs
-    ``tree_layer`` per sequence (the reference loop) before any batched work."""
+    """One GDN layer on B trees. h [B, T, D] padded, or [1, N, D] packed (``bufs.rows``),
+    conv_state [B, C, K], S0 [B, H, dk, dv], bufs: ``verify.BatchBuffers`` -> (out shaped as h
+    (padding rows: never read), a record per sequence, as ``tree_layer`` makes it).
+    Projections, gates and the output norm over all rows of h at once; the conv and the
+    recurrence over the padded [B, T] (``batched.unpack``). A mode without a batched form (fork:
+    ``GdnMode.batched``) runs ``tree_layer`` per sequence (the reference loop) before any batched work."""
     if not mode.batched:
         return tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode)
-    B, T, D = h.shape
-    x, z, a, b = adapter.gdn_project(m, h.reshape(B * T, D))  # [B*T, C], [B*T, H, dv], [B*T, H] x2
+    B, T, D = len(bufs.sizes), max(bufs.sizes), h.shape[-1]
+    padded = (lambda t: t) if bufs.rows is None else (
+        lambda t: batched.unpack(t[None], bufs.rows, B, T, 1).reshape(B * T, *t.shape[1:]))
+    x, z, a, b = adapter.gdn_project(m, h.reshape(-1, D))  # [rows, C], [rows, H, dv], [rows, H] x2
+    x, a, b = padded(x), padded(a), padded(b)  # [B*T, ...]; z stays on h's rows, for the output
     y = tree_conv_batch(x.view(B, T, -1), conv_state, adapter.gdn_conv_weight(m), bufs.windows)
     q, k, v = adapter.gdn_qkv(m, y.reshape(B * T, -1))
     g, beta = adapter.gdn_gates(m, a, b)
     o, fields = mode.core_batch(*(t.view(B, T, *t.shape[1:]) for t in (q, k, v, g, beta)),
                                 S0.to(v.dtype), anc=bufs.gdn_anc.to(h.device))
-    out = adapter.gdn_output(m, o.reshape(B * T, *o.shape[2:]), z, h.dtype).view(B, T, D)
+    o = o.reshape(B * T, *o.shape[2:]) if bufs.rows is None else batched.pack(o, bufs.rows, 1)[0]
+    out = adapter.gdn_output(m, o, z, h.dtype).view(h.shape)
     x, a, b = (t.view(B, T, -1) for t in (x, a, b))
     return out, [GdnRecord(x[i, :n], a[i, :n], b[i, :n], **fields[i]) for i, n in enumerate(bufs.sizes)]
 
 
 def tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode: GdnMode):
-    """Plain twin of ``tree_layer_batch``: ``tree_layer`` per sequence."""
+    """Plain twin of ``tree_layer_batch``: ``tree_layer`` per sequence (h packed: unpacked
+    first, the output packed back)."""
+    if bufs.rows is not None:
+        B, T = len(bufs.sizes), max(bufs.sizes)
+        out, records = tree_layer_batch_reference(m, batched.unpack(h, bufs.rows, B, T, 1), conv_state, S0,
+                                                  dataclasses.replace(bufs, rows=None), mode)
+        return batched.pack(out, bufs.rows, 1), records
     out, records = torch.zeros_like(h), []
     for i, n in enumerate(bufs.sizes):
         out[i, :n], rec = tree_layer(m, h[i, :n], conv_state[i], S0[i], bufs.per_tree[i], mode)

@@ -5,8 +5,14 @@ One target forward scores the root and every draft node: attention layers (Qwen3
 attention, DeepSeek-V3 MLA) see the prefix plus the node's ancestors through an additive
 ancestor mask, at position start + depth; Gated DeltaNet layers run one of three modes (``gdn_layer.GdnMode``: "naive", "fork", "wy").
 
-There is one verify, over a batch: ``verify_batch`` packs B sequences' trees into ONE stock
-forward of batch B (docs/background.md section 7), and ``verify`` is its batch of one.
+There is one verify, over a batch: ``verify_batch`` puts B sequences' trees into ONE stock
+forward (docs/background.md section 7), and ``verify`` is its batch of one. Trees of one size
+run as a batch of B rows of T tokens. Trees of different sizes run packed (issue 29 item 4):
+the forward sees one row of N = sum N_b + B tokens, the trees side by side with no padding, so
+every row-wise piece (embeddings, projections, MLP and experts, the head) costs N tokens, not
+B x the largest tree; the attention (``adapter.packed_attention``, the module's own eager
+attention) and the GDN layers unpack them per sequence (``batched.unpack``) and pack their
+output back.
 
 - attention layers (Qwen3.5 full attention, DeepSeek-V3 MLA): sequence b's committed rows sit
   LEFT-padded in a [B, h, Pmax, d] view of every attention cache (``TreeBatch``), its tree
@@ -67,7 +73,9 @@ class BatchBuffers:
     gdn_anc BoolTensor[B, T, T] (the GDN layers' ancestor masks, padding rows: diagonal) and
     windows LongTensor[B, T, K] (conv windows, rows into [conv_state.T ; x_b]): None on an
     attention-only target;
-    per_tree: each sequence's ``TreeBuffers``.
+    per_tree: each sequence's ``TreeBuffers``;
+    rows: the packed layout's rows LongTensor[N] (``batched.packed_rows``), None when every
+    tree has T nodes (the forward runs the padded layout, which then has no padding).
     """
     sizes: list[int]
     past: int
@@ -77,12 +85,22 @@ class BatchBuffers:
     gdn_anc: torch.Tensor | None
     windows: torch.Tensor | None
     per_tree: list[TreeBuffers]
+    rows: torch.Tensor | None = None
+
+    def spans(self) -> list[tuple[int, int, int]]:
+        """(row of the output batch, first, end) of each sequence's rows in the forward's
+        output: (b, 0, N_b + 1) padded, (0, offset, offset + N_b + 1) packed."""
+        if self.rows is None:
+            return [(b, 0, n) for b, n in enumerate(self.sizes)]
+        ends = torch.tensor(self.sizes).cumsum(0).tolist()
+        return [(0, end - n, end) for n, end in zip(self.sizes, ends)]
 
 
 def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                  conv_kernel: int | None = None) -> BatchBuffers:
+                  conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
     """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
-    width K (None for attention-only targets). Every mask and window is built for the batch at
+    width K (None for attention-only targets); packed: trees of different sizes run packed
+    (``rows``; False: padded to the largest, packed's plain twin). Every mask and window is built for the batch at
     once (``batched.batch_masks``); each ``per_tree`` entry is a view into the batch tensors.
     One chain on an attention-only target builds no mask (``chain_buffers``).
     Plain twin: ``batch_buffers_reference``."""
@@ -95,7 +113,8 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
                 for b, (t, n) in enumerate(zip(trees, sizes))]
     gdn = conv_kernel is not None
     return BatchBuffers(sizes, max(lengths), m["tokens"], m["positions"], m["allowed"],
-                        m["gdn_anc"] if gdn else None, m["windows"] if gdn else None, per_tree)
+                        m["gdn_anc"] if gdn else None, m["windows"] if gdn else None, per_tree,
+                        batched.packed_rows(sizes, max(sizes)) if packed else None)
 
 
 def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
@@ -110,7 +129,7 @@ def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
 
 
 def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                            conv_kernel: int | None = None) -> BatchBuffers:
+                            conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
     """``batch_buffers``' plain twin: each tree's ``tree_buffers``, padded into the batch."""
     per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
     sizes = [len(t) for t in trees]
@@ -118,8 +137,11 @@ def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode
     gdn = conv_kernel is not None
     gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes)) if gdn else None
     windows = conv_windows(per_tree, conv_kernel) if gdn else None
+    T = max(sizes)
+    rows = None if min(sizes) == T or not packed else torch.tensor([b * T + i for b, n in enumerate(sizes)
+                                                                    for i in range(n)])
     return BatchBuffers(sizes, max(lengths), tokens, positions, batch_allowed(per_tree, lengths),
-                        gdn_anc, windows, per_tree)
+                        gdn_anc, windows, per_tree, rows)
 
 
 def _padded(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -208,11 +230,12 @@ class Forward:
     features: torch.Tensor | None
 
 
-def _features(hidden_states, feature_layers, b: int = 0, n: int | None = None) -> torch.Tensor | None:
-    """Sequence b's features [n, F] from the hidden states [B, T, D] of every layer."""
+def _features(hidden_states, feature_layers, b: int = 0, first: int = 0, end: int | None = None) -> torch.Tensor | None:
+    """Rows first .. end of batch row b of every feature layer's hidden states [B, T, D],
+    concatenated: [end - first, F]."""
     if not feature_layers:
         return None
-    return torch.cat([hidden_states[i + 1][b, :n] for i in feature_layers], dim=-1)
+    return torch.cat([hidden_states[i + 1][b, first:end] for i in feature_layers], dim=-1)
 
 
 @torch.no_grad()
@@ -280,7 +303,8 @@ class TreeBatch:
     one left-padded batch, the trees' ``BatchBuffers`` and the GDN mode.
 
     ``update`` (called by every attention layer) stacks each sequence's committed rows
-    left-padded to [B, h, Pmax, d], appends the new rows [B, h, T, d] and hands each
+    left-padded to [B, h, Pmax, d], appends the new rows [B, h, T, d] (unpacked from
+    [1, h, N, d] when the forward is packed, ``bufs.rows``) and hands each
     ``TreeCache`` its own slice [1, h, L_b + T, d] (committed rows, then its pending tree rows),
     which ``cache.commit`` then compacts. ``gdn_tree_layer`` (called by every routed GDN layer)
     runs the layer on the trees and keeps each sequence's ``GdnRecord``.
@@ -295,6 +319,8 @@ class TreeBatch:
         self.records = [{} for _ in self.caches]
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.bufs.rows is not None:
+            key_states, value_states = (self._unpacked(x, 2) for x in (key_states, value_states))
         keys, values = (self._joined(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
         if len(self.caches) == 1:
             self.caches[0].kv[layer_idx] = (keys, values)
@@ -323,8 +349,13 @@ class TreeBatch:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.bufs.past
 
+    def _unpacked(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Packed rows [1, ..., N, ...] -> per sequence [B, ..., T, ...] (``batched.unpack``)."""
+        return batched.unpack(x, self.bufs.rows, len(self.caches), max(self.bufs.sizes), dim)
+
     def gdn_tree_layer(self, m, hidden_states: torch.Tensor) -> torch.Tensor:
-        """GDN layer ``m`` on the trees: hidden_states [B, T, D] -> [B, T, D]."""
+        """GDN layer ``m`` on the trees: hidden_states [B, T, D] -> [B, T, D] (packed: [1, N, D]
+        -> [1, N, D], ``gdn_layer.tree_layer_batch``)."""
         i = m.layer_idx
         conv = torch.stack([c.conv[i] for c in self.caches])  # [B, C, K]
         S0 = torch.stack([c.rec[i] for c in self.caches])  # [B, H, dk, dv]
@@ -338,20 +369,26 @@ class TreeBatch:
 
 def tree_forward(model, view: TreeBatch, hidden: bool = False):
     """The verify's one target forward over ``view`` (a ``TreeBatch``): -> the model output
-    (logits [B, T, V], hidden states if ``hidden``). Its inputs are (model, view) only and no
-    module is patched per call, so ``torch.compile`` can capture it (scripts/bench_compile.py).
-    Not pure: through ``TreeBatch.update`` every sequence's cache takes its tree rows, pending
-    until ``cache.commit``."""
-    p = next(model.parameters())
-    bias = attention_bias(view.bufs, p.dtype, p.device)
-    mask = bias if view.bufs.gdn_anc is None else {"full_attention": bias, "linear_attention": None}
-    return model(view.bufs.tokens.to(p.device), attention_mask=mask, position_ids=view.bufs.positions.to(p.device),
-                 past_key_values=view, use_cache=True, output_hidden_states=hidden)
+    (logits [B, T, V], or [1, N, V] packed (``view.bufs.rows``); hidden states if ``hidden``).
+    Its inputs are (model, view) only and no module is patched per call, so ``torch.compile``
+    can capture it (scripts/bench_compile.py). A packed forward runs inside
+    ``adapter.packed_attention_on(model)`` (``verify_batch_unchecked`` enters it) and hands its
+    attention the packed rows (``tree_rows``). Not pure: through ``TreeBatch.update`` every
+    sequence's cache takes its tree rows, pending until ``cache.commit``."""
+    p, bufs = next(model.parameters()), view.bufs
+    bias = attention_bias(bufs, p.dtype, p.device)
+    mask = bias if bufs.gdn_anc is None else {"full_attention": bias, "linear_attention": None}
+    tokens, positions, packed = bufs.tokens.to(p.device), bufs.positions.to(p.device), {}
+    if bufs.rows is not None:
+        tokens, positions = (batched.pack(x, bufs.rows, 1) for x in (tokens, positions))
+        packed = {"tree_rows": bufs.rows.to(p.device)}
+    return model(tokens, attention_mask=mask, position_ids=positions, past_key_values=view, use_cache=True,
+                 output_hidden_states=hidden, **packed)
 
 
 @torch.no_grad()
 def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mode="wy",
-                 feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
+                 feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward, packed: bool = True) -> list[Forward]:
     """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
     features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
 
@@ -359,27 +396,30 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     round, its arguments checked once per generation). Writes no committed row: every cache
     keeps its tree rows as pending (``cache.Pending``) until ``commit``.
     gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its ``_reference`` twin; forward:
-    ``tree_forward`` or a compiled copy of it.
+    ``tree_forward`` or a compiled copy of it; packed: trees of different sizes run packed
+    (False: padded to the largest tree, the layout packing is measured against).
     """
     mode = as_mode(gdn_mode)
     _check_batch(model, caches, trees, mode)
-    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward=forward)
+    return verify_batch_unchecked(model, caches, trees, mode, feature_layers, gdn_layer, forward=forward, packed=packed)
 
 
 @torch.no_grad()
 def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree], mode: GdnMode,
-                           feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward) -> list[Forward]:
+                           feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward,
+                           packed: bool = True) -> list[Forward]:
     """``verify_batch`` on arguments already checked (``mode``: a ``GdnMode``; the token ids and
     positions of every tree valid for its cache and the model)."""
     gdn = adapter.route_gdn_trees(model)
     K = next(iter(gdn.values())).conv_kernel_size if gdn else None
-    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K), mode,
+    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K, packed), mode,
                      gdn_layer or tree_layer_batch)
-    out = forward(model, view, bool(feature_layers))
+    with adapter.packed_attention_on(model, view.bufs.rows is not None):
+        out = forward(model, view, bool(feature_layers))
     for c, tree, rec in zip(caches, trees, view.records):
         c.pending = Pending(tree, mode, rec, rescore_chain)
-    return [Forward(out.logits[b, :n], _features(out.hidden_states, feature_layers, b, n))
-            for b, n in enumerate(view.bufs.sizes)]
+    return [Forward(out.logits[b, first:end], _features(out.hidden_states, feature_layers, b, first, end))
+            for b, first, end in view.bufs.spans()]
 
 
 @torch.no_grad()

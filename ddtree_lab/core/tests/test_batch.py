@@ -15,15 +15,17 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, decode, gdn_layer, gdn_tree, harness, sampling
+from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
+from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
 from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
                      exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path,
@@ -59,10 +61,12 @@ def _caches(model, prefixes):
     return [prefill(model, p)[0] for p in prefixes]
 
 
+@pytest.mark.parametrize("packed", (True, False), ids=("packed", "padded"))
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("preset,mode", CASES + [("gdn-toy", "naive")], ids=lambda x: x)
-def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
-    """Two rounds of verify + commit: batch == batch 1, logits and committed caches."""
+def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype, packed):
+    """Two rounds of verify + commit: batch == batch 1, logits and committed caches; trees of
+    different sizes packed (the default) or padded to the largest."""
     model, _ = PAIRS[preset, dtype]
     V, gen = model.config.vocab_size, generator("batch-verify", preset, mode)
     prefixes = [torch.randint(V, (n - 1,), generator=gen).tolist() for n in PROMPT_LENGTHS]
@@ -71,7 +75,7 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype):
         for rnd in range(2):
             trees = [random_tree(kind, budget, V, gen) for kind, budget in
                      zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
-            outs = verify_batch(model, out, trees, mode)
+            outs = verify_batch(model, out, trees, mode, packed=packed)
             for b, (tree, o) in enumerate(zip(trees, outs)):
                 assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
                              o.logits, LOGIT_TOL[dtype])
@@ -91,21 +95,53 @@ def test_verify_batch_features_match_batch_one():
         assert_close(f"features seq{b}", verify(model, c, t, "wy", layers).features, outs[b].features, 2e-6)
 
 
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_trees_of_different_sizes_run_packed(preset):
+    """Trees of 8, 2 and 5 rows run as ONE row of 15 tokens (no padding to 8), their attention
+    through ``adapter.packed_attention``; trees of one size run as B rows of T; afterwards,
+    and after a failed forward, the model's attention is its own again."""
+    model, _ = PAIRS[preset, torch.float32]
+    own, gen, seen = model.config._attn_implementation, generator("packed", preset), []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.append((tuple(args[0].shape), mod.config._attn_implementation))
+        if isinstance(kwargs["past_key_values"], verify_mod.TreeBatch) else None, with_kwargs=True)  # verifies only
+    try:
+        for budgets in ((7, 1, 4), (4, 4, 4)):
+            trees = [random_tree("bushy", n, 64, gen) for n in budgets]
+            verify_batch(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees, "wy")
+        with pytest.raises(RuntimeError, match="boom"):
+            verify_mod.verify_batch_unchecked(model, _caches(model, [[1], [2]]), [trees[0], random_tree("chain", 2, 64, gen)],
+                                          gdn_layer.gdn_mode("wy"), forward=lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    finally:
+        hook.remove()
+    assert seen == [((1, 15), adapter.PACKED_ATTENTION), ((3, 5), own)]
+    assert model.config._attn_implementation == own
+
+
+@pytest.mark.parametrize("layout", ("padded", "packed"))
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("mode", ("wy", "naive"))
-def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype):
-    """One GDN layer on 3 padded trees: outputs on real rows, conv, and the committed state (W1)
-    of a random path per sequence, fast (one vmapped WY pass) vs the per-sequence loop."""
+def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
+    """One GDN layer on 3 trees of different sizes, their rows padded [B, T, D] or packed
+    [1, N, D]: outputs on real rows, conv, and the committed state (W1) of a random path per
+    sequence, fast (one batched WY pass) vs the per-sequence loop."""
     model, _ = PAIRS["gdn-toy", dtype]
     m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
     trees = [random_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
     bufs = batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
+    assert bufs.rows is not None  # sizes differ: verify_batch packs them
     h = torch.randn(3, max(bufs.sizes), model.config.hidden_size, generator=gen).to(dtype)
     conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
     S0 = torch.randn(3, m.num_v_heads, m.head_k_dim, m.head_v_dim, generator=gen).to(dtype) * 0.1
+    if layout == "packed":
+        h, unpacked = batched.pack(h, bufs.rows, 1), (lambda x: batched.unpack(x, bufs.rows, 3, max(bufs.sizes), 1))
+    else:
+        bufs, unpacked = dataclasses.replace(bufs, rows=None), (lambda x: x)
     with precision(dtype):
         out, recs = gdn_layer.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
         ref, ref_recs = gdn_layer.tree_layer_batch_reference(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
+    assert out.shape == h.shape and ref.shape == h.shape
+    out, ref = unpacked(out), unpacked(ref)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
         path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
         assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], LOGIT_TOL[dtype])

@@ -7,6 +7,8 @@ them) against their plain per-tree twins:
 - ``gated_delta_wy`` == ``gdn_layer.gated_delta_wy_batch_reference`` (per tree) and
   ``gdn_tree.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
   ``gdn_layer.tree_conv_batch_reference``, bit for bit;
+- ``packed_rows`` / ``pack`` / ``unpack``: the packed layout of trees of different sizes, its
+  rows in tree order, ``unpack`` after ``pack`` the identity on real rows and zeros on padding;
 - ``wy_states`` == ``gdn_tree.wy_state`` per sequence; ``cache.commit_batch`` == ``cache.commit``
   per sequence over two rounds of ``verify_batch`` (wy, fork, naive with branched paths re-scored);
 - the loop equals the loop with every twin swapped in, round for round.
@@ -41,6 +43,21 @@ def _trees(name: str, gen) -> tuple[list, list]:
     return [random_tree(kind, budget, 64, gen) for kind, budget in kinds], list(lengths)
 
 
+@pytest.mark.parametrize("dim", (1, 2))
+def test_pack_and_unpack_are_inverse_on_the_real_rows(dim):
+    sizes, T = [3, 1, 4], 4
+    rows = batched.packed_rows(sizes, T)
+    assert rows.tolist() == [0, 1, 2, 4, 8, 9, 10, 11]  # tree b's node i at row b * T + i, in tree order
+    assert batched.packed_rows([4, 4], 4) is None  # no padding: the padded layout is the packed one
+    x = torch.randn(3, T, 5) if dim == 1 else torch.randn(3, 2, T, 5)  # [B, T, d] or [B, h, T, d]
+    packed = batched.pack(x, rows, dim)
+    assert packed.shape == ((1, 8, 5) if dim == 1 else (1, 2, 8, 5))
+    back = batched.unpack(packed, rows, 3, T, dim)
+    real = batched._real_rows(sizes, T)  # [B, T]
+    real = real[:, :, None] if dim == 1 else real[:, None, :, None]
+    assert_identical(f"unpack(pack) dim {dim}", torch.where(real, x, torch.zeros(())), back)
+
+
 @pytest.mark.parametrize("conv_kernel", (4, None), ids=("gdn", "attention"))
 @pytest.mark.parametrize("mode", gdn_layer.MODE_NAMES)
 @pytest.mark.parametrize("name", BATCHES)
@@ -49,7 +66,7 @@ def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
     ref = verify.batch_buffers_reference(trees, lengths, mode, conv_kernel)
     out = verify.batch_buffers(trees, lengths, mode, conv_kernel)
     assert out.sizes == ref.sizes and out.past == ref.past
-    for field in ("tokens", "positions", "gdn_anc", "windows"):
+    for field in ("tokens", "positions", "gdn_anc", "windows", "rows"):
         a, b = getattr(ref, field), getattr(out, field)
         assert (a is None) == (b is None), field
         if a is not None:

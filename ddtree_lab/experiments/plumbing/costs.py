@@ -7,7 +7,7 @@ JSON under ``data/results/costs/`` and interpolated in between measured budgets.
 Batched rounds (issue 13 item 3): ``BatchCostModel`` holds the seconds of a batched round
 (one ``draft_batch`` + the batch's tree builds, one ``verify_batch`` + the commits) over a
 grid of batch x per-sequence budget, i.e. batch x verify tokens (B equal trees of b nodes:
-B b tokens; ``core.allocate`` counts a padded verify's tokens as B x the largest tree), measured by
+B b tokens; the packed verify of trees of different sizes processes their sum), measured by
 ``measure_batch_cost_model`` and stored as ``batchcost-<key>.json`` beside the batch-1 curves;
 ``generate_batch(budget="auto")`` reads it through ``batch_round_seconds``.
 """
