@@ -11,6 +11,7 @@ attention, MoE with a shared expert). For each:
   and leaks on branched trees;
 - rounds of verify + commit leave the cache a fresh prefill of the committed sequence would
   (float64, every mode, naive included: its commit re-scores a branched path);
+- a batched verify of trees of different sizes (packed) equals each tree's batch-1 verify;
 - speculative decoding (DFlash and DDTree, T = 0, every GDN mode) equals AR, with a random
   drafter sized for the target;
 - ``load_target`` reads the class from config.json.
@@ -31,7 +32,7 @@ from ddtree_lab.core.cache import commit
 from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
 from ddtree_lab.core.models import arch_of, build_target, layer_kinds, load_target
-from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
+from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify, verify_batch
 from helpers import (LOGIT_TOL, HintedDrafter, assert_close, assert_same_cache, generator, precision, random_prefix,
                      random_tree, root_path)
 
@@ -93,6 +94,18 @@ def test_models_enter_by_their_layer_types(model_type):
     assert layer_kinds(model) == kinds
     assert arch_of(model) == label(model_type)
 
+
+@pytest.mark.parametrize("model_type,mode", cases(EXACT_MODES))
+def test_trees_of_different_sizes_verify_packed_as_each_alone(model_type, mode):
+    """One batched verify of trees of 9, 2 and 5 rows (packed: ``adapter.packed_attention``
+    runs the layer's own eager attention) == each tree's batch-1 verify, float32."""
+    model, gen = target(model_type), generator("packed", model_type, mode)
+    prefixes = [random_prefix(SHAPE["vocab_size"], gen) for _ in range(3)]
+    trees = [random_tree(kind, n, SHAPE["vocab_size"], gen) for kind, n in (("bushy", 8), ("chain", 1), ("deep", 4))]
+    outs = verify_batch(model, [prefill(model, p)[0] for p in prefixes], trees, mode or "wy")
+    for b, (p, t, o) in enumerate(zip(prefixes, trees, outs)):
+        assert_close(f"{model_type}-{mode or 'tree'} seq{b}", verify(model, prefill(model, p)[0], t, mode or "wy").logits,
+                     o.logits, LOGIT_TOL[torch.float32])
 
 @pytest.mark.parametrize("model_type", [t for t in sorted(MODELS) if label(t) == "gdn"])
 def test_gdn_layers_are_routed_and_stay_the_stock_layer(model_type):
