@@ -69,10 +69,12 @@ def interleaved(fns: dict, repeats: int) -> dict:
 
 # ----------------------------------------------------------------------------- workloads
 
-def caches_and_trees(model, B: int, budget: int, prefix: int):
-    """B prefilled caches (prefixes of ``prefix`` random tokens) and B trees of ``budget`` nodes."""
+def caches_and_trees(model, B: int, budget, prefix: int):
+    """B prefilled caches (prefixes of ``prefix`` random tokens) and B trees of ``budget`` nodes
+    (an int, or one per sequence)."""
+    budgets = [budget] * B if isinstance(budget, int) else list(budget)
     caches = [prefill(model, random_prefix(model, prefix, seed=b))[0] for b in range(B)]
-    trees = [random_tree(model.config.vocab_size, budget, seed=b) for b in range(B)]
+    trees = [random_tree(model.config.vocab_size, n, seed=b) for b, n in enumerate(budgets)]
     return caches, trees
 
 
@@ -150,9 +152,7 @@ PACKED_BUDGETS = (64, 4, 16, 1, 32, 2, 8, 16)  # per sequence, cycled: trees of 
 def packed_row(model, B: int, prefix: int, mode: str, repeats: int) -> dict:
     """B trees of ``PACKED_BUDGETS`` (cycled) nodes: the packed verify, the same trees padded
     to the largest, and a batched AR step; paired ratios."""
-    budgets = [PACKED_BUDGETS[b % len(PACKED_BUDGETS)] for b in range(B)]
-    caches = [prefill(model, random_prefix(model, prefix, seed=b))[0] for b in range(B)]
-    trees = [random_tree(model.config.vocab_size, n, seed=b) for b, n in enumerate(budgets)]
+    caches, trees = caches_and_trees(model, B, [PACKED_BUDGETS[b % len(PACKED_BUDGETS)] for b in range(B)], prefix)
     fns = {"ar_step": ar_stepper(model, B, prefix),
            "packed": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
            "padded": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode, packed=False)}
