@@ -487,9 +487,10 @@ def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, 
 def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model, rule: TreeRule) -> list:
     """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets chosen
     jointly for this round's batch by ``auto_trees`` (each tree built once at the cost model's
-    largest budget, then cut)."""
+    largest budget, then cut to one common size: the cost model prices a round by its tokens,
+    not by the largest tree every sequence's recurrence and attention pay for in a packed
+    verify; the per-sequence allocation, ``padded=False``, was slower on GDN under load)."""
     roots = [s.root for s in running]
     if method == "ddtree" and running[0].budget == "auto":
-        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model,
-                          padded=False)  # the verify packs trees of different sizes
+        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model)
     return rule.trees(drafts, roots, method, [s.budget for s in running])

@@ -100,8 +100,9 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
                   conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
     """Pack B trees on prefixes of ``lengths`` committed rows; ``conv_kernel``: the GDN conv
     width K (None for attention-only targets); packed: trees of different sizes run packed
-    (``rows``; False: padded to the largest, packed's plain twin). Every mask and window is built for the batch at
-    once (``batched.batch_masks``); each ``per_tree`` entry is a view into the batch tensors.
+    (``rows``; False: padded to the largest, packed's plain twin). Every mask and window is
+    built for the batch at once (``batched.batch_masks``); each ``per_tree`` entry is a view
+    into the batch tensors.
     One chain on an attention-only target builds no mask (``chain_buffers``).
     Plain twin: ``batch_buffers_reference``."""
     if conv_kernel is None and len(trees) == 1 and trees[0].is_chain:
@@ -303,8 +304,8 @@ class TreeBatch:
     one left-padded batch, the trees' ``BatchBuffers`` and the GDN mode.
 
     ``update`` (called by every attention layer) stacks each sequence's committed rows
-    left-padded to [B, h, Pmax, d], appends the new rows [B, h, T, d] (unpacked from
-    [1, h, N, d] when the forward is packed, ``bufs.rows``) and hands each
+    left-padded to [B, h, Pmax, d], writes the new rows [B, h, T, d] after them (scattered
+    straight from [1, h, N, d] when the forward is packed, ``bufs.rows``) and hands each
     ``TreeCache`` its own slice [1, h, L_b + T, d] (committed rows, then its pending tree rows),
     which ``cache.commit`` then compacts. ``gdn_tree_layer`` (called by every routed GDN layer)
     runs the layer on the trees and keeps each sequence's ``GdnRecord``.
@@ -314,13 +315,14 @@ class TreeBatch:
     mode: GdnMode
     layer: object = tree_layer_batch  # or its ``_reference`` twin
     records: list[dict] = field(init=False)
+    _where: tuple | None = field(init=False)  # packed: (sequence, row in its tree) LongTensor[N] each
 
     def __post_init__(self):
         self.records = [{} for _ in self.caches]
+        rows, T = self.bufs.rows, max(self.bufs.sizes)
+        self._where = None if rows is None else (rows // T, rows % T)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if self.bufs.rows is not None:
-            key_states, value_states = (self._unpacked(x, 2) for x in (key_states, value_states))
         keys, values = (self._joined(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
         if len(self.caches) == 1:
             self.caches[0].kv[layer_idx] = (keys, values)
@@ -334,24 +336,25 @@ class TreeBatch:
 
     def _joined(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
         """[B, h, Pmax + T, d]: each sequence's committed rows right-aligned in Pmax (zeros on
-        the left), then the new rows ``new`` [B, h, T, d]; one copy of each row. A batch of one:
+        the left), then the new rows ``new`` [B, h, T, d], or packed [1, h, N, d] (each row
+        to its sequence's place, zeros on the padding); one copy of each row. A batch of one:
         its cache's own buffer, the new rows written in place (``TreeCache.appended``)."""
         if len(self.caches) == 1:
             return self.caches[0].appended(layer_idx, which, new)
-        past = self.bufs.past
-        out = new.new_zeros(new.shape[0], new.shape[1], past + new.shape[2], new.shape[3])
+        past, T = self.bufs.past, max(self.bufs.sizes)
+        out = new.new_zeros(len(self.caches), new.shape[1], past + T, new.shape[3])
         for b, c in enumerate(self.caches):
             if c.length:
                 out[b, :, past - c.length:past] = c.kv[layer_idx][which][0, :, :c.length]
-        out[:, :, past:] = new
+        if self._where is None:
+            out[:, :, past:] = new
+        else:
+            seq, row = self._where
+            out[seq, :, past + row] = new[0].transpose(0, 1)  # [N, h, d] rows to their places
         return out
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.bufs.past
-
-    def _unpacked(self, x: torch.Tensor, dim: int) -> torch.Tensor:
-        """Packed rows [1, ..., N, ...] -> per sequence [B, ..., T, ...] (``batched.unpack``)."""
-        return batched.unpack(x, self.bufs.rows, len(self.caches), max(self.bufs.sizes), dim)
 
     def gdn_tree_layer(self, m, hidden_states: torch.Tensor) -> torch.Tensor:
         """GDN layer ``m`` on the trees: hidden_states [B, T, D] -> [B, T, D] (packed: [1, N, D]
