@@ -11,12 +11,13 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
   floor the batched verify is read against (issue 29 item 4);
 - per node: batch-1 verify at budgets 16 / 64 / 256, the marginal ms per node between them,
   and the FLOP floor per node (2 x active matmul parameters / this core's measured GFLOP/s);
-- packed: B trees of different sizes (``PACKED_BUDGETS``, the spread ``auto`` gives under load)
+- packed: B trees of different sizes (``PACKED_BUDGETS``, per-prompt budgets of a batch)
   verified packed (``verify.verify_batch``'s default: N = sum of the tree sizes tokens) and
   padded to the largest tree (``packed=False``: B x the largest), beside a batched AR step
   (issue 29 item 4);
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
-- breakdown of one batched verify: buffers + mask, the cache view (``TreeBatch._joined``),
+- breakdown of one batched verify: buffers + mask, the new K/V rows written into the batch's
+  tensors (``TreeBatch._written``),
   the GDN layers (``gdn_layer.tree_layer_batch``, and its per-sequence twin for comparison), the
   rest of the forward.
 
@@ -78,6 +79,15 @@ def caches_and_trees(model, B: int, budget, prefix: int):
     return caches, trees
 
 
+def discarded(caches, out):
+    """``out`` after every cache forgot the verify that made it (``TreeCache.discard``): the
+    next call verifies the same trees on the same committed rows, as a round of the loop does
+    (its cache's buffers kept, no snapshot copy)."""
+    for c in caches:
+        c.discard()
+    return out
+
+
 def _prefilled(model, B: int, prefix: int):
     """A stock ``DynamicCache`` holding B random prefixes of ``prefix`` tokens -> (cache,
     2-D mask [B, prefix], next positions [B, 1])."""
@@ -131,8 +141,8 @@ def stock_forwarder(model, tokens: torch.Tensor, prefix: int):
 def batch_row(model, B: int, budget: int, prefix: int, mode: str, repeats: int) -> dict:
     caches, trees = caches_and_trees(model, B, budget, prefix)
     fns = {"ar_step": ar_stepper(model, B, prefix),
-           "verify_batch": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
-           "verify_loop": lambda: [verify(model, c.snapshot(), t, mode) for c, t in zip(caches, trees)],
+           "verify_batch": lambda: discarded(caches, vmod.verify_batch(model, caches, trees, mode)),
+           "verify_loop": lambda: [discarded([c], verify(model, c, t, mode)) for c, t in zip(caches, trees)],
            "stock_batch": stock_forwarder(model, torch.stack([t.tokens for t in trees]), prefix)}
     times = interleaved_times(fns, repeats)
     row = {"B": B, "budget": budget, "mode": mode}
@@ -154,8 +164,8 @@ def packed_row(model, B: int, prefix: int, mode: str, repeats: int) -> dict:
     to the largest, and a batched AR step; paired ratios."""
     caches, trees = caches_and_trees(model, B, [PACKED_BUDGETS[b % len(PACKED_BUDGETS)] for b in range(B)], prefix)
     fns = {"ar_step": ar_stepper(model, B, prefix),
-           "packed": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode),
-           "padded": lambda: vmod.verify_batch(model, [c.snapshot() for c in caches], trees, mode, packed=False)}
+           "packed": lambda: discarded(caches, vmod.verify_batch(model, caches, trees, mode)),
+           "padded": lambda: discarded(caches, vmod.verify_batch(model, caches, trees, mode, packed=False))}
     times = interleaved_times(fns, repeats)
     row = {"B": B, "mode": mode, "tokens_packed": sum(len(t) for t in trees),
            "tokens_padded": B * max(len(t) for t in trees)}
@@ -212,9 +222,9 @@ def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, 
     for _ in range(repeats + 1):
         totals: dict = {}
         with timed_calls([(vmod, "batch_buffers", "batch_buffers"), (vmod, "additive_mask", "additive_mask"),
-                          (vmod.TreeBatch, "_joined", "_joined")], totals, clock):
-            totals["total"] = timed_ms(lambda: vmod.verify_batch(
-                model, [c.snapshot() for c in caches], trees, mode, gdn_layer=timed_layer(layer, totals)))
+                          (vmod.TreeBatch, "_written", "_written")], totals, clock):
+            totals["total"] = timed_ms(lambda: discarded(caches, vmod.verify_batch(
+                model, caches, trees, mode, gdn_layer=timed_layer(layer, totals))))
         rows.append(totals)
     frame = pd.DataFrame(rows[1:]).fillna(0.0).median()
     frame["rest_of_forward"] = frame["total"] - frame.drop("total").sum()

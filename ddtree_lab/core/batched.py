@@ -140,13 +140,18 @@ def _masks(parents: list[torch.Tensor], sizes: list[int], T: int, chains: bool) 
     return chain_masks(sizes, T) if chains else ancestor_masks(_parents_up(parents, T, 0))
 
 
-def _prefix_masks(sizes: list[int], lengths: list[int], T: int, P: int) -> torch.Tensor:
-    """BoolTensor[B, T, P]: a node of sequence b sees b's committed rows, the last lengths[b]
-    of the P prefix columns; a padding row sees none."""
-    if min(lengths) == P and min(sizes) == T:
-        return torch.ones(len(sizes), T, P, dtype=torch.bool)
-    seen = torch.arange(P)[None, :] >= P - torch.tensor(lengths)[:, None]  # [B, P]
-    return seen[:, None, :] & _real_rows(sizes, T)[:, :, None]
+def _allowed(anc: torch.Tensor, sizes: list[int], lengths: list[int], P: int) -> torch.Tensor:
+    """BoolTensor[B, T, P + T], the batch's attention mask with every sequence's rows
+    left-aligned (``verify.TreeBatch``'s layout): a node of sequence b sees b's committed
+    columns 0 .. lengths[b] - 1, then its tree column j at lengths[b] + j where ``anc``
+    [B, T, T] allows it; a padding row sees only its own tree column."""
+    B, T = anc.shape[:2]
+    if min(lengths) == P:  # every prefix P long: committed columns, then the trees
+        return torch.cat([_real_rows(sizes, T)[:, :, None].expand(B, T, P), anc], dim=2)
+    seen = torch.arange(P + T)[None, :] < torch.tensor(lengths)[:, None]  # [B, P + T]
+    allowed = seen[:, None, :] & _real_rows(sizes, T)[:, :, None]
+    cols = (torch.tensor(lengths)[:, None] + torch.arange(T))[:, None, :].expand(B, T, T)
+    return allowed.scatter_(2, cols, anc)
 
 
 def _is_chain_parents(parents: torch.Tensor) -> bool:
@@ -156,7 +161,8 @@ def _is_chain_parents(parents: torch.Tensor) -> bool:
 def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[torch.Tensor],
                 conv_kernel: int | None = None) -> dict:
     """Every tensor a verify of B trees needs, built for the batch at once: tokens, positions
-    LongTensor[B, T] (padding: 0), allowed BoolTensor[B, T, P + T], anc, gdn_anc BoolTensor[B, T, T]
+    LongTensor[B, T] (padding: 0), allowed BoolTensor[B, T, P + T] (``_allowed``: each
+    sequence's committed columns, then its tree's), anc, gdn_anc BoolTensor[B, T, T]
     (over the trees' and ``gdn_parents``' ancestors; padding rows see themselves) and windows
     LongTensor[B, T, K] (None without a ``conv_kernel``). T = the largest tree, P = max(lengths)."""
     sizes = [len(t) for t in trees]
@@ -174,7 +180,7 @@ def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[to
                    else conv_windows(_parents_up(gdn_parents, T, -1), conv_kernel))
     return {"tokens": _padded_rows([t.tokens for t in trees], T),
             "positions": _padded_rows([t.depths + length for t, length in zip(trees, lengths)], T),
-            "allowed": torch.cat([_prefix_masks(sizes, lengths, T, P), anc], dim=2), "anc": anc,
+            "allowed": _allowed(anc, sizes, lengths, P), "anc": anc,
             "gdn_anc": gdn_anc, "windows": windows}
 
 

@@ -47,7 +47,10 @@ class TreeCache:
     buffers: {(attention layer, 0 keys / 1 values): [1, h, capacity, d]}, this cache's own
       buffers; where one is held, ``kv``'s tensor of it is a view of its first rows, and a
       verify of this cache alone writes its tree rows after them in place (``appended``).
-      Never shared: a ``snapshot`` holds none, so it copies before it writes.
+      A ``snapshot`` holds none, so it copies before it writes. In a batch a buffer is this
+      sequence's row of one batch tensor (``verify.TreeBatch``; rows never overlap);
+    batch_rows: {(attention layer, 0 / 1): (batch tensor [B, h, capacity, d], b, buffer)}
+      for each buffer that is row b of a batch tensor (stale once ``buffers`` holds another).
     Implements the ``update`` call transformers' attention layers make on a cache.
     """
     model_key: tuple
@@ -57,6 +60,7 @@ class TreeCache:
     rec: dict = field(default_factory=dict)
     pending: Pending | None = None
     buffers: dict = field(default_factory=dict)
+    batch_rows: dict = field(default_factory=dict)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if layer_idx in self.kv:
@@ -82,6 +86,14 @@ class TreeCache:
         else:
             self.buffers[(layer, which)] = buf
         return out
+
+    def discard(self) -> None:
+        """Forget the last verify: its pending tree rows and records; the committed rows and
+        the buffers (their room) stay, so the next verify writes where this one did (a
+        benchmark's steady round without a ``snapshot``'s copy)."""
+        for i, (k, v) in self.kv.items():
+            self.kv[i] = (k[:, :, :self.length], v[:, :, :self.length])
+        self.pending = None
 
     def snapshot(self) -> "TreeCache":
         """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: it

@@ -30,6 +30,8 @@ keeps its own accepted rows.
 """
 from __future__ import annotations
 
+import itertools
+
 from dataclasses import dataclass, field
 
 import torch
@@ -92,7 +94,7 @@ class BatchBuffers:
         output: (b, 0, N_b + 1) padded, (0, offset, offset + N_b + 1) packed."""
         if self.rows is None:
             return [(b, 0, n) for b, n in enumerate(self.sizes)]
-        ends = torch.tensor(self.sizes).cumsum(0).tolist()
+        ends = list(itertools.accumulate(self.sizes))
         return [(0, end - n, end) for n, end in zip(self.sizes, ends)]
 
 
@@ -166,13 +168,17 @@ def _padded_masks(masks: list[torch.Tensor], T: int) -> torch.Tensor:
 
 
 def batch_allowed(per_tree: list[TreeBuffers], lengths: list[int]) -> torch.Tensor:
-    """BoolTensor[B, T, Pmax + T]: row i of sequence b sees b's committed rows (the last
-    lengths[b] of the Pmax prefix columns) and b's ancestors of i; padding rows see themselves."""
+    """BoolTensor[B, T, Pmax + T], every sequence's rows left-aligned (``TreeBatch``): row i of
+    sequence b sees b's committed columns 0 .. lengths[b] - 1 and, at lengths[b] + j, its tree
+    column j where j is i or an ancestor of i; a padding row sees only its own tree column."""
     T, P = max(buf.anc.shape[0] for buf in per_tree), max(lengths)
-    allowed = torch.zeros(len(per_tree), T, P, dtype=torch.bool)
-    for b, buf in enumerate(per_tree):
-        allowed[b, :buf.anc.shape[0], P - lengths[b]:] = True
-    return torch.cat([allowed, _padded_masks([buf.anc for buf in per_tree], T)], dim=2)
+    allowed = torch.zeros(len(per_tree), T, P + T, dtype=torch.bool)
+    for b, (buf, length) in enumerate(zip(per_tree, lengths)):
+        n = buf.anc.shape[0]
+        allowed[b, :n, :length] = True
+        allowed[b, :n, length:length + n] = buf.anc
+        allowed[b, range(n, T), range(length + n, length + T)] = True
+    return allowed
 
 
 def conv_windows(per_tree: list[TreeBuffers], K: int) -> torch.Tensor:
@@ -301,56 +307,75 @@ def check_verify_args(model, cache: TreeCache, tree: DraftTree, gdn_mode) -> Non
 @dataclass(eq=False)
 class TreeBatch:
     """What the target is handed as its cache in a verify: B per-sequence ``TreeCache``s as
-    one left-padded batch, the trees' ``BatchBuffers`` and the GDN mode.
+    one batch, the trees' ``BatchBuffers`` and the GDN mode.
 
-    ``update`` (called by every attention layer) stacks each sequence's committed rows
-    left-padded to [B, h, Pmax, d], writes the new rows [B, h, T, d] after them (scattered
-    straight from [1, h, N, d] when the forward is packed, ``bufs.rows``) and hands each
-    ``TreeCache`` its own slice [1, h, L_b + T, d] (committed rows, then its pending tree rows),
-    which ``cache.commit`` then compacts. ``gdn_tree_layer`` (called by every routed GDN layer)
-    runs the layer on the trees and keeps each sequence's ``GdnRecord``.
+    Layout (B > 1): every sequence's rows left-aligned in one batch tensor per attention layer
+    [B, h, capacity, d]: sequence b's committed rows at 0 .. L_b - 1, its tree rows from L_b
+    (``BatchBuffers.allowed`` masks the rest). Each cache's buffer is its row of that tensor
+    (``TreeCache.batch_rows``), so ``update`` (called by every attention layer) writes only
+    the new rows [B, h, T, d] (or packed [1, h, N, d], ``bufs.rows``) to their places, copies
+    no committed row, and hands each ``TreeCache`` its slice [1, h, L_b + T, d] (committed
+    rows, then its pending tree rows), which ``cache.commit`` compacts in place. The batch
+    tensor is built (every committed row copied once) only when the batch changes or
+    outgrows it, at twice the room needed. Batch of one: the cache's own buffer
+    (``TreeCache.appended``). ``gdn_tree_layer`` (called by every routed GDN layer) runs the
+    layer on the trees and keeps each sequence's ``GdnRecord``.
     """
     caches: list[TreeCache]
     bufs: BatchBuffers
     mode: GdnMode
     layer: object = tree_layer_batch  # or its ``_reference`` twin
     records: list[dict] = field(init=False)
-    _where: tuple | None = field(init=False)  # packed: (sequence, row in its tree) LongTensor[N] each
+    _where: tuple = field(init=False)  # (sequence, column) LongTensor[M] each, M = B x T or N packed
 
     def __post_init__(self):
         self.records = [{} for _ in self.caches]
-        rows, T = self.bufs.rows, max(self.bufs.sizes)
-        self._where = None if rows is None else (rows // T, rows % T)
+        B, T = len(self.caches), max(self.bufs.sizes)
+        rows = torch.arange(B * T) if self.bufs.rows is None else self.bufs.rows
+        seq = rows // T
+        self._where = (seq, torch.tensor([c.length for c in self.caches])[seq] + rows % T)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        keys, values = (self._joined(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
         if len(self.caches) == 1:
-            self.caches[0].kv[layer_idx] = (keys, values)
-            return keys, values
-        past = self.bufs.past
+            kv = tuple(self.caches[0].appended(layer_idx, which, new)
+                       for which, new in enumerate((key_states, value_states)))
+            self.caches[0].kv[layer_idx] = kv
+            return kv
+        keys, values = (self._written(layer_idx, which, new) for which, new in enumerate((key_states, value_states)))
+        T = max(self.bufs.sizes)
         for b, c in enumerate(self.caches):
-            c.kv[layer_idx] = (keys[b:b + 1, :, past - c.length:], values[b:b + 1, :, past - c.length:])
-            for which in (0, 1):
-                c.buffers.pop((layer_idx, which), None)  # its rows now live in this batch's tensor
-        return keys, values
+            c.kv[layer_idx] = (keys[b:b + 1, :, :c.length + T], values[b:b + 1, :, :c.length + T])
+        return keys[:, :, :self.bufs.past + T], values[:, :, :self.bufs.past + T]
 
-    def _joined(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
-        """[B, h, Pmax + T, d]: each sequence's committed rows right-aligned in Pmax (zeros on
-        the left), then the new rows ``new`` [B, h, T, d], or packed [1, h, N, d] (each row
-        to its sequence's place, zeros on the padding); one copy of each row. A batch of one:
-        its cache's own buffer, the new rows written in place (``TreeCache.appended``)."""
-        if len(self.caches) == 1:
-            return self.caches[0].appended(layer_idx, which, new)
-        past, T = self.bufs.past, max(self.bufs.sizes)
-        out = new.new_zeros(len(self.caches), new.shape[1], past + T, new.shape[3])
+    def _written(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """The batch tensor [B, h, capacity, d] of ``layer_idx``'s keys (``which`` 0) or values
+        (1) with the new rows ``new`` [B, h, T, d] (packed: [1, h, N, d]) written after each
+        sequence's committed rows."""
+        out = self._batch_tensor(layer_idx, which, new)
+        seq, col = self._where
+        rows = new.transpose(1, 2).reshape(-1, new.shape[1], new.shape[3])  # [M, h, d]
+        out[seq.to(out.device), :, col.to(out.device)] = rows
+        return out
+
+    def _batch_tensor(self, layer_idx: int, which: int, new: torch.Tensor) -> torch.Tensor:
+        """The caches' batch tensor of (layer_idx, which) when every cache's buffer is its row
+        b of one with room for this verify; else a new one, every committed row copied in
+        once (under ``torch.compile``: a fresh tensor per call, nothing kept)."""
+        key, B, need = (layer_idx, which), len(self.caches), self.bufs.past + max(self.bufs.sizes)
+        tags = [c.batch_rows.get(key) for c in self.caches]
+        held = tags[0][0] if tags[0] is not None else None
+        if held is not None and held.shape[0] == B and held.shape[2] >= need and all(
+                t is not None and t[0] is held and t[1] == b and c.buffers.get(key) is t[2]
+                for b, (c, t) in enumerate(zip(self.caches, tags))):
+            return held
+        compiling = torch.compiler.is_compiling()
+        out = new.new_zeros(B, new.shape[1], need if compiling else 2 * need, new.shape[3])
         for b, c in enumerate(self.caches):
             if c.length:
-                out[b, :, past - c.length:past] = c.kv[layer_idx][which][0, :, :c.length]
-        if self._where is None:
-            out[:, :, past:] = new
-        else:
-            seq, row = self._where
-            out[seq, :, past + row] = new[0].transpose(0, 1)  # [N, h, d] rows to their places
+                out[b, :, :c.length] = c.kv[layer_idx][which][0, :, :c.length]
+            if not compiling:
+                c.buffers[key] = out[b:b + 1]
+                c.batch_rows[key] = (out, b, c.buffers[key])
         return out
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

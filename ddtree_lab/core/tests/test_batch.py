@@ -85,6 +85,51 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype, packed):
                 assert_same_cache(f"round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[dtype])
 
 
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_a_batch_keeps_its_rows_in_one_tensor_across_rounds(preset):
+    """Round after round a batch writes only its new K/V rows: every cache's buffer stays its
+    row of ONE batch tensor per attention layer (built in round 1, never again while it has
+    room), and every cache's committed rows are views of it (``TreeBatch``'s layout)."""
+    model, _ = PAIRS[preset, torch.float32]
+    V, gen = model.config.vocab_size, generator("one-tensor", preset)
+    caches = _caches(model, [torch.randint(V, (n,), generator=gen).tolist() for n in (1, 5, 11, 3)])
+    held = None
+    for rnd in range(4):
+        trees = [random_tree("bushy", n, V, gen) for n in (7, 3, 5, 1)]
+        verify_batch(model, caches, trees, "wy")
+        tensors = {key: tag[0] for key, tag in caches[0].batch_rows.items()}
+        assert tensors and all(c.batch_rows[key][0] is t and c.batch_rows[key][1] == b
+                               for key, t in tensors.items() for b, c in enumerate(caches))
+        if held is not None:
+            assert all(tensors[key] is t for key, t in held.items()), f"round {rnd} built a new batch tensor"
+        held = tensors
+        for c, t in zip(caches, trees):
+            commit(model, c, t, root_path(t, "random", gen))
+        for (layer, which), t in tensors.items():
+            assert all(c.kv[layer][which].untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
+                       for c in caches)
+
+
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_discard_forgets_the_verify(preset):
+    """``TreeCache.discard`` after a batched verify: the caches as they were (the same
+    logits from the same verify again, the same committed rows), their buffers kept."""
+    model, _ = PAIRS[preset, torch.float32]
+    V, gen = model.config.vocab_size, generator("discard", preset)
+    prefixes = [torch.randint(V, (n,), generator=gen).tolist() for n in (4, 9)]
+    caches, fresh = _caches(model, prefixes), _caches(model, prefixes)
+    trees = [random_tree("bushy", n, V, gen) for n in (6, 2)]
+    first = verify_batch(model, caches, trees, "wy")
+    for c in caches:
+        c.discard()
+    for c, f in zip(caches, fresh):
+        assert c.pending is None and c.buffers and all(k.shape[-2] == c.length for k, _ in c.kv.values())
+        assert_same_cache("discarded", f, c, 1e-12)  # copied rows: equal to rounding
+    again = verify_batch(model, caches, trees, "wy")
+    for a, b in zip(first, again):
+        assert torch.equal(a.logits, b.logits)
+
+
 def test_verify_batch_features_match_batch_one():
     model, drafter = PAIRS["gdn-toy", torch.float32]
     layers, gen = tuple(drafter.cfg.target_layer_ids), generator("features")
