@@ -279,8 +279,8 @@ def render_compile() -> str:
             f"mode {t['mode'].iloc[0]}, on {t.device.iloc[0]}, random-init targets of the shipped shapes, prefix "
             f"{int(t.prefix.iloc[0])}, one thread, {int(t.repeats.iloc[0])} interleaved eager / compiled pairs; "
             "MoE experts as `grouped_mm` in both, as in the compiled loop; "
-            "compile: seconds of the first call at that budget's static shape, inductor's on-disk cache of earlier runs in "
-            "use; ratio: median of the paired "
+            "compile: seconds of the first call at that budget's static shape, inductor's on-disk cache used where "
+            "earlier runs on the machine left one (a machine's first compile takes longer); ratio: median of the paired "
             "ratios [95% interval]; error: max |compiled - eager| / max |eager| of the logits):\n\n")
     rows = [[r.arch, int(r.budget), f"{r.compile_s:.0f}", f"{r.eager_ms:.1f}", f"{r.compiled_ms:.1f}",
              format_ratio_columns(r, "compiled/eager"), f"{r.max_rel_err:.0e}", int(r.graph_breaks)]
@@ -301,8 +301,8 @@ def render_loop_compile() -> str:
             f"{int(t.prompts.max())} HumanEval prompts, 128 new tokens, block 8, T = 0, one thread, one lane, "
             "load average over its rows "
             f"{rows.load_avg_1min.median():.2f} median, {rows.load_avg_1min.max():.2f} max; per prompt eager then "
-            "compiled, after every graph is built (compile s: that warm-up, two prompts, with inductor's on-disk "
-            "cache of earlier runs in use: a machine's first compile takes longer); "
+            "compiled, after every graph is built (compile s: that warm-up, two prompts, inductor's on-disk "
+            "cache used where earlier runs on the machine left one: a machine's first compile takes longer); "
             "the reference loop "
             "compiled is `dflash_generate` as shipped on compiled copies of both models; MoE experts run as "
             "`grouped_mm` in every loop, eager and compiled alike, so the ratios are the compiler's; ratios: medians of per-prompt tokens/s ratios [95% interval]; "
