@@ -105,8 +105,7 @@ class TreeCache:
 def grown(kept: torch.Tensor, capacity: int, rows: int) -> torch.Tensor:
     """A buffer [..., max(rows, 2 * capacity), d] whose first rows are ``kept`` [..., n, d]
     (zeros after them): a full buffer of ``capacity`` rows grown to hold ``rows``, at least
-    doubling, so appends stay amortised O(new rows). ``append_rows`` and
-    ``drafter.DrafterState.reserve`` grow theirs by it."""
+    doubling, so appends stay amortised O(new rows). ``append_rows`` grows its buffers by it."""
     out = kept.new_zeros(*kept.shape[:-2], max(rows, 2 * capacity), kept.shape[-1])
     out[..., :kept.shape[-2], :] = kept
     return out

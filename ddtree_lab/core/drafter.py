@@ -42,7 +42,7 @@ from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
 
-from .cache import append_rows, grown
+from .cache import append_rows
 from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
@@ -152,18 +152,40 @@ class Draft:
 class DrafterState:
     """One sequence's context K/V: per layer a buffer [1, H_kv, capacity, D] whose first
     ``length`` rows are the context (norm and RoPE applied); rows past ``length`` are scratch
-    (finite: zeros or an old block's rows)."""
+    (finite: zeros or an old block's rows). In a batch each buffer is this sequence's row of
+    one batch tensor per layer (``batch_context``): ``batch_rows`` {("keys" / "values",
+    layer): (batch tensor [B, H_kv, capacity, D], b, buffer)}, stale once the buffer is
+    another."""
     keys: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     length: int = 0
+    batch_rows: dict = field(default_factory=dict)
 
-    def reserve(self, rows: int) -> None:
-        """Grow every layer's buffers to at least ``rows`` rows (at least doubling; zeros past
-        the context), so a round appends in place."""
-        for bufs in (self.keys, self.values):
-            for i, buf in enumerate(bufs):
-                if buf.shape[2] < rows:
-                    bufs[i] = grown(buf[:, :, :self.length], buf.shape[2], rows)
+
+def batch_context(states: list[DrafterState], rows: int) -> tuple[list, list]:
+    """B > 1 states -> (keys, values): per layer one batch tensor [B, H_kv, capacity >= rows,
+    D] whose row b is state b's buffer (context first). Kept across rounds; built, every
+    context copied in once, only when the batch changes or outgrows it, at twice the room
+    needed (zeros past the contexts)."""
+    return tuple([_batch_rows(states, name, i, rows) for i in range(len(states[0].keys))]
+                 for name in ("keys", "values"))
+
+
+def _batch_rows(states: list[DrafterState], name: str, layer: int, rows: int) -> torch.Tensor:
+    tags = [s.batch_rows.get((name, layer)) for s in states]
+    held = tags[0][0] if tags[0] is not None else None
+    if held is not None and held.shape[0] == len(states) and held.shape[2] >= rows and all(
+            t is not None and t[0] is held and t[1] == b and getattr(s, name)[layer] is t[2]
+            for b, (s, t) in enumerate(zip(states, tags))):
+        return held
+    first = getattr(states[0], name)[layer]
+    out = first.new_zeros(len(states), first.shape[1], 2 * rows, first.shape[3])
+    for b, s in enumerate(states):
+        bufs = getattr(s, name)
+        out[b, :, :s.length] = bufs[layer][0, :, :s.length]
+        bufs[layer] = out[b:b + 1]
+        s.batch_rows[(name, layer)] = (out, b, bufs[layer])
+    return out
 
 
 class ContextCache:
@@ -171,25 +193,30 @@ class ContextCache:
     batched block forward of B sequences.
 
     The forward runs on ``[new context rows (left-padded to n_max) ; block]``; ``update`` gets
-    their keys/values [B, H, n_max + bs, D], writes sequence b's ``new_rows[b]`` real rows into
-    its ``DrafterState`` buffers (in place: ``DrafterState.reserve`` made room for ``width``
-    rows; a batch of one: ``cache.append_rows``) and returns every context left-aligned in ``width`` rows, then the block:
-    [B, H, width + bs, D]. Row b's rows past its context are its buffer's scratch, which the
-    forward's mask hides (``DFlashDrafter._block_mask``)."""
+    their keys/values [B, H, n_max + bs, D] and writes, in the layer's batch tensors
+    (``batch``: ``batch_context``, row b = sequence b's buffer), sequence b's ``new_rows[b]``
+    real rows after its context and the block at columns ``width`` .. ``width + bs - 1`` of
+    every row; -> a view [B, H, width + bs, D]: every context left-aligned in ``width`` rows,
+    then the block. No context row is copied. Row b's rows past its context are its buffer's
+    scratch, which the forward's mask hides (``DFlashDrafter._block_mask``). A batch of one
+    appends to its own buffers (``cache.append_rows``)."""
 
-    def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int):
-        self.states, self.new_rows, self.block_size, self.width = states, new_rows, block_size, width
+    def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int,
+                 batch: tuple | None = None):
+        self.states, self.new_rows, self.block_size, self.width, self.batch = \
+            states, new_rows, block_size, width, batch
 
     def update(self, keys, values, layer_idx, cache_kwargs=None):
         if len(self.states) == 1:
             return self._update_one(keys, values, layer_idx)
-        n_max = keys.shape[2] - self.block_size
+        n_max, end = keys.shape[2] - self.block_size, self.width + self.block_size
         out = []
-        for tensor, name in ((keys, "keys"), (values, "values")):
+        for tensor, held in zip((keys, values), self.batch):
+            batch = held[layer_idx]
             for b, (state, n) in enumerate(zip(self.states, self.new_rows)):
-                getattr(state, name)[layer_idx][:, :, state.length:state.length + n] = tensor[b:b + 1, :, n_max - n:n_max]
-            context = torch.cat([getattr(s, name)[layer_idx][:, :, :self.width] for s in self.states])  # [B, H, width, D]
-            out.append(torch.cat([context, tensor[:, :, n_max:]], 2))
+                batch[b, :, state.length:state.length + n] = tensor[b, :, n_max - n:n_max]
+            batch[:, :, self.width:end] = tensor[:, :, n_max:]
+            out.append(batch[:, :, :end])
         return out[0], out[1]
 
     def _update_one(self, keys, values, layer_idx):
@@ -319,10 +346,9 @@ class DFlashDrafter(nn.Module):
                              f"block would end at {width + block_size}")
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
             states, new_features, new_rows, width, block_size)
-        if len(states) > 1:  # a batch of one appends by ``cache.append_rows`` (``_update_one``)
-            for state in states:
-                state.reserve(width)
-        cache = ContextCache(states, new_rows, block_size, width)
+        # a batch of one appends by ``cache.append_rows`` (``_update_one``)
+        batch = batch_context(states, width + block_size) if len(states) > 1 else None
+        cache = ContextCache(states, new_rows, block_size, width, batch)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
                                          target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]

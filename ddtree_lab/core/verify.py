@@ -326,14 +326,17 @@ class TreeBatch:
     mode: GdnMode
     layer: object = tree_layer_batch  # or its ``_reference`` twin
     records: list[dict] = field(init=False)
-    _where: tuple = field(init=False)  # (sequence, column) LongTensor[M] each, M = B x T or N packed
+    _where: tuple | None = field(init=False)  # B > 1: (sequence, column) LongTensor[M] each, M = B x T or N packed
 
     def __post_init__(self):
         self.records = [{} for _ in self.caches]
         B, T = len(self.caches), max(self.bufs.sizes)
-        rows = torch.arange(B * T) if self.bufs.rows is None else self.bufs.rows
-        seq = rows // T
-        self._where = (seq, torch.tensor([c.length for c in self.caches])[seq] + rows % T)
+        self._where = None
+        if B > 1:  # a batch of one appends to its own buffer (``TreeCache.appended``)
+            rows = torch.arange(B * T) if self.bufs.rows is None else self.bufs.rows
+            seq = rows // T
+            col = torch.tensor([c.length for c in self.caches])[seq] + rows % T
+            self._where = (seq, col)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if len(self.caches) == 1:

@@ -208,6 +208,29 @@ def test_draft_batch_equals_draft_per_sequence():
             assert_close(f"draft seq{b}", drafter.draft(one[b], feats[b], roots[b], 6).logits, out[b].logits, 2e-6)
 
 
+def test_a_drafter_batch_keeps_its_contexts_in_one_tensor_across_rounds():
+    """Four batched rounds of 3 sequences: every state's context buffer of every layer stays
+    row b of one batch tensor (``drafter.batch_context``), built in round 1 and never again,
+    so no round copies a context; the drafts equal ``draft`` per state."""
+    target, drafter = PAIRS["mla-toy", torch.float32]
+    gen, F = generator("propose"), drafter.cfg.feature_size
+    one, many = [drafter.new_state() for _ in range(3)], [drafter.new_state() for _ in range(3)]
+    held = None
+    for new_rows in ((4, 7, 2), (1, 3, 2), (2, 1, 1), (3, 2, 4)):
+        feats = [torch.randn(n, F, generator=gen) for n in new_rows]
+        roots = torch.randint(64, (3,), generator=gen).tolist()
+        out = drafter.draft_batch(many, feats, roots, 6)
+        tensors = [[s.batch_rows[(name, i)][0] for s in many] for name in ("keys", "values")
+                   for i in range(drafter.cfg.num_layers)]
+        assert all(len({id(t) for t in per_layer}) == 1 for per_layer in tensors)
+        held = held or [per_layer[0] for per_layer in tensors]
+        assert [per_layer[0] for per_layer in tensors] == held, "the batch tensors were rebuilt"
+        for b, s in enumerate(many):
+            for i in range(drafter.cfg.num_layers):
+                assert s.keys[i].data_ptr() == held[i][b:b + 1].data_ptr()
+            assert_close(f"round draft seq{b}", drafter.draft(one[b], feats[b], roots[b], 6).logits, out[b].logits, 2e-6)
+
+
 # ----------------------------------------------------------------------------- T = 0
 
 def _first_difference(ref: list[int], out: list[int]) -> int | None:
