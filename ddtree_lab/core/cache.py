@@ -127,6 +127,42 @@ def append_rows(buf: torch.Tensor | None, kept: torch.Tensor, new: torch.Tensor)
     return buf, buf.narrow(-2, 0, end)
 
 
+def held_batch(tags: list, buffers: list, rows: int) -> torch.Tensor | None:
+    """The batch tensor [B, h, capacity, d] whose row b is holder b's buffer ``buffers[b]``,
+    as ``hold_rows`` recorded it (``tags[b]`` = (tensor, b, view), or None), when every buffer
+    is still that view and the tensor has ``rows`` columns of room -> that tensor; else None
+    (the batch changed size or order, a buffer was replaced, or it lacks room). The one
+    staleness rule of the target's ``TreeBatch`` and the drafter's ``batch_context``."""
+    held = tags[0][0] if tags[0] is not None else None
+    if held is None or held.shape[0] != len(buffers) or held.shape[2] < rows:
+        return None
+    for b, (buf, tag) in enumerate(zip(buffers, tags)):
+        if tag is None or tag[0] is not held or tag[1] != b or buf is not tag[2]:
+            return None
+    return held
+
+
+def batch_of_rows(kept: list, like: torch.Tensor, rows: int) -> torch.Tensor:
+    """Committed rows ``kept[b]`` [h, n_b, d] (None: none) -> a new batch tensor [B, h, rows,
+    d] (h, d, dtype and device of ``like`` [., h, ., d]) whose row b starts with ``kept[b]``,
+    zeros after it: every kept row copied once."""
+    out = like.new_zeros(len(kept), like.shape[1], rows, like.shape[3])
+    for b, k in enumerate(kept):
+        if k is not None:
+            out[b, :, :k.shape[1]] = k
+    return out
+
+
+def hold_rows(out: torch.Tensor, tags: list[dict], key) -> list[torch.Tensor]:
+    """Record row b of the batch tensor ``out`` [B, h, capacity, d] as holder b's (``tags[b][key]``
+    = (out, b, view), read back by ``held_batch``) -> the row views [1, h, capacity, d], which
+    each holder keeps as its buffer."""
+    views = [out[b:b + 1] for b in range(out.shape[0])]
+    for b, (tag, view) in enumerate(zip(tags, views)):
+        tag[key] = (out, b, view)
+    return views
+
+
 def model_key(model) -> tuple:
     """What ties a cache to its model."""
     c = model.config

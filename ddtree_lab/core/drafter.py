@@ -42,7 +42,7 @@ from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
 
-from .cache import append_rows
+from .cache import append_rows, batch_of_rows, held_batch, hold_rows
 from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
@@ -172,19 +172,13 @@ def batch_context(states: list[DrafterState], rows: int) -> tuple[list, list]:
 
 
 def _batch_rows(states: list[DrafterState], name: str, layer: int, rows: int) -> torch.Tensor:
-    tags = [s.batch_rows.get((name, layer)) for s in states]
-    held = tags[0][0] if tags[0] is not None else None
-    if held is not None and held.shape[0] == len(states) and held.shape[2] >= rows and all(
-            t is not None and t[0] is held and t[1] == b and getattr(s, name)[layer] is t[2]
-            for b, (s, t) in enumerate(zip(states, tags))):
+    key, bufs = (name, layer), [getattr(s, name) for s in states]
+    held = held_batch([s.batch_rows.get(key) for s in states], [b[layer] for b in bufs], rows)
+    if held is not None:
         return held
-    first = getattr(states[0], name)[layer]
-    out = first.new_zeros(len(states), first.shape[1], 2 * rows, first.shape[3])
-    for b, s in enumerate(states):
-        bufs = getattr(s, name)
-        out[b, :, :s.length] = bufs[layer][0, :, :s.length]
-        bufs[layer] = out[b:b + 1]
-        s.batch_rows[(name, layer)] = (out, b, bufs[layer])
+    out = batch_of_rows([b[layer][0, :, :s.length] for s, b in zip(states, bufs)], bufs[0][layer], 2 * rows)
+    for buf, view in zip(bufs, hold_rows(out, [s.batch_rows for s in states], key)):
+        buf[layer] = view
     return out
 
 

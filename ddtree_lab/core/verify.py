@@ -38,7 +38,7 @@ import torch
 from transformers import DynamicCache
 
 from . import adapter, batched, gdn_tree
-from .cache import Pending, TreeCache, check_cache, empty_cache
+from .cache import Pending, TreeCache, batch_of_rows, check_cache, empty_cache, held_batch, hold_rows
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
@@ -364,21 +364,17 @@ class TreeBatch:
         """The caches' batch tensor of (layer_idx, which) when every cache's buffer is its row
         b of one with room for this verify; else a new one, every committed row copied in
         once (under ``torch.compile``: a fresh tensor per call, nothing kept)."""
-        key, B, need = (layer_idx, which), len(self.caches), self.bufs.past + max(self.bufs.sizes)
-        tags = [c.batch_rows.get(key) for c in self.caches]
-        held = tags[0][0] if tags[0] is not None else None
-        if held is not None and held.shape[0] == B and held.shape[2] >= need and all(
-                t is not None and t[0] is held and t[1] == b and c.buffers.get(key) is t[2]
-                for b, (c, t) in enumerate(zip(self.caches, tags))):
+        key, need = (layer_idx, which), self.bufs.past + max(self.bufs.sizes)
+        held = held_batch([c.batch_rows.get(key) for c in self.caches], [c.buffers.get(key) for c in self.caches],
+                          need)
+        if held is not None:
             return held
         compiling = torch.compiler.is_compiling()
-        out = new.new_zeros(B, new.shape[1], need if compiling else 2 * need, new.shape[3])
-        for b, c in enumerate(self.caches):
-            if c.length:
-                out[b, :, :c.length] = c.kv[layer_idx][which][0, :, :c.length]
-            if not compiling:
-                c.buffers[key] = out[b:b + 1]
-                c.batch_rows[key] = (out, b, c.buffers[key])
+        out = batch_of_rows([c.kv[layer_idx][which][0, :, :c.length] if c.length else None for c in self.caches],
+                            new, need if compiling else 2 * need)
+        if not compiling:
+            for c, view in zip(self.caches, hold_rows(out, [c.batch_rows for c in self.caches], key)):
+                c.buffers[key] = view
         return out
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

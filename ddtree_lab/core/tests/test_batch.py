@@ -22,7 +22,7 @@ import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.cache import batch_of_rows, commit, held_batch, hold_rows
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core import verify as verify_mod
@@ -229,6 +229,27 @@ def test_a_drafter_batch_keeps_its_contexts_in_one_tensor_across_rounds():
             for i, buf in enumerate(s.keys + s.values):  # the order of ``tensors``: keys, then values
                 assert buf.data_ptr() == held[i][b:b + 1].data_ptr(), f"seq{b}: buffer {i} is not its row"
             assert_close(f"round draft seq{b}", drafter.draft(one[b], feats[b], roots[b], 6).logits, out[b].logits, 2e-6)
+
+
+def test_a_held_batch_tensor_counts_only_while_every_buffer_is_still_its_row():
+    """``cache.held_batch``, the one staleness rule of the target's and the drafter's batch
+    tensors: the tensor ``hold_rows`` recorded is handed back only while every holder's buffer
+    is still its row b, in the same order, with room; ``batch_of_rows`` copies the kept rows in."""
+    kept = [torch.randn(2, n, 3) for n in (4, 0, 2)]
+    out = batch_of_rows([k if k.shape[1] else None for k in kept], torch.empty(1, 2, 0, 3), 8)
+    assert out.shape == (3, 2, 8, 3)
+    for b, k in enumerate(kept):
+        assert torch.equal(out[b, :, :k.shape[1]], k) and not out[b, :, k.shape[1]:].any()
+    tags = [{} for _ in kept]
+    bufs = hold_rows(out, tags, "k")
+    assert all(buf.data_ptr() == out[b:b + 1].data_ptr() for b, buf in enumerate(bufs))
+    recorded = [t.get("k") for t in tags]
+    assert held_batch(recorded, bufs, 8) is out
+    assert held_batch(recorded, bufs, 9) is None, "no room"
+    assert held_batch(recorded[::-1], bufs[::-1], 8) is None, "another order"
+    assert held_batch(recorded[:2], bufs[:2], 8) is None, "another batch size"
+    assert held_batch(recorded, [bufs[0], out[1:2].clone(), bufs[2]], 8) is None, "a replaced buffer"
+    assert held_batch([None] + recorded[1:], bufs, 8) is None, "a holder never recorded"
 
 
 # ----------------------------------------------------------------------------- T = 0
