@@ -24,6 +24,8 @@ It imports only ``torch``: the modules that build the loop's types (``verify``, 
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -90,9 +92,16 @@ def pack(x: torch.Tensor, rows: torch.Tensor, dim: int) -> torch.Tensor:
     return flat.index_select(0, rows.to(x.device)).movedim(0, dim - 1)[None]
 
 
+@functools.lru_cache(maxsize=None)
+def _lower_triangle(T: int) -> torch.Tensor:
+    """BoolTensor[T, T]: [i, j] true iff j <= i."""
+    return torch.ones(T, T, dtype=torch.bool).tril_()
+
+
 def chain_masks(sizes: list[int], T: int) -> torch.Tensor:
-    """``ancestor_masks`` of B chains of ``sizes`` nodes, padded to T: lower triangles."""
-    tril = torch.ones(T, T, dtype=torch.bool).tril_()
+    """``ancestor_masks`` of B chains of ``sizes`` nodes, padded to T: lower triangles (with
+    no padding, views of one triangle per T, built once and never written)."""
+    tril = _lower_triangle(T)
     if min(sizes) == T:  # no padding: one triangle for every tree
         return tril.expand(len(sizes), T, T)
     return tril[None] & _real_rows(sizes, T)[:, :, None] | torch.eye(T, dtype=torch.bool)

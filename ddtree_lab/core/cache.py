@@ -79,8 +79,8 @@ class TreeCache:
         """[1, h, length + T, d]: the committed rows of ``layer``'s keys (``which`` 0) or values
         (1), then ``new`` [1, h, T, d], written after them into this cache's own buffer
         (``append_rows``); a view of it. Under ``torch.compile``: one ``cat``, no buffer."""
-        kept = self.kv[layer][which][..., :self.length, :] if self.length else new[..., :0, :]
-        buf, out = append_rows(self.buffers.get((layer, which)), kept, new)
+        held = self.kv[layer][which] if self.length else new
+        buf, out = append_rows(self.buffers.get((layer, which)), held, self.length, new)
         if buf is None:
             self.buffers.pop((layer, which), None)
         else:
@@ -111,18 +111,20 @@ def grown(kept: torch.Tensor, capacity: int, rows: int) -> torch.Tensor:
     return out
 
 
-def append_rows(buf: torch.Tensor | None, kept: torch.Tensor, new: torch.Tensor) -> tuple:
-    """Append ``new`` [..., T, d] after ``kept`` [..., n, d], the first n rows of ``buf``
-    [..., capacity, d] (the caller's own buffer) or, with ``buf`` None, rows the caller must
-    not write -> (buffer, view [..., n + T, d] of it): written in place, the buffer grown by
-    ``grown`` when it is short (or absent). Under ``torch.compile`` -> (None, ``cat``): a
-    buffer's growth would retrace the graph. The one append rule of the target's
-    ``TreeCache`` and the drafter's ``ContextCache`` (a batch of one)."""
+def append_rows(buf: torch.Tensor | None, held: torch.Tensor, n: int, new: torch.Tensor) -> tuple:
+    """Append ``new`` [..., T, d] after the first n rows of ``held`` [..., >= n, d]: ``buf``
+    [..., capacity, d] (the caller's own buffer, whose first n rows they are) or, with ``buf``
+    None, rows the caller must not write -> (buffer, view [..., n + T, d] of it): written in
+    place, the buffer grown by ``grown`` when it is short (or absent). ``held`` is sliced only
+    when its rows are copied (a growth), so an append in room is two views and one copy of
+    ``new``. Under ``torch.compile`` -> (None, ``cat``): a buffer's growth would retrace the
+    graph. The one append rule of the target's ``TreeCache`` and the drafter's
+    ``ContextCache`` (a batch of one)."""
     if torch.compiler.is_compiling():
-        return None, torch.cat([kept, new], -2)
-    n, end = kept.shape[-2], kept.shape[-2] + new.shape[-2]
+        return None, torch.cat([held.narrow(-2, 0, n), new], -2)
+    end = n + new.shape[-2]
     if buf is None or buf.shape[-2] < end:
-        buf = grown(kept, 0 if buf is None else buf.shape[-2], end)
+        buf = grown(held.narrow(-2, 0, n), 0 if buf is None else buf.shape[-2], end)
     buf.narrow(-2, n, new.shape[-2]).copy_(new)
     return buf, buf.narrow(-2, 0, end)
 
@@ -215,7 +217,7 @@ def _keep_rows(cache: TreeCache, idx: list[int]) -> None:
             for t in (k, v):
                 t[:, :, cache.length:end] = t.index_select(-2, rows.to(t.device))
     for i, (k, v) in cache.kv.items():
-        cache.kv[i] = (k[:, :, :end], v[:, :, :end])
+        cache.kv[i] = (k.narrow(2, 0, end), v.narrow(2, 0, end))
 
 
 def _accept_rows(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False) -> torch.Tensor:

@@ -23,7 +23,6 @@ its own generator (seed + b), so its output does not depend on the rest of the b
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -66,9 +65,10 @@ class Generation:
 
 def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
     """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1), in
-    the logits' precision, at least float32."""
+    the logits' precision, at least float32 (finite logits: a -inf logit would give 0 * -inf)."""
     x = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    return torch.special.entr(torch.softmax(x / temperature if temperature else x, -1)).sum(-1).tolist()
+    log_p = torch.log_softmax(x / temperature if temperature else x, -1)
+    return (log_p.exp() * log_p).sum(-1).neg_().tolist()
 
 
 _CUDA = torch.cuda.is_available()
@@ -80,14 +80,21 @@ def device_sync() -> None:
         torch.cuda.synchronize()
 
 
-@contextmanager
-def timed_phase(gen: Generation, phase: str):
-    """Add the seconds of the block to ``gen.timings[phase]`` (device-synced at both ends)."""
-    device_sync()
-    t0 = time.perf_counter()
-    yield
-    device_sync()
-    gen.timings[phase] += time.perf_counter() - t0
+class timed_phase:
+    """``with timed_phase(gen, phase):`` adds the seconds of the block to ``gen.timings[phase]``
+    (device-synced at both ends). A class, not a generator: five of them open every round."""
+    __slots__ = ("timings", "phase", "start")
+
+    def __init__(self, gen: Generation, phase: str):
+        self.timings, self.phase = gen.timings, phase
+
+    def __enter__(self) -> None:
+        device_sync()
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        device_sync()
+        self.timings[self.phase] += time.perf_counter() - self.start
 
 
 def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
@@ -346,7 +353,7 @@ def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
     if method == "dflash":
-        return tree_mod.chain_tree(drafter_logits.argmax(-1), root)
+        return tree_mod.chain_of(drafter_logits.argmax(-1).cpu(), root)
     return tree_mod.build_tree(drafter_logits, root, budget)
 
 

@@ -220,7 +220,7 @@ class ContextCache:
         one ``cat``, which becomes the state's buffer."""
         state, out = self.states[0], []
         for tensor, stored in ((keys, state.keys), (values, state.values)):
-            buf, rows = append_rows(stored[layer_idx], stored[layer_idx][:, :, :state.length], tensor)
+            buf, rows = append_rows(stored[layer_idx], stored[layer_idx], state.length, tensor)
             stored[layer_idx] = rows if buf is None else buf
             out.append(rows)
         return out[0], out[1]

@@ -22,6 +22,7 @@ functions of the tree.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -284,12 +285,27 @@ def chain_tree(draft_tokens: torch.Tensor, root_token: int,
     if log_probs is not None and (not isinstance(log_probs, torch.Tensor) or tuple(log_probs.shape) != (length,)):
         raise ValueError(f"log_probs must be a 1-D tensor of length L={length}, "
                          f"got {getattr(log_probs, 'shape', type(log_probs))}")
-    steps = torch.arange(length + 1)  # [L+1]
-    weights = torch.zeros(length + 1, dtype=torch.float64)
-    if log_probs is not None:
-        torch.cumsum(log_probs.double().cpu(), 0, out=weights[1:])
-    return DraftTree(tokens=F.pad(draft_tokens.long().cpu(), (1, 0), value=root_token), parents=steps - 1,
-                     depths=steps, log_weights=weights)
+    return chain_of(draft_tokens.long().cpu(), root_token,
+                    None if log_probs is None else log_probs.double().cpu())
+
+
+def chain_of(draft_tokens: torch.Tensor, root_token: int, log_probs: torch.Tensor | None = None) -> DraftTree:
+    """``chain_tree`` without its checks, for the decoding loop (its spec and drafter fix the
+    shapes): draft_tokens LongTensor[L] and log_probs DoubleTensor[L] or None on the CPU. The
+    parents, depths and zero log weights of a chain of L tokens are built once per L and shared
+    by every chain of that length (no one writes a tree's tensors)."""
+    steps, zeros = _chain_frame(draft_tokens.shape[0])
+    weights = zeros if log_probs is None else F.pad(torch.cumsum(log_probs, 0), (1, 0))
+    return DraftTree(tokens=F.pad(draft_tokens, (1, 0), value=root_token), parents=steps[0],
+                     depths=steps[1], log_weights=weights)
+
+
+@functools.lru_cache(maxsize=None)
+def _chain_frame(length: int) -> tuple:
+    """((parents, depths) LongTensor[L+1] each, zero log weights DoubleTensor[L+1]) of a chain
+    of ``length`` draft tokens."""
+    steps = torch.arange(length + 1)
+    return (steps - 1, steps), torch.zeros(length + 1, dtype=torch.float64)
 
 
 # ----------------------------------------------------------------------------- buffers

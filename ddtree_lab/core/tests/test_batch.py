@@ -22,7 +22,7 @@ import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
-from ddtree_lab.core.cache import batch_of_rows, commit, held_batch, hold_rows
+from ddtree_lab.core.cache import append_rows, batch_of_rows, commit, held_batch, hold_rows
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core import verify as verify_mod
@@ -250,6 +250,27 @@ def test_a_held_batch_tensor_counts_only_while_every_buffer_is_still_its_row():
     assert held_batch(recorded[:2], bufs[:2], 8) is None, "another batch size"
     assert held_batch(recorded, [bufs[0], out[1:2].clone(), bufs[2]], 8) is None, "a replaced buffer"
     assert held_batch([None] + recorded[1:], bufs, 8) is None, "a holder never recorded"
+
+
+def test_an_append_in_room_writes_only_the_new_rows_and_a_growth_copies_the_first_n():
+    """``cache.append_rows``, the one append rule of the target's and the drafter's caches:
+    ``held``'s first n rows are kept, the rest of it is never read; in room the new rows are
+    written after them in the same buffer (no copy of the kept rows), and a growth (or no
+    buffer) copies only the first n rows of ``held`` into a new buffer, leaving ``held`` as
+    it was."""
+    held = torch.randn(1, 2, 5, 3)  # rows the caller must not write; only 3 are kept
+    before = held.clone()
+    new = torch.randn(1, 2, 2, 3)
+    buf, rows = append_rows(None, held, 3, new)
+    assert torch.equal(held, before), "rows the caller must not write stay as they were"
+    assert buf.shape[2] >= 5 and rows.data_ptr() == buf.data_ptr()
+    assert torch.equal(rows, torch.cat([held[:, :, :3], new], 2))
+    newer = torch.randn(1, 2, 1, 3)
+    buf2, rows2 = append_rows(buf, buf, 4, newer)  # the 5th row (scratch) is overwritten
+    assert buf2 is buf and torch.equal(rows2, torch.cat([held[:, :, :3], new[:, :, :1], newer], 2))
+    buf3, rows3 = append_rows(buf, buf, 5, torch.randn(1, 2, buf.shape[2], 3))  # no room: grown
+    assert buf3 is not buf and buf3.shape[2] >= 2 * buf.shape[2]
+    assert torch.equal(rows3[:, :, :5], rows2)
 
 
 # ----------------------------------------------------------------------------- T = 0

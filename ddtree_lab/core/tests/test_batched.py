@@ -82,6 +82,19 @@ def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
             assert_identical(f"{name} {mode} per tree {field}", getattr(r, field), getattr(o, field))
 
 
+def test_chains_without_padding_share_one_triangle_that_no_round_writes():
+    """``batched.chain_masks`` of unpadded chains are views of one lower triangle per size,
+    built once; verifying and committing chains on it leaves it the lower triangle."""
+    one, two = batched.chain_masks([6], 6), batched.chain_masks([6, 6], 6)
+    assert one.data_ptr() == two.data_ptr()
+    target = build_target("mla-toy")
+    cache, _ = prefill(target, torch.tensor([3, 1, 4]))
+    tree = random_tree("chain", 5, 64, generator("shared triangle"))
+    verify_batch(target, [cache], [tree])
+    commit(target, cache, tree, [0, 1, 2])
+    assert torch.equal(batched.chain_masks([6], 6)[0], torch.ones(6, 6, dtype=torch.bool).tril())
+
+
 def test_chain_bias_in_the_graph_equals_the_cached_view(monkeypatch):
     """Under ``torch.compile`` a chain's bias is built in the graph (a cached buffer's growth
     would retrace); it equals the view eager rounds take, as does the view after the buffer

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ddtree_lab.core.tree import (DraftTree, accept, accept_reference, leading_rows, ancestor_mask, ancestor_mask_reference,
-                             build_tree, build_tree_reference, build_trees, chain_tree,
+                             build_tree, build_tree_reference, build_trees, chain_of, chain_tree,
                              expected_acceptance, expected_acceptance_prefixes,
                              position_ids)
 
@@ -177,6 +177,21 @@ def test_chain_tree_invariants():
     assert torch.equal(ancestor_mask(tree), torch.ones(4, 4, dtype=torch.bool).tril())
     assert math.isclose(expected_acceptance(tree), 0.9 + 0.45 + 0.36)
     assert chain_tree(torch.tensor([4, 2]), 3).log_weights.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_the_loops_chain_is_chain_tree_with_one_frame_per_length():
+    """``chain_of`` (the decoding loop's, unchecked) builds what ``chain_tree`` builds; chains
+    of one length share their parents, depths and zero log weights (built once per length),
+    and a later chain leaves an earlier one as it was."""
+    a = chain_of(torch.tensor([4, 2, 7]), 3)
+    ref = chain_tree(torch.tensor([4, 2, 7]), 3)
+    for field in ("tokens", "parents", "depths", "log_weights"):
+        assert torch.equal(getattr(a, field), getattr(ref, field)), field
+    b = chain_of(torch.tensor([9, 9, 1]), 5)
+    assert a.parents is b.parents and a.depths is b.depths and a.log_weights is b.log_weights
+    assert a.tokens.tolist() == [3, 4, 2, 7] and b.tokens.tolist() == [5, 9, 9, 1]
+    weighted = chain_of(torch.tensor([4, 2]), 3, torch.tensor([-0.5, -0.25], dtype=torch.float64))
+    assert weighted.log_weights.tolist() == [0.0, -0.5, -0.75] and a.log_weights.tolist() == [0.0] * 4
 
 
 # ----------------------------------------------------------------------------- accept

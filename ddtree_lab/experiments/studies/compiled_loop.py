@@ -9,9 +9,10 @@ graph breaks and new graphs are its own. Rows: one per (target, config, prompt, 
 tokens/s (new tokens over the wall seconds), tau, whether the tokens equal the eager ones, the
 load average, and the code version and both models' digests (``stored_loop_compile``).
 
-``loop_summary``: per target and config, compiled / eager tokens/s, and each kind's tokens/s
-over AR of the same kind (eager over eager, compiled over compiled), as medians of per-prompt
-ratios with 95% intervals; graph breaks and graphs from dynamo's counters.
+``loop_summary``: per target and config, compiled / eager tokens/s, each kind's tokens/s over
+AR of the same kind (eager over eager, compiled over compiled), and the compiled loop's over the
+compiled reference loop's, as medians of per-prompt ratios with 95% intervals; graph breaks and
+graphs from dynamo's counters.
 """
 from __future__ import annotations
 
@@ -91,13 +92,17 @@ def run_compiled_loop(pair, arch: str, prompt_ids: dict, configs=CONFIGS, max_ne
 
 
 def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (arch, method, budget): tau per kind, compiled / eager, and eager / compiled over AR of
-    the same kind (paired per prompt: medians with 95% intervals)."""
+    """Per (arch, method, budget): tau per kind, compiled / eager, eager / compiled over AR of
+    the same kind, and compiled over the compiled reference loop (paired per prompt: medians
+    with 95% intervals)."""
     wide = rows.pivot_table(index=["arch", "method", "budget", "prompt_id"], columns="kind",
                             values="tokens_per_s").reset_index()
     out = []
     for (arch, method, budget), g in wide.groupby(["arch", "method", "budget"], sort=False):
         ar = wide[(wide.arch == arch) & (wide.method == "ar")].set_index("prompt_id").loc[g.prompt_id]
+        ref = wide[(wide.arch == arch) & (wide.method == "official")].set_index("prompt_id")
+        vs_ref = (ratio_columns("compiled/official", g.compiled.values, ref.loc[g.prompt_id].compiled.values)
+                  if set(g.prompt_id) <= set(ref.index) else {})  # a run without the reference loop: none
         r = rows[(rows.arch == arch) & (rows.method == method) & (rows.budget == budget)]
         out.append({"arch": arch, "method": method, "budget": budget, "prompts": len(g),
                     "tau": r[r.kind == "eager"].tau.mean(), "eager_tok_s": g.eager.median(),
@@ -105,6 +110,7 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
                     **ratio_columns("compiled/eager", g.compiled.values, g.eager.values),
                     **ratio_columns("eager/ar", g.eager.values, ar.eager.values),
                     **ratio_columns("compiled/ar", g.compiled.values, ar.compiled.values),
+                    **vs_ref,
                     "equals_eager": bool(r.equals_eager.all()), "graph_breaks": int(r.graph_breaks.max()),
                     "new_graphs": int(r.new_graphs.max()), "compile_s": float(r.compile_s.max()),
                     "load_avg_max": float(r.load_avg_1min.max())})
@@ -137,6 +143,8 @@ def loop_display(summary: pd.DataFrame) -> pd.DataFrame:
              "compiled / eager": format_ratio_columns(r, "compiled/eager"),
              "eager vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "eager/ar"),
              "compiled vs AR": "-" if r.method == "ar" else format_ratio_columns(r, "compiled/ar"),
+             "compiled vs reference loop": ("-" if r.method in ("ar", "official") or pd.isna(r.get("compiled/official"))
+                                            else format_ratio_columns(r, "compiled/official")),
              "compiled == eager tokens": "yes" if r.equals_eager else "**no**", "graph breaks": int(r.graph_breaks),
              "compile s": f"{r.compile_s:.0f}"} for _, r in summary.iterrows()]
     return pd.DataFrame(rows)
