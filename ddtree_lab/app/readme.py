@@ -231,9 +231,12 @@ def render_round_cost() -> str:
             "the target's forwards (the prefill left out), the drafter's forwards and the rest of the loop, every loop "
             "timed alike from outside by forward hooks on its two models (the reference loop's own timer needs CUDA; "
             "the lab's phases are in notebook 05's figure); 'vs' columns: tokens/s over the reference loop's "
-            "and over AR's on the same prompt, median [95% interval]; on the GDN target the reference loop "
+            "and over AR's on the same prompt, median [95% interval]; ceiling: the loop's tokens per second of its "
+            "two models' forwards alone (prefill included, its own work left out) over the reference loop's tokens/s "
+            "as it runs, the same pairing; on the GDN target the reference loop "
             "departs from AR, see **The leak in the chain**):\n\n")
-    table = _table(list(shown.columns), shown.values.tolist())
+    note = round_cost.ceiling_note(t)
+    table = _table(list(shown.columns), shown.values.tolist()) + (f"\n\n{note}" if note else "")
     floor = round_cost.floor_summary(pd.read_csv(RESULTS_DIR / "verify_floor.csv"))
     frows = [[r.arch, r.budget, r.states, f"{r.lab_ms:.1f}", f"{r.floor_ms:.1f}",
               format_ratio_columns({"x": r.ratio, "x_lo": r.ratio_lo, "x_hi": r.ratio_hi}, "x")]
@@ -241,7 +244,8 @@ def render_round_cost() -> str:
     fhead = ("\n\n**Verify against its floor** (the same script: at real decoding states, every 4th round of greedy "
              "DDTree runs, the lab's verify as the loop calls it against transformers' stock forward of the same "
              "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, both on the "
-             "loops' kernels, 10 interleaved "
+             "loops' kernels, the lab's cache as the loop holds it (buffers with room; each verify discarded), "
+             "the `DynamicCache` a fresh copy per repeat, 10 interleaved "
              "pairs per state; on GDN the floor's linear layers read the tree as a chain; ratio: median over states "
              "[95% interval]):\n\n")
     return head + table + fhead + _table(["target", "budget", "states", "lab verify ms", "floor ms",

@@ -49,20 +49,27 @@ def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_n
     return [g for g in grid if not (g["budget"] == "auto" and g["gdn_mode"] in ("naive", "fork"))]
 
 
-def paired_speedups(frame: pd.DataFrame, over: str = "ar", name: str = "speedup_paired") -> pd.DataFrame:
+def wall_rate(metrics: dict) -> float:
+    """A row's tokens/s: its new tokens over its wall seconds, prefill included."""
+    return len(metrics["tokens"]) / max(1e-12, metrics["timings"]["total"])
+
+
+def paired_speedups(frame: pd.DataFrame, over: str = "ar", name: str = "speedup_paired",
+                    rate=wall_rate, over_rate=None) -> pd.DataFrame:
     """Per config (AXES): tokens/s of the config over ``over``'s (a method: AR, or the
     reference loop "official") on the same prompt (same arch, T, length, same run), as
     ``spread.ratio_columns``: name (the median), _lo, _hi (95% interval), _p (sign test);
-    NaN where no row of ``over`` pairs."""
+    NaN where no row of ``over`` pairs. rate: a row's metrics -> its tokens/s (``wall_rate``;
+    NaN: the row is left out of the pairing); over_rate: the same for ``over``'s rows (None:
+    ``rate``)."""
     frame = with_axes(frame)
-    rate = frame["_metrics"].map(lambda m: len(m["tokens"]) / max(1e-12, m["timings"]["total"]))
-    rows = frame.assign(_rate=rate)
+    rows = frame.assign(_rate=frame["_metrics"].map(rate), _over=frame["_metrics"].map(over_rate or rate))
     ref = ["arch", "temperature", "max_new_tokens", "prompt"]
-    base = rows[rows["method"] == over].groupby(ref)["_rate"].first()
+    base = rows[rows["method"] == over].groupby(ref)["_over"].first()
     out = []
     for key, g in rows.groupby(list(AXES), sort=False, dropna=False):
         den = [base.get(tuple(k), float("nan")) for k in g[ref].itertuples(index=False)]
-        pairs = [(n, d) for n, d in zip(g["_rate"], den) if d == d]
+        pairs = [(n, d) for n, d in zip(g["_rate"], den) if d == d and n == n]
         cols = ratio_columns(name, *zip(*pairs)) if pairs else {}
         out.append({**dict(zip(AXES, key)), **cols})
     return pd.DataFrame(out, columns=list(AXES) + [f"{name}{s}" for s in ("", "_lo", "_hi", "_p")])

@@ -12,15 +12,22 @@ lab's verify against its floor.
   them, for every loop alike, the round-cost run times the two models' forward calls from
   outside (``run_with_forwards``: ``measure.ForwardClock``): per round the target's forwards
   (the prefill left out), the drafter's and the rest of the loop (everything else: logits of
-  the draft, trees, masks, acceptance, cache work, Python).
+  the draft, trees, masks, acceptance, cache work, Python). From the same timers, each loop's
+  tokens per second of forwards (``forwards_rate``: the loop's own work left out) over the
+  reference loop's tokens/s as it runs: the most that loop could reach against the reference
+  chain at no cost of its own, on this machine's forwards (``ceiling_note``).
 - ``verify_floor(pair, ...)``: at real decoding states (the committed sequence before a round
   of a lab run, and that round's own tree), the lab's verify as the loop calls it
   (``verify.verify_batch_unchecked``, features included) against the floor of what any verify
   can cost: transformers' stock forward of the same flattened tree tokens, with the same
   additive tree mask and positions, on a stock ``DynamicCache`` holding the same committed rows
   (hidden states returned, as ``dflash_generate`` asks for them). The two are timed in turn,
-  in alternating order, paired per repeat (``plumbing.measure.timed``; ``spread.paired_ratio``),
-  each on a fresh copy of its cache made outside the timers.
+  in alternating order, paired per repeat (``plumbing.measure.timed``; ``spread.paired_ratio``):
+  the lab's verify on its cache as the loop holds it (its buffers with room, each verify
+  forgotten by ``TreeCache.discard`` outside the timers; a fresh ``snapshot`` per repeat would
+  grow every buffer at every verify, which the loop does once per doubling), the floor on a
+  fresh copy of its ``DynamicCache`` made outside the timers (its ``cat`` allocates at every
+  call, in a loop too).
 
 On the GDN hybrid the floor's GDN layers read the flattened tree as a chain (naive): it is the
 stock cost of the same tokens, not an exact tree verify.
@@ -43,7 +50,7 @@ from ..plumbing.measure import ForwardClock, timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep, with_axes
-from .bench import paired_speedups
+from .bench import paired_speedups, wall_rate
 from .official import run_with_official
 
 FLOOR_BUDGETS = (16, 64)
@@ -94,11 +101,24 @@ def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFr
     return frame[keep] if keep.any() else None
 
 
+def forwards_rate(metrics: dict) -> float:
+    """A row's new tokens over the seconds inside its two models' forwards, prefill included
+    (``run_with_forwards``): its tokens/s with the loop's own work left out, the most the loop
+    could reach on these forwards; NaN for a row stored without forward timings."""
+    f = metrics.get("forwards")
+    if f is None:
+        return float("nan")
+    return len(metrics["tokens"]) / max(1e-12, f["prefill"] + f["target"] + f["drafter"])
+
+
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per config: tau, ms per round (``phase_table``'s total) and tokens/s over the reference
-    loop's and over AR's on the same prompts (paired medians with 95% intervals)."""
+    loop's and over AR's on the same prompts (paired medians with 95% intervals); vs_official_fwd:
+    the config's ``forwards_rate`` (its own work left out) over the reference loop's tokens/s as
+    it runs: the ceiling of vs_official on these forwards."""
     keys = ["arch", "method", "budget"]
-    over_ref = paired_speedups(frame, "official", "vs_official")
+    over_ref = paired_speedups(frame, "official", "vs_official").merge(
+        paired_speedups(frame, "official", "vs_official_fwd", rate=forwards_rate, over_rate=wall_rate), on=list(AXES))
     over_ar = paired_speedups(frame, "ar", "vs_ar")
     taus = with_axes(frame).groupby(keys, sort=False).apply(
         lambda g: sum(sum(m["acceptance_lengths"]) for m in g["_metrics"])
@@ -111,15 +131,16 @@ def round_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 LOOP_NAMES = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
 ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "target forwards", "drafter forwards", "rest of the loop",
-                 "vs reference loop", "vs AR"]
+                 "vs reference loop", "ceiling vs reference loop", "vs AR"]
 FORWARD_MS = ["target_fwd_ms", "drafter_fwd_ms", "rest_ms"]  # per round, every loop alike (``run_with_forwards``)
 
 
 def round_display(table: pd.DataFrame, archs=("mla", "gdn")) -> pd.DataFrame:
     """``round_table`` for reading (the README block and notebook 05): one row per loop, ms
     per round in all and in the models' forwards (timed from outside, every loop alike; '-'
-    in a run stored before they were), ratios as '0.85x [0.74, 1.01] noise', '-' where a cell
-    does not apply (the reference loop is not compared with itself)."""
+    in a run stored before they were), ratios as '0.85x [0.74, 1.01] noise' (over the reference
+    loop: wall-clock, and the ceiling: the loop's forwards only), '-' where a cell does not
+    apply (the reference loop's wall-clock is not compared with itself)."""
     rows = []
     for arch in archs:
         for r in table[table.arch == arch].itertuples():
@@ -128,8 +149,24 @@ def round_display(table: pd.DataFrame, archs=("mla", "gdn")) -> pd.DataFrame:
                          f"{r.total_ms:.1f}", *("-" if pd.isna(v) else f"{v:.1f}" for v in
                                                 (getattr(r, c) for c in FORWARD_MS)),
                          "-" if ref else format_ratio_columns(r._asdict(), "vs_official"),
+                         "-" if pd.isna(r.vs_official_fwd) else format_ratio_columns(r._asdict(), "vs_official_fwd"),
                          format_ratio_columns(r._asdict(), "vs_ar")])
     return pd.DataFrame(rows, columns=ROUND_COLUMNS)
+
+
+def ceiling_note(table: pd.DataFrame) -> str:
+    """One sentence from ``round_table``: per target, the lab DDTree budget with the highest
+    ceiling over the reference loop (``forwards_rate`` over its tokens/s), that ceiling and the
+    budget's wall-clock ratio; '' when the run has no forward timings."""
+    parts = []
+    for arch, t in table[(table.method == "ddtree") & table.vs_official_fwd.notna()].groupby("arch", sort=False):
+        best = t.loc[t.vs_official_fwd.idxmax()]
+        parts.append(f"{arch} {format_ratio_columns(best, 'vs_official_fwd')} at budget {best.budget} "
+                     f"(wall-clock {format_ratio_columns(best, 'vs_official')})")
+    if not parts:
+        return ""
+    return ("Ceiling: a lab DDTree that cost nothing outside the two models' forwards would reach, over the "
+            "reference chain loop as it runs, at its best budget: " + "; ".join(parts) + ".")
 
 
 def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -218,18 +255,21 @@ def _floor_rows(pair, p: int, budgets, repeats: int, every: int, max_new_tokens:
 
 def _time_pair(target, seq: list[int], tree, layers, mode, repeats: int) -> dict:
     """``repeats`` pairs (after one warm-up pair) of the lab's verify and the floor at one state,
-    each on a fresh copy of its cache, in alternating order: medians and the paired ratio."""
+    in alternating order: medians and the paired ratio. The lab's cache is in the loop's steady
+    state: one cache whose buffers have room, each verify forgotten (``TreeCache.discard``)
+    outside the timers; the floor's ``DynamicCache`` a fresh copy per repeat."""
     cache, _ = prefill(target, seq[:-1])
     stock = DynamicCache(config=target.config)
     target(torch.as_tensor(seq[:-1])[None].to(target.device), past_key_values=stock, use_cache=True)
     times = {"lab": [], "floor": []}
     for rep in range(repeats + 1):
-        work, copied = cache.snapshot(), copy.deepcopy(stock)  # fresh copies, made outside the timers
-        runs = {"lab": lambda: verify_batch_unchecked(target, [work], [tree], mode, layers),
+        copied = copy.deepcopy(stock)  # made outside the timers
+        runs = {"lab": lambda: verify_batch_unchecked(target, [cache], [tree], mode, layers),
                 "floor": lambda: _floor_forward(target, copied, tree, len(seq) - 1)}
         for name in (("lab", "floor") if rep % 2 else ("floor", "lab")):
             ms, _ = timed(runs[name])
             times[name].append(ms)
+        cache.discard()  # the committed rows as they were, the buffers' room kept
     lab_ms, floor_ms = times["lab"][1:], times["floor"][1:]
     ratio = paired_ratio(lab_ms, floor_ms)
     return {"lab_ms": statistics.median(lab_ms), "floor_ms": statistics.median(floor_ms),

@@ -27,6 +27,24 @@ def test_the_floor_scores_what_verify_scores_on_an_attention_target():
         assert_close("floor-vs-verify", verify(target, cache, tree).logits, floor, 1e-12)
 
 
+def test_the_floor_pairs_time_the_verify_on_a_cache_as_the_loop_holds_it(monkeypatch):
+    """The lab's side of a floor pair is the loop's steady round: its buffers grow at the
+    warm-up verify only (a fresh copy per repeat would grow every buffer at every verify),
+    and each verify is forgotten, so every repeat verifies the same committed rows."""
+    from ddtree_lab.core import cache as cache_mod
+    from ddtree_lab.core.gdn_layer import gdn_mode
+    target, drafter = toy_pair("mla-toy")
+    growths, grown = [], cache_mod.grown
+    monkeypatch.setattr(cache_mod, "grown", lambda *a: growths.append(a[1:]) or grown(*a))
+    seq = [3, 9, 27, 17, 51, 25]
+    tree = build_tree(torch.randn(4, target.config.vocab_size, generator=torch.Generator().manual_seed(0)) * 3,
+                      seq[-1], 12)
+    with torch.no_grad():
+        out = round_cost._time_pair(target, seq, tree, tuple(drafter.cfg.target_layer_ids), gdn_mode("wy"), 6)
+    assert len(growths) == 2 * target.config.num_hidden_layers  # keys and values of every layer, once
+    assert out["lab_ms"] > 0 and out["floor_ms"] > 0 and out["ratio"] == out["ratio"]
+
+
 def test_round_states_are_the_loops_own_rounds():
     target, drafter = toy_pair("mla-toy")
     pair = type("Pair", (), {"target": target, "drafter": drafter, "arch": "mla"})()
@@ -91,7 +109,8 @@ def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
         for method, budget, seconds in (("ar", 0, 4.0), ("official", 7, 2.0), ("dflash", 7, 1.0), ("ddtree", 16, 0.5)):
             secs = seconds * (1 + p)  # prompts of different speeds: only the pairing keeps the ratio exact
             m = {"timings": {**dict.fromkeys(round_cost.PHASES, 0.0), "total": secs}, "tokens": [1] * 10,
-                 "acceptance_lengths": [5, 5], "tree_sizes": [budget] * 2}
+                 "acceptance_lengths": [5, 5], "tree_sizes": [budget] * 2,  # forwards: half of every loop's time
+                 "forwards": {"prefill": 0.1 * secs, "target": 0.3 * secs, "drafter": 0.1 * secs}}
             rows.append({"arch": "mla", "method": method, "budget": budget, "gdn_mode": "wy", "temperature": 0.0,
                          "block_size": 8, "max_new_tokens": 10, "accept_rule": "rejection", "prompt": p, "tau": 5.0,
                          "run": "r", "_metrics": m})
@@ -100,3 +119,26 @@ def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
     assert t.loc["dflash", "vs_official"] == pytest.approx(2.0) and t.loc["ddtree", "vs_official"] == pytest.approx(4.0)
     assert t.loc["dflash", "vs_ar"] == pytest.approx(4.0) and t.loc["official", "vs_official"] == pytest.approx(1.0)
     assert t.loc["ddtree", "tau"] == pytest.approx(5.0)
+    # the ceiling: a loop's tokens per second of forwards over the reference loop's tokens/s as it runs
+    assert t.loc["dflash", "vs_official_fwd"] == pytest.approx(4.0) and t.loc["ddtree", "vs_official_fwd"] == pytest.approx(8.0)
+    assert t.loc["official", "vs_official_fwd"] == pytest.approx(2.0)
+    note = round_cost.ceiling_note(t.reset_index())
+    assert "mla 8.00x" in note and "at budget 16" in note and "wall-clock 4.00x" in note
+
+
+def test_the_ceiling_is_left_out_where_a_run_has_no_forward_timings():
+    """A run stored before the forwards were timed: the ceiling reads '-', the note is empty,
+    the wall-clock ratios stand."""
+    rows = []
+    for p in range(6):
+        for method, budget, seconds in (("official", 7, 2.0), ("ddtree", 16, 1.0)):
+            m = {"timings": {**dict.fromkeys(round_cost.PHASES, 0.0), "total": seconds * (1 + p)},
+                 "tokens": [1] * 10, "acceptance_lengths": [5, 5], "tree_sizes": [budget] * 2}
+            rows.append({"arch": "mla", "method": method, "budget": budget, "gdn_mode": "wy", "temperature": 0.0,
+                         "block_size": 8, "max_new_tokens": 10, "accept_rule": "rejection", "prompt": p,
+                         "run": "r", "_metrics": m})
+    t = round_cost.round_table(pd.DataFrame(rows))
+    shown = round_cost.round_display(t, archs=("mla",)).set_index("loop")
+    assert shown.loc["lab DDTree 16", "ceiling vs reference loop"] == "-"
+    assert shown.loc["lab DDTree 16", "vs reference loop"].startswith("2.00x")
+    assert round_cost.ceiling_note(t) == ""
