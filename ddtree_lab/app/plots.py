@@ -895,7 +895,8 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
     DFlash, the best fixed DDTree budget (labelled with it; "a,b": a tie) and ``auto``, in the
     method colours, with 95% interval bars where the table has them. table:
     ``concurrency_table`` (arch, temperature, concurrency, dflash_speedup, best_speedup,
-    best_budget, auto_speedup[, their _lo / _hi, tied_budgets])."""
+    best_budget, auto_speedup[, their _lo / _hi, tied_budgets, best_ceiling: drawn where
+    the table has it, the best budget's speedup at no cost of the loop's own])."""
     fig, axes = _new_axes(ax, len(archs), (4.6, 3.6))
     for ax, arch in zip(axes, archs):
         rows = table[(table.arch == arch) & (table.temperature == temperature)]
@@ -905,6 +906,9 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
             key = {"dflash_speedup": "dflash", "best_speedup": "ddtree", "auto_speedup": "auto"}[col]
             ax.plot(rows.concurrency, rows[col], label=name, **{**method_style(key), **extra})
             _interval_bars(ax, rows.concurrency, rows, col, METHOD_STYLES[key]["color"])
+        if "best_ceiling" in rows and rows.best_ceiling.notna().any():
+            ax.plot(rows.concurrency, rows.best_ceiling, lw=1, ms=5, marker="^", alpha=0.6, ls="-.",
+                    c=METHOD_STYLES["ddtree"]["color"], label="DDTree ceiling (models' work alone)")
         for r in rows.itertuples():
             tied = getattr(r, "tied_budgets", ()) or (int(r.best_budget),)
             ax.annotate("|".join(str(b) for b in tied), (r.concurrency, r.best_speedup), textcoords="offset points",
@@ -913,7 +917,7 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
         _concurrency_axis(ax, rows.concurrency)
         ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
     legend_below(fig, "bars: 95% intervals of the paired per-batch ratios; labels: the best budget "
-                      "(a,b: a tie)", ncols=4)
+                      "(a,b: a tie)", ncols=3)
     return fig
 
 
@@ -1183,7 +1187,7 @@ def plot_reliability_by_target(nodes: pd.DataFrame) -> Figure:
 
 
 PHASE_COLORS = dict(zip(("draft", "tree", "verify", "accept", "commit"), (PALETTE[i] for i in (0, 2, 3, 4, 5))))
-REFERENCE_PARTS = {"drafter_fwd_ms": ("reference: drafter forwards", "0.35"),
+REFERENCE_PARTS = {"drafter_fwd_ms": ("reference: drafter (forwards, head)", "0.35"),
                    "target_fwd_ms": ("reference: target forwards", "0.6"),
                    "rest_ms": ("reference: rest of its loop", "0.85")}
 

@@ -228,11 +228,11 @@ def render_round_cost() -> str:
     head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
             f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
             f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round, the median over prompts: in all, and in "
-            "the target's forwards (the prefill left out), the drafter's forwards and the rest of the loop, every loop "
-            "timed alike from outside by forward hooks on its two models (the reference loop's own timer needs CUDA; "
+            "the target's forwards (the prefill left out), the drafter's (its forwards and its logits on the target's "
+            "head) and the rest of the loop, every loop timed alike from outside by hooks on its two models (the reference loop's own timer needs CUDA; "
             "the lab's phases are in notebook 05's figure); 'vs' columns: tokens/s over the reference loop's "
             "and over AR's on the same prompt, median [95% interval]; ceiling: the loop's tokens per second of its "
-            "two models' forwards alone (prefill included, its own work left out) over the reference loop's tokens/s "
+            "models' work alone (both forwards, prefill included, and the drafter's head; its own work left out) over the reference loop's tokens/s "
             "as it runs, the same pairing; on the GDN target the reference loop "
             "departs from AR, see **The leak in the chain**):\n\n")
     note = round_cost.ceiling_note(t)
@@ -451,8 +451,10 @@ def render_concurrency(directory: Path = RESULTS_DIR) -> str:
             "each method back to back; speedup: the median of the per-unit tokens/s ratios over batched AR at the "
             "same concurrency, [95% interval], 'noise' where it holds 1; best budget: the highest median, shown "
             "as a tie with every budget it does not beat outside the noise; auto: the load-aware budget, its "
-            "tokens/s over the best fixed budget's, paired the same way; tau of the best budget, all rounds / "
-            "outside loops (rounds in loops))")
+            "tokens/s over the best fixed budget's, paired the same way; DDTree ceiling: the highest over fixed "
+            "budgets of the same paired median of a budget's tokens per second of its models' work alone (both "
+            "forwards, prefill included, and the drafter's head) over batched AR's tokens/s as it runs, the speedup at no cost of the "
+            "loop's own, with that budget; tau of the best budget, all rounds / outside loops (rounds in loops))")
     if frame.empty:
         return head + (": not measured yet; run `ddtree-lab concurrency` (both targets, concurrency "
                        f"{', '.join(str(c) for c in grid.concurrency)}; about 15 min of one thread).")

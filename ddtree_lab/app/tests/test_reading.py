@@ -130,3 +130,16 @@ def test_concurrency_reading_says_which_way_each_went():
     falls = concurrency_reading("gdn", T0.assign(best_budget=[16, 8, 8, 4, 4], best_speedup=[1.5, 1.4, 1.3, 1.2, 1.1]))
     assert "(falls from c=1 to c=16)" in falls and "(narrows)" in falls
     assert "16 (c=1), 16 (c=2), 4 (c=4), 8 (c=8), 16 (c=16)" in best_budget_why("gdn", T0)
+
+
+def test_why_the_best_budget_did_not_shrink_is_read_from_the_ties_and_the_speedup():
+    """The reason names what the claim's rule saw (the budgets tied best at both ends, or the
+    largest load's best not below the smallest's) and the best tree's speedup at the largest
+    load as measured: never 'paid for itself' where it ran below batched AR."""
+    ties = T0.assign(best_budget=[8, 16, 4, 8, 4], best_speedup=[2.3, 1.5, 1.4, 0.92, 0.85],
+                     tied_budgets=[(4, 8, 16), (16,), (4,), (8,), (4, 8)])
+    text = best_budget_why("gdn", ties)
+    assert "budgets 4, 8 are among the best at both c=1 and c=16" in text
+    assert text.endswith("at c=16 the best tree runs at 0.85x batched AR")
+    apart = best_budget_why("gdn", T0.assign(best_budget=[16, 16, 4, 8, 32]))
+    assert "the best at c=16 (32) is not below every best at c=1 (16)" in apart and "1.48x" in apart

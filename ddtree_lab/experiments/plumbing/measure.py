@@ -76,11 +76,14 @@ class ForwardClock:
     """``with ForwardClock({"target": model, ...}) as clock``: ``clock.calls[name]`` lists the
     seconds of every forward call of that module inside the block (device-synced at both
     ends, by a pre- and a post-forward hook; the hooks are removed on exit). A module's own
-    submodules are not timed apart: one entry per call of the named module."""
+    submodules are not timed apart: one entry per call of the named module.
+    methods {name: (object, attribute)}: a method called outside any forward (the drafter's
+    ``compute_logits`` on the target's head) timed the same way, by an instance attribute that
+    shadows it inside the block (both loops call it through the instance)."""
 
-    def __init__(self, modules: dict):
-        self.modules = modules
-        self.calls: dict[str, list[float]] = {name: [] for name in modules}
+    def __init__(self, modules: dict, methods: dict | None = None):
+        self.modules, self.methods = modules, methods or {}
+        self.calls: dict[str, list[float]] = {name: [] for name in (*modules, *self.methods)}
         self._handles: list = []
 
     def __enter__(self) -> "ForwardClock":
@@ -89,12 +92,32 @@ class ForwardClock:
             self._handles += [module.register_forward_pre_hook(lambda *_, s=started: s.append(synced_clock())),
                               module.register_forward_hook(
                                   lambda *_, s=started, n=name: self.calls[n].append(synced_clock() - s.pop()))]
+        for name, (obj, attr) in self.methods.items():
+            object.__setattr__(obj, attr, self._timed(name, getattr(obj, attr)))
         return self
+
+    def _timed(self, name: str, method):
+        def timed_call(*args, **kwargs):
+            start = synced_clock()
+            out = method(*args, **kwargs)
+            self.calls[name].append(synced_clock() - start)
+            return out
+        return timed_call
 
     def __exit__(self, *exc) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        for obj, attr in self.methods.values():
+            object.__delattr__(obj, attr)
+
+
+def model_clock(target, drafter_model) -> ForwardClock:
+    """The clock of a speculative loop's model work, every loop alike (the lab's and
+    ``dflash_generate``): "target" and "drafter" forward calls, and "drafter_head" (the
+    drafter's ``compute_logits``: its logits on the target's head, outside its forward)."""
+    return ForwardClock({"target": target, "drafter": drafter_model},
+                        {"drafter_head": (drafter_model, "compute_logits")})
 
 
 class LiveBytes(TorchDispatchMode):

@@ -14,6 +14,14 @@ share of sequences equal to batched AR, and the speedup over batched AR at the s
 concurrency. ``concurrency_table``: per (target, T, concurrency) the best fixed budget,
 the speedups of DFlash, the best fixed DDTree and auto, and auto against the best fixed.
 
+The ceiling (issue 29). Every row also holds the seconds of its models' work (``measure.
+model_clock``, every method alike: both models' forwards, prefill included, and the drafter's
+logits on the target's head); a config's ceiling is the paired median of its tokens per second
+of that work alone over batched AR's tokens/s as it runs: the speedup it would have at no cost
+of its own loop (trees, masks, caches, the GDN commit, Python). It separates the loop's cost
+from what this machine's models allow: where even the ceiling stays below 1, no loop on these
+models pays at that concurrency.
+
 Intervals (issue 26 item 6). Every config is timed on at least ``min_pairs`` units, a unit
 being one (repeat, group): a concurrency with fewer groups than that is repeated
 (``num_repeats``: 1 repeat of 8 groups at c = 1, 6 of one group at c >= 8). Repeats are the
@@ -37,6 +45,7 @@ from ...common import RESULTS_DIR
 from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
 from ..plumbing.loops import is_looping, round_loop_flags
+from ..plumbing.measure import model_clock
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns
 from ..plumbing.summary import pooled
@@ -129,7 +138,9 @@ def humaneval_prompt(pair, prompt_id: int) -> list[int]:
 def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humaneval_prompt,
               cost_dir=COST_DIR) -> dict:
     """One ``generate_batch`` call of the group's prompts with ``pair``: the row's metrics (lists
-    hold one entry per sequence)."""
+    hold one entry per sequence); "forwards": seconds of the models' work (``measure.model_clock``,
+    every method alike: the target's and the drafter's forward calls, prefill included, and the
+    drafter's logits on the target's head)."""
     pids = group_prompts(group, cfg["concurrency"], grid.num_prompts)
     ids = [prompts(pair, p) for p in pids]
     mode = cfg["gdn_mode"]
@@ -139,8 +150,9 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
             pair.target, pair.drafter, [prompts(pair, p) for p in range(grid.num_prompts)],
             block_size=cfg["block_size"], gdn_mode=mode, directory=cost_dir, batches=grid.cost_batches,
             budgets=grid.cost_budgets)
-    gens = generate_batch(pair.target, pair.drafter, ids, spec_of(cfg, seed=group * cfg["concurrency"]), **kwargs)
-    return _metrics(pids, ids, gens)
+    with model_clock(pair.target, pair.drafter.model) as clock:
+        gens = generate_batch(pair.target, pair.drafter, ids, spec_of(cfg, seed=group * cfg["concurrency"]), **kwargs)
+    return _metrics(pids, ids, gens) | {"forwards": {name: sum(calls) for name, calls in clock.calls.items()}}
 
 
 def _metrics(pids: list[int], ids: list, gens: list) -> dict:
@@ -230,22 +242,38 @@ def _matches(frame: pd.DataFrame) -> list[float]:
 UNIT = ["arch", "temperature", "max_new_tokens", "concurrency", "run", "prompt"]  # one timed (repeat, group)
 
 
+def forwards_rate(m: dict) -> float:
+    """A row's tokens over the seconds of its models' work (``run_group``'s "forwards"): its
+    tokens/s with the loop's own work left out; NaN for a row stored without."""
+    f = m.get("forwards")
+    return math.nan if f is None else sum(len(t) for t in m["tokens"]) / max(sum(f.values()), 1e-12)
+
+
 def _unit_rates(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per row: its unit (``UNIT``), tokens/s and batched AR's tokens/s in the same unit (NaN
-    without one)."""
+    """Per row: its unit (``UNIT``), tokens/s, tokens/s of its models' work alone (``forwards_rate``)
+    and batched AR's tokens/s in the same unit (NaN without one)."""
     units = frame[list(C_AXES) + ["run", "prompt"]].copy()
     units["_tps"] = [sum(len(t) for t in m["tokens"]) / max(m["seconds"], 1e-12) for m in frame._metrics]
+    units["_fwd_tps"] = [forwards_rate(m) for m in frame._metrics]
     ar = units[units.method == "ar"].set_index(UNIT)["_tps"]
     units["_ar_tps"] = [ar.get(tuple(k), np.nan) for k in units[UNIT].itertuples(index=False)]
     return units
 
 
 def _paired_speedup(units: pd.DataFrame) -> dict:
-    """speedup (median of the per-unit ratios over AR), its 95% interval and sign test; n_pairs."""
+    """speedup (median of the per-unit ratios over AR), its 95% interval and sign test; n_pairs;
+    ceiling (the same of the forwards-only tokens/s over AR's wall-clock tokens/s: the speedup at
+    no cost of the loop's own, NaN without forward timings)."""
     u = units.dropna(subset=["_ar_tps"])
     if u.empty:
-        return {"speedup": np.nan, "speedup_lo": np.nan, "speedup_hi": np.nan, "speedup_p": np.nan, "n_pairs": 0}
-    return {**ratio_columns("speedup", u._tps, u._ar_tps), "n_pairs": len(u)}
+        return {"speedup": np.nan, "speedup_lo": np.nan, "speedup_hi": np.nan, "speedup_p": np.nan, "n_pairs": 0,
+                **dict.fromkeys(CEILING, np.nan)}
+    f = u.dropna(subset=["_fwd_tps"])
+    ceiling = ratio_columns("ceiling", f._fwd_tps, f._ar_tps) if len(f) else dict.fromkeys(CEILING, np.nan)
+    return {**ratio_columns("speedup", u._tps, u._ar_tps), "n_pairs": len(u), **ceiling}
+
+
+CEILING = ("ceiling", "ceiling_lo", "ceiling_hi", "ceiling_p")
 
 
 def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
@@ -259,7 +287,8 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     (latency per new token of a sequence); tau (accepted tokens per target forward),
     tau_outside_loops, loop_round_share (pooled over every sequence's rounds); loop_sequences
     (share ending in a loop); mean_tree_size; matches_ar (share of sequences equal to batched
-    AR's); _units (the per-unit tokens/s, for ``concurrency_table``'s paired comparisons).
+    AR's); ceiling, ceiling_lo, ceiling_hi (the speedup of the models' work alone, ``_paired_speedup``);
+    _units (the per-unit tokens/s, for ``concurrency_table``'s paired comparisons).
     """
     stats = pd.DataFrame([_row_stats(m) for m in frame._metrics], index=frame.index).assign(_match=_matches(frame))
     rows = pd.concat([frame[list(C_AXES) + ["prompt", "run"]], stats], axis=1)
@@ -281,7 +310,7 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     out["mean_tree_size"] = out._size_sum / out._acc_n.where(out.method != "ar")
     out["matches_ar"] = out._match / out._n_seq
     cols = list(C_AXES) + ["n_groups", "n_sequences", "n_pairs", "tokens_per_s", "speedup", "speedup_lo",
-                           "speedup_hi", "speedup_p", "latency_s", "ms_per_token", "tau", "tau_outside_loops",
+                           "speedup_hi", "speedup_p", "ceiling", "ceiling_lo", "ceiling_hi", "latency_s", "ms_per_token", "tau", "tau_outside_loops",
                            "loop_round_share", "loop_sequences", "mean_tree_size", "matches_ar", "_units"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
     ordered = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
@@ -315,12 +344,23 @@ def _table_row(g: pd.DataFrame) -> dict:
                         for sel in (g.method == "ar", g.method == "dflash", g.budget == "auto"))
     vs = paired_over(auto, best) if auto is not None else {"median": math.nan, "lo": math.nan, "hi": math.nan}
     tied = tied_with(best, fixed.drop(index=best.name))
-    return {"ar_tokens_per_s": ar.tokens_per_s if ar is not None else math.nan,
+    top = fixed.loc[fixed.ceiling.idxmax()] if fixed.ceiling.notna().any() else None
+    return {**_ceiling(top), "ar_tokens_per_s": ar.tokens_per_s if ar is not None else math.nan,
             **_spread(dflash, "dflash_speedup"), "best_budget": int(best.budget), "tied_budgets": tuple(tied),
             "best_clear": len(tied) == 1, **_spread(best, "best_speedup"), "best_tau": best.tau,
             "best_tau_outside_loops": best.tau_outside_loops, "best_loop_round_share": best.loop_round_share,
             **_spread(auto, "auto_speedup"), "auto_vs_best": vs["median"], "auto_vs_best_lo": vs["lo"],
             "auto_vs_best_hi": vs["hi"], "auto_mean_tree_size": auto.mean_tree_size if auto is not None else math.nan}
+
+
+def _ceiling(row) -> dict:
+    """best_ceiling (_lo, _hi) and best_ceiling_budget: the fixed budget whose models' work
+    alone gains the most over batched AR (NaN without forward timings)."""
+    if row is None:
+        return {"best_ceiling": math.nan, "best_ceiling_lo": math.nan, "best_ceiling_hi": math.nan,
+                "best_ceiling_budget": math.nan}
+    return {"best_ceiling": row.ceiling, "best_ceiling_lo": row.ceiling_lo, "best_ceiling_hi": row.ceiling_hi,
+            "best_ceiling_budget": int(row.budget)}
 
 
 def budget_label(row) -> str:
@@ -335,18 +375,26 @@ def concurrency_table(summary: pd.DataFrame) -> pd.DataFrame:
     _hi, its 95% interval); the best fixed DDTree budget (highest median speedup), the budgets
     tied with it (``tied_budgets``; ``best_clear``: none), its speedup, tau (all rounds, outside
     loops) and loop share; auto's speedup, its paired tokens/s over the best fixed budget's
-    (``auto_vs_best``, with its interval), and its mean tree size."""
+    (``auto_vs_best``, with its interval), and its mean tree size; the highest ceiling of a fixed
+    budget (``best_ceiling``, with its interval, and ``best_ceiling_budget``)."""
     key = ["arch", "temperature", "max_new_tokens", "concurrency"]
     rows = [{**dict(zip(key, k)), **_table_row(g)} for k, g in summary.groupby(key, sort=True)
             if ((g.method == "ddtree") & (g.budget != "auto")).any()]
     return pd.DataFrame(rows)
 
 
+def ceiling_label(row) -> str:
+    """'1.31x [1.20, 1.40] (16)': a table row's best ceiling and its budget; '-' without one."""
+    if "best_ceiling" not in row or pd.isna(row["best_ceiling"]):
+        return "-"
+    return f"{format_ratio_columns(row, 'best_ceiling')} ({int(row['best_ceiling_budget'])})"
+
+
 def concurrency_display(table: pd.DataFrame) -> pd.DataFrame:
     """``concurrency_table`` as read (the README's table and notebook 07's): target,
     concurrency, best budget (ties shown), batched AR tokens/s, speedups with their 95%
-    intervals, auto over the best, tau of the best budget (all rounds / outside loops, with the
-    share of rounds in loops)."""
+    intervals, auto over the best, the best ceiling of a fixed budget (``ceiling_label``), tau of
+    the best budget (all rounds / outside loops, with the share of rounds in loops)."""
     return pd.DataFrame({
         "target": table.arch, "concurrency": table.concurrency.astype(int),
         "best budget": [budget_label(r) for r in table.itertuples()],
@@ -355,5 +403,6 @@ def concurrency_display(table: pd.DataFrame) -> pd.DataFrame:
         "best DDTree speedup": [format_ratio_columns(r, "best_speedup") for _, r in table.iterrows()],
         "auto speedup": [format_ratio_columns(r, "auto_speedup") for _, r in table.iterrows()],
         "auto / best": [format_ratio_columns(r, "auto_vs_best") for _, r in table.iterrows()],
+        "DDTree ceiling (budget)": [ceiling_label(r) for _, r in table.iterrows()],
         "tau (best budget)": [f"{r.best_tau:.2f} / {r.best_tau_outside_loops:.2f} ({100 * r.best_loop_round_share:.0f}%)"
                               for r in table.itertuples()]}).reset_index(drop=True)

@@ -10,12 +10,13 @@ lab's verify against its floor.
   (``decode.PHASES``, the lab's own device-synced timers) and in all; the reference loop
   (``dflash_generate``) exposes no phases, so its row has the total per round only. Beside
   them, for every loop alike, the round-cost run times the two models' forward calls from
-  outside (``run_with_forwards``: ``measure.ForwardClock``): per round the target's forwards
-  (the prefill left out), the drafter's and the rest of the loop (everything else: logits of
+  outside (``run_with_forwards``: ``measure.model_clock``): per round the target's forwards
+  (the prefill left out), the drafter's (its forwards and its logits on the target's head) and
+  the rest of the loop (everything else: logits of
   the draft, trees, masks, acceptance, cache work, Python). From the same timers, each loop's
-  tokens per second of forwards (``forwards_rate``: the loop's own work left out) over the
-  reference loop's tokens/s as it runs: the most that loop could reach against the reference
-  chain at no cost of its own, on this machine's forwards (``ceiling_note``).
+  tokens per second of its models' work (``forwards_rate``: the loop's own work left out) over
+  the reference loop's tokens/s as it runs: the most that loop could reach against the
+  reference chain at no cost of its own, on this machine's models (``ceiling_note``).
 - ``verify_floor(pair, ...)``: at real decoding states (the committed sequence before a round
   of a lab run, and that round's own tree), the lab's verify as the loop calls it
   (``verify.verify_batch_unchecked``, features included) against the floor of what any verify
@@ -46,7 +47,7 @@ from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.models import arch_of
 from ...core.verify import attention_bias, batch_buffers, prefill, verify_batch_unchecked
-from ..plumbing.measure import ForwardClock, timed
+from ..plumbing.measure import model_clock, timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep, with_axes
@@ -77,15 +78,16 @@ def run_round_cost(pairs: dict, prompts: list[int], store: ResultsStore | None =
 
 
 def run_with_forwards(cfg: dict, prompt_id: int, pair) -> dict:
-    """``official.run_with_official`` with the target's and the drafter's forward calls timed
-    from outside (``measure.ForwardClock``), the lab's loops and the reference loop alike:
-    metrics["forwards"] = seconds in {"prefill": the first target call, "target": the other
-    target calls, "drafter": the drafter's calls}."""
-    with ForwardClock({"target": pair.target, "drafter": pair.drafter.model}) as clock:
+    """``official.run_with_official`` with the models' work timed from outside
+    (``measure.model_clock``), the lab's loops and the reference loop alike: metrics["forwards"]
+    = seconds in {"prefill": the first target call, "target": the other target calls,
+    "drafter": the drafter's forward calls, "drafter_head": its logits on the target's head}."""
+    with model_clock(pair.target, pair.drafter.model) as clock:
         metrics = run_with_official(cfg, prompt_id, pair)
     target = clock.calls["target"]
     return metrics | {"forwards": {"prefill": target[0] if target else 0.0, "target": sum(target[1:]),
-                                   "drafter": sum(clock.calls["drafter"])}}
+                                   "drafter": sum(clock.calls["drafter"]),
+                                   "drafter_head": sum(clock.calls["drafter_head"])}}
 
 
 def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFrame | None:
@@ -102,20 +104,21 @@ def stored_round_run(store: ResultsStore | None = None, archs=None) -> pd.DataFr
 
 
 def forwards_rate(metrics: dict) -> float:
-    """A row's new tokens over the seconds inside its two models' forwards, prefill included
-    (``run_with_forwards``): its tokens/s with the loop's own work left out, the most the loop
-    could reach on these forwards; NaN for a row stored without forward timings."""
+    """A row's new tokens over the seconds of its models' work (``run_with_forwards``: both
+    models' forwards, prefill included, and the drafter's head): its tokens/s with the loop's
+    own work left out, the most the loop could reach on this model work; NaN for a row stored
+    without those timings."""
     f = metrics.get("forwards")
     if f is None:
         return float("nan")
-    return len(metrics["tokens"]) / max(1e-12, f["prefill"] + f["target"] + f["drafter"])
+    return len(metrics["tokens"]) / max(1e-12, sum(f.values()))
 
 
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Per config: tau, ms per round (``phase_table``'s total) and tokens/s over the reference
     loop's and over AR's on the same prompts (paired medians with 95% intervals); vs_official_fwd:
     the config's ``forwards_rate`` (its own work left out) over the reference loop's tokens/s as
-    it runs: the ceiling of vs_official on these forwards."""
+    it runs: the ceiling of vs_official on these models."""
     keys = ["arch", "method", "budget"]
     over_ref = paired_speedups(frame, "official", "vs_official").merge(
         paired_speedups(frame, "official", "vs_official_fwd", rate=forwards_rate, over_rate=wall_rate), on=list(AXES))
@@ -130,7 +133,7 @@ def round_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 LOOP_NAMES = {"official": "reference loop (`dflash_generate`)", "dflash": "lab DFlash", "ddtree": "lab DDTree"}
-ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "target forwards", "drafter forwards", "rest of the loop",
+ROUND_COLUMNS = ["target", "loop", "tau", "ms / round", "target forwards", "drafter", "rest of the loop",
                  "vs reference loop", "ceiling vs reference loop", "vs AR"]
 FORWARD_MS = ["target_fwd_ms", "drafter_fwd_ms", "rest_ms"]  # per round, every loop alike (``run_with_forwards``)
 
@@ -139,7 +142,7 @@ def round_display(table: pd.DataFrame, archs=("mla", "gdn")) -> pd.DataFrame:
     """``round_table`` for reading (the README block and notebook 05): one row per loop, ms
     per round in all and in the models' forwards (timed from outside, every loop alike; '-'
     in a run stored before they were), ratios as '0.85x [0.74, 1.01] noise' (over the reference
-    loop: wall-clock, and the ceiling: the loop's forwards only), '-' where a cell does not
+    loop: wall-clock, and the ceiling: the loop's models' work only), '-' where a cell does not
     apply (the reference loop's wall-clock is not compared with itself)."""
     rows = []
     for arch in archs:
@@ -165,7 +168,7 @@ def ceiling_note(table: pd.DataFrame) -> str:
                      f"(wall-clock {format_ratio_columns(best, 'vs_official')})")
     if not parts:
         return ""
-    return ("Ceiling: a lab DDTree that cost nothing outside the two models' forwards would reach, over the "
+    return ("Ceiling: a lab DDTree that cost nothing beyond its models' work would reach, over the "
             "reference chain loop as it runs, at its best budget: " + "; ".join(parts) + ".")
 
 
@@ -189,15 +192,16 @@ def phase_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def forward_ms(metrics: list[dict]) -> dict:
     """Medians over prompts of ms per round in the target's forwards (the prefill left out), the
-    drafter's and the rest of the loop (total minus every forward), from ``run_with_forwards``'
+    drafter's (forwards and head) and the rest of the loop (total minus all of them), from ``run_with_forwards``'
     metrics; NaN when a row has none (a run stored before they were timed)."""
     if not metrics or any("forwards" not in m for m in metrics):
         return dict.fromkeys(FORWARD_MS, float("nan"))
     per = []
     for m in metrics:
         f, rounds = m["forwards"], max(1, len(m["acceptance_lengths"]))
-        rest = m["timings"]["total"] - f["prefill"] - f["target"] - f["drafter"]
-        per.append([1e3 * x / rounds for x in (f["target"], f["drafter"], rest)])
+        drafter = f["drafter"] + f.get("drafter_head", 0.0)  # its forwards and its logits
+        rest = m["timings"]["total"] - f["prefill"] - f["target"] - drafter
+        per.append([1e3 * x / rounds for x in (f["target"], drafter, rest)])
     return {name: statistics.median(x[i] for x in per) for i, name in enumerate(FORWARD_MS)}
 
 

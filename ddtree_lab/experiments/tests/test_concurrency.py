@@ -187,18 +187,26 @@ def test_the_sweep_resumes_and_summarises(tmp_path, pairs):
     assert (auto.mean_tree_size <= GRID.cost_budgets[-1]).all()
     table = conc.concurrency_table(summary)
     assert list(table.concurrency) == [1, 2, 1, 2] and set(table.best_budget) <= {1, 4}
+    for m, method in zip(frame._metrics, frame.method):  # every method's forwards timed, inside its wall time
+        f = m["forwards"]
+        assert 0 < f["target"] + f["drafter"] <= m["seconds"] and (f["drafter"] == 0) == (method == "ar")
+    assert summary.ceiling.notna().all() and (summary.ceiling >= summary.speedup * 0.999).all()
+    assert table.best_ceiling.notna().all() and set(table.best_ceiling_budget) <= {1, 4}
 
 
-def fake_timing(seconds):
-    """A runner with no model: every sequence 'decodes' 6 tokens in ``seconds(cfg, group, call)``."""
+def fake_timing(seconds, forwards=None):
+    """A runner with no model: every sequence 'decodes' 6 tokens in ``seconds(cfg, group, call)``;
+    ``forwards(cfg, wall seconds)``: the row's seconds inside its forwards (None: a row stored
+    before they were timed)."""
     calls = []
     def run(cfg, group, pair, grid, prompts, cost_dir):
         calls.append(cfg)
         pids = conc.group_prompts(group, cfg["concurrency"], grid.num_prompts)
-        n = len(pids)
+        n, wall = len(pids), seconds(cfg, group, len(calls))
+        fwd = {} if forwards is None else {"forwards": {"target": forwards(cfg, wall), "drafter": 0.0}}
         return {"prompts": pids, "tokens": [[1] * 6] * n, "acceptance_lengths": [[3, 3]] * n,
                 "tree_sizes": [[4, 4]] * n, "round_in_loop": [[False, False]] * n, "ends_in_loop": [False] * n,
-                "timings": {}, "seconds": seconds(cfg, group, len(calls)), "tokens_per_s": 0.0, "tau": 3.0, "rounds": 2}
+                "timings": {}, "seconds": wall, "tokens_per_s": 0.0, "tau": 3.0, "rounds": 2, **fwd}
     return run
 
 
@@ -232,6 +240,27 @@ def test_speedups_carry_intervals_and_a_best_within_the_noise_is_a_tie(tmp_path,
     else:
         assert [r.tied_budgets for r in table.itertuples()] == [(1, 4), (1, 4)] and not table.best_clear.any()
         assert [conc.budget_label(r) for r in table.itertuples()] == ["1, 4 (tie)"] * 2
+
+
+def test_the_ceiling_is_the_speedup_of_the_forwards_alone_over_ar_as_it_runs(tmp_path, pairs):
+    """AR 2 s, every DDTree 1 s of which budget 1 spends 0.8 s in its forwards and budget 4
+    0.5 s: speedups 2x both, ceilings 2 / 0.8 = 2.5x and 2 / 0.5 = 4x, so budget 4 is the best
+    ceiling; without forward timings the ceiling reads '-'."""
+    grid = conc.ConcurrencyGrid(archs=("gdn",), concurrency=(8,), budgets=(1, 4), t1_budgets=(1,),
+                                temperatures=(0.0,), max_new_tokens=6, num_prompts=2)
+    seconds = lambda cfg, group, call: {"ar": 2.0, "dflash": 1.5}.get(cfg["method"], 1.0)
+    share = lambda cfg, wall: wall * ({"ar": 1.0, "dflash": 0.5}.get(cfg["method"])
+                                      or {1: 0.8, 4: 0.5, "auto": 0.5}[cfg["budget"]])
+    for forwards, expect in ((share, "4.00x [4.00, 4.00] (4)"), (None, "-")):
+        store = conc.concurrency_store(directory=tmp_path / str(forwards is None))
+        conc.run_concurrency(grid, store, pairs, progress=False, runner=fake_timing(seconds, forwards))
+        summary = conc.summarize_concurrency(conc.grid_frame(store, grid)).set_index(["method", "budget"])
+        table = conc.concurrency_table(summary.reset_index())
+        assert conc.concurrency_display(table)["DDTree ceiling (budget)"].tolist() == [expect]
+        if forwards is not None:
+            assert summary.loc[("ddtree", 1), "ceiling"] == pytest.approx(2.5)
+            assert summary.loc[("ddtree", 1), "speedup"] == pytest.approx(2.0)
+            assert summary.loc[("ar", 0), "ceiling"] == pytest.approx(1.0)
 
 
 def test_the_grid_checks_min_pairs():

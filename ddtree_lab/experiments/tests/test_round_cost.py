@@ -83,6 +83,16 @@ def test_the_forward_clock_times_every_call_of_each_named_module_and_leaves_no_h
     assert not outer._forward_hooks and not outer._forward_pre_hooks
 
 
+def test_the_forward_clock_times_a_method_called_outside_the_forwards_and_restores_it():
+    from ddtree_lab.experiments.plumbing.measure import ForwardClock
+    model = torch.nn.Linear(3, 3)
+    with ForwardClock({"model": model}, {"extra": (model, "extra_repr")}) as clock:
+        text = model.extra_repr()
+        model.extra_repr()
+    assert text == model.extra_repr() and len(clock.calls["extra"]) == 2 and clock.calls["model"] == []
+    assert "extra_repr" not in vars(model)  # the class's method again
+
+
 @pytest.fixture(scope="module")
 def mla_pair():
     from ddtree_lab import load_pair
@@ -91,14 +101,16 @@ def mla_pair():
 
 def test_every_loop_of_the_round_cost_run_has_its_forwards_timed_alike(mla_pair):
     """The lab's loops and the reference loop are split the same way, from outside: the prefill
-    (the first target call), the other target calls and the drafter's, all inside the total;
-    AR calls no drafter."""
+    (the first target call), the other target calls, the drafter's forwards and its logits on
+    the target's head (``compute_logits``, both loops), all inside the total; AR calls no
+    drafter; no timer is left on the drafter."""
     for cfg in round_cost.round_grid(("mla",), budgets=(4,), max_new_tokens=12):
         m = round_cost.run_with_forwards(cfg, 0, mla_pair)
         f = m["forwards"]
         assert f["prefill"] > 0 and f["target"] > 0, cfg["method"]
-        assert (f["drafter"] == 0) == (cfg["method"] == "ar"), cfg["method"]
-        assert f["prefill"] + f["target"] + f["drafter"] <= m["timings"]["total"], cfg["method"]
+        assert (f["drafter"] == 0) == (f["drafter_head"] == 0) == (cfg["method"] == "ar"), cfg["method"]
+        assert sum(f.values()) <= m["timings"]["total"], cfg["method"]
+    assert "compute_logits" not in vars(mla_pair.drafter.model)
 
 
 def test_round_table_pairs_every_method_with_the_reference_loop_and_ar():
