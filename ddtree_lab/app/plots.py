@@ -31,6 +31,7 @@ from matplotlib.figure import Figure
 from ..common import FIGURES_DIR, RESULTS_DIR
 from ..experiments.plumbing.sweep import EXACT_MODE, names_mode
 from ..experiments.studies.calibration import calibration_table
+from ..experiments.studies.concurrency import tied_of
 from ..experiments.studies.drafter_grid import pareto_front, point_label
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
@@ -910,7 +911,7 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
             ax.plot(rows.concurrency, rows.best_ceiling, lw=1, ms=5, marker="^", alpha=0.6, ls="-.",
                     c=METHOD_STYLES["ddtree"]["color"], label="DDTree ceiling (models' work alone)")
         for r in rows.itertuples():
-            tied = getattr(r, "tied_budgets", ()) or (int(r.best_budget),)
+            tied = tied_of(r)
             ax.annotate("|".join(str(b) for b in tied), (r.concurrency, r.best_speedup), textcoords="offset points",
                         xytext=(0, 7), ha="center", fontsize=9)
         ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")

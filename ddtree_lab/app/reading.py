@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..experiments.plumbing.loops import WINDOW, loop_period, loop_split, round_loop_flags
-from ..experiments.studies.concurrency import budget_label
+from ..experiments.studies.concurrency import budget_label, tied_of
 
 
 def _pct(x: float) -> str:
@@ -186,7 +186,7 @@ def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
     tied best at the largest concurrency are not all below those at the smallest
     (``claims.best_budget_shrinks``), and what the best tree gains over batched AR there."""
     lo, hi = t0.index.min(), t0.index.max()
-    ties = lambda c: tuple(t0.tied_budgets[c]) if "tied_budgets" in t0 and t0.tied_budgets[c] else (int(t0.best_budget[c]),)  # noqa: E731
+    ties = lambda c: tied_of(t0.loc[c])  # noqa: E731
     path = ", ".join(f"{budget_label(r)} (c={r.Index})" for r in t0.itertuples())
     shared = sorted(set(ties(lo)) & set(ties(hi)))
     reason = (f"{'budgets' if len(shared) > 1 else 'budget'} {', '.join(map(str, shared))} "

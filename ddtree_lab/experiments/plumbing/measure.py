@@ -18,6 +18,7 @@ seeded random trees and prefixes every cost measurement times (``studies.verify_
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 import weakref
@@ -118,6 +119,13 @@ def model_clock(target, drafter_model) -> ForwardClock:
     drafter's ``compute_logits``: its logits on the target's head, outside its forward)."""
     return ForwardClock({"target": target, "drafter": drafter_model},
                         {"drafter_head": (drafter_model, "compute_logits")})
+
+
+def model_seconds(metrics: dict) -> float:
+    """Seconds of a stored row's model work (the sum of its ``model_clock`` entries, kept as
+    metrics["forwards"]); NaN for a row stored without them, so a rate over it is NaN too."""
+    f = metrics.get("forwards")
+    return math.nan if f is None else max(sum(f.values()), 1e-12)
 
 
 class LiveBytes(TorchDispatchMode):

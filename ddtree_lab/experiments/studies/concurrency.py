@@ -45,7 +45,7 @@ from ...common import RESULTS_DIR
 from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
 from ..plumbing.loops import is_looping, round_loop_flags
-from ..plumbing.measure import model_clock
+from ..plumbing.measure import model_clock, model_seconds
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns
 from ..plumbing.summary import pooled
@@ -243,10 +243,10 @@ UNIT = ["arch", "temperature", "max_new_tokens", "concurrency", "run", "prompt"]
 
 
 def forwards_rate(m: dict) -> float:
-    """A row's tokens over the seconds of its models' work (``run_group``'s "forwards"): its
-    tokens/s with the loop's own work left out; NaN for a row stored without."""
-    f = m.get("forwards")
-    return math.nan if f is None else sum(len(t) for t in m["tokens"]) / max(sum(f.values()), 1e-12)
+    """A row's tokens over the seconds of its models' work (``measure.model_seconds`` of
+    ``run_group``'s "forwards"): its tokens/s with the loop's own work left out; NaN for a row
+    stored without."""
+    return sum(len(t) for t in m["tokens"]) / model_seconds(m)
 
 
 def _unit_rates(frame: pd.DataFrame) -> pd.DataFrame:
@@ -265,15 +265,15 @@ def _paired_speedup(units: pd.DataFrame) -> dict:
     ceiling (the same of the forwards-only tokens/s over AR's wall-clock tokens/s: the speedup at
     no cost of the loop's own, NaN without forward timings)."""
     u = units.dropna(subset=["_ar_tps"])
-    if u.empty:
-        return {"speedup": np.nan, "speedup_lo": np.nan, "speedup_hi": np.nan, "speedup_p": np.nan, "n_pairs": 0,
-                **dict.fromkeys(CEILING, np.nan)}
     f = u.dropna(subset=["_fwd_tps"])
-    ceiling = ratio_columns("ceiling", f._fwd_tps, f._ar_tps) if len(f) else dict.fromkeys(CEILING, np.nan)
-    return {**ratio_columns("speedup", u._tps, u._ar_tps), "n_pairs": len(u), **ceiling}
+    return {**_ratio_or_nan("speedup", u._tps, u._ar_tps), "n_pairs": len(u),
+            **_ratio_or_nan("ceiling", f._fwd_tps, f._ar_tps)}
 
 
-CEILING = ("ceiling", "ceiling_lo", "ceiling_hi", "ceiling_p")
+def _ratio_or_nan(name: str, num: pd.Series, den: pd.Series) -> dict:
+    """``spread.ratio_columns``, or its four columns NaN when there is no pair."""
+    return ratio_columns(name, num, den) if len(num) else dict.fromkeys((name, f"{name}_lo", f"{name}_hi", f"{name}_p"),
+                                                                         np.nan)
 
 
 def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
@@ -310,7 +310,8 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     out["mean_tree_size"] = out._size_sum / out._acc_n.where(out.method != "ar")
     out["matches_ar"] = out._match / out._n_seq
     cols = list(C_AXES) + ["n_groups", "n_sequences", "n_pairs", "tokens_per_s", "speedup", "speedup_lo",
-                           "speedup_hi", "speedup_p", "ceiling", "ceiling_lo", "ceiling_hi", "latency_s", "ms_per_token", "tau", "tau_outside_loops",
+                           "speedup_hi", "speedup_p", "ceiling", "ceiling_lo", "ceiling_hi", "latency_s",
+                           "ms_per_token", "tau", "tau_outside_loops",
                            "loop_round_share", "loop_sequences", "mean_tree_size", "matches_ar", "_units"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
     ordered = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
@@ -331,9 +332,10 @@ def tied_with(best: pd.Series, others: pd.DataFrame) -> list:
     return sorted(tied)
 
 
-def _spread(row, name: str) -> dict:
-    """name, name_lo, name_hi: a summary row's paired speedup and its interval (NaN without a row)."""
-    return {f"{name}{s}": math.nan if row is None else row[f"speedup{s}"] for s in ("", "_lo", "_hi")}
+def _spread(row, name: str, source: str = "speedup") -> dict:
+    """name, name_lo, name_hi: a summary row's paired ``source`` ratio ("speedup" or "ceiling")
+    and its interval (NaN without a row)."""
+    return {f"{name}{s}": math.nan if row is None else row[f"{source}{s}"] for s in ("", "_lo", "_hi")}
 
 
 def _table_row(g: pd.DataFrame) -> dict:
@@ -345,7 +347,8 @@ def _table_row(g: pd.DataFrame) -> dict:
     vs = paired_over(auto, best) if auto is not None else {"median": math.nan, "lo": math.nan, "hi": math.nan}
     tied = tied_with(best, fixed.drop(index=best.name))
     top = fixed.loc[fixed.ceiling.idxmax()] if fixed.ceiling.notna().any() else None
-    return {**_ceiling(top), "ar_tokens_per_s": ar.tokens_per_s if ar is not None else math.nan,
+    return {**_spread(top, "best_ceiling", "ceiling"),
+            "best_ceiling_budget": math.nan if top is None else int(top.budget), "ar_tokens_per_s": ar.tokens_per_s if ar is not None else math.nan,
             **_spread(dflash, "dflash_speedup"), "best_budget": int(best.budget), "tied_budgets": tuple(tied),
             "best_clear": len(tied) == 1, **_spread(best, "best_speedup"), "best_tau": best.tau,
             "best_tau_outside_loops": best.tau_outside_loops, "best_loop_round_share": best.loop_round_share,
@@ -353,20 +356,15 @@ def _table_row(g: pd.DataFrame) -> dict:
             "auto_vs_best_hi": vs["hi"], "auto_mean_tree_size": auto.mean_tree_size if auto is not None else math.nan}
 
 
-def _ceiling(row) -> dict:
-    """best_ceiling (_lo, _hi) and best_ceiling_budget: the fixed budget whose models' work
-    alone gains the most over batched AR (NaN without forward timings)."""
-    if row is None:
-        return {"best_ceiling": math.nan, "best_ceiling_lo": math.nan, "best_ceiling_hi": math.nan,
-                "best_ceiling_budget": math.nan}
-    return {"best_ceiling": row.ceiling, "best_ceiling_lo": row.ceiling_lo, "best_ceiling_hi": row.ceiling_hi,
-            "best_ceiling_budget": int(row.budget)}
+def tied_of(row) -> tuple:
+    """A table row's budgets not told apart from its best (``tied_budgets``), or the best alone."""
+    return tuple(getattr(row, "tied_budgets", ()) or (int(row.best_budget),))
 
 
 def budget_label(row) -> str:
     """A table row's best budget as read: "16", or "8, 16 (tie)" when the best cannot be told
     from the others listed (``tied_budgets``)."""
-    tied = tuple(getattr(row, "tied_budgets", ()) or (int(row.best_budget),))
+    tied = tied_of(row)
     return str(int(row.best_budget)) if len(tied) == 1 else ", ".join(str(b) for b in tied) + " (tie)"
 
 

@@ -47,7 +47,7 @@ from ...core.decode import PHASES, generate
 from ...core.gdn_layer import gdn_mode
 from ...core.models import arch_of
 from ...core.verify import attention_bias, batch_buffers, prefill, verify_batch_unchecked
-from ..plumbing.measure import model_clock, timed
+from ..plumbing.measure import model_clock, model_seconds, timed
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep, with_axes
@@ -108,10 +108,7 @@ def forwards_rate(metrics: dict) -> float:
     models' forwards, prefill included, and the drafter's head): its tokens/s with the loop's
     own work left out, the most the loop could reach on this model work; NaN for a row stored
     without those timings."""
-    f = metrics.get("forwards")
-    if f is None:
-        return float("nan")
-    return len(metrics["tokens"]) / max(1e-12, sum(f.values()))
+    return len(metrics["tokens"]) / model_seconds(metrics)
 
 
 def round_table(frame: pd.DataFrame) -> pd.DataFrame:
