@@ -39,7 +39,6 @@ import torch
 import transformers
 
 from ddtree_lab.common import RESULTS_DIR
-from ddtree_lab.core import decode
 from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
 from ddtree_lab.core.harness import timed_calls
@@ -91,12 +90,9 @@ def discarded(caches, out):
 def _prefilled(model, B: int, prefix: int):
     """A stock ``DynamicCache`` holding B random prefixes of ``prefix`` tokens -> (cache,
     2-D mask [B, prefix], next positions [B, 1])."""
-    from transformers import DynamicCache
     prompts = [random_prefix(model, prefix, seed=b) for b in range(B)]
-    ids, mask = decode.left_pad(prompts)
-    cache = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(ids, attention_mask=mask, past_key_values=cache, use_cache=True)
+        _, cache, mask = vmod.padded_prefill(model, prompts)
     return cache, mask, mask.sum(-1, keepdim=True)
 
 

@@ -232,15 +232,16 @@ def gdn_output(m, o: torch.Tensor, z: torch.Tensor, dtype) -> torch.Tensor:
 
 
 # --- stock cache -> plain tensors --------------------------------------------------------
-def read_hf_cache(model, hf_cache) -> dict:
-    """{'kv': {layer: (keys, values)}, 'conv': {layer: [C, K]}, 'rec': {layer: [H, dk, dv]}}."""
+def read_hf_cache(model, hf_cache, row: int = 0, first: int = 0) -> dict:
+    """{'kv': {layer: (keys, values)}, 'conv': {layer: [C, K]}, 'rec': {layer: [H, dk, dv]}} of
+    batch row ``row``, its attention rows from ``first`` on (a left-padded row's own)."""
     out = {"kv": {}, "conv": {}, "rec": {}}
     for i in attention_layer_ids(model):
         layer = hf_cache.layers[i]
-        out["kv"][i] = (layer.keys, layer.values)  # [1, h, T, d] (MLA: latents, h = 1)
+        out["kv"][i] = tuple(t[row:row + 1, :, first:] for t in (layer.keys, layer.values))  # [1, h, T, d] (MLA: latents, h = 1)
     for i in gdn_modules(model):
-        out["conv"][i] = hf_cache.get_conv_state(i)[0].clone()       # [C, K]
-        out["rec"][i] = hf_cache.get_recurrent_state(i)[0].clone()   # [H, dk, dv]
+        out["conv"][i] = hf_cache.get_conv_state(i)[row].clone()       # [C, K]
+        out["rec"][i] = hf_cache.get_recurrent_state(i)[row].clone()   # [H, dk, dv]
     return out
 
 

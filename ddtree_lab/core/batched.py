@@ -12,7 +12,9 @@ sequences and no ``torch.vmap``; its plain twin, named in its docstring, does it
 - ``tree_conv``: the tree conv of B trees through one ``index_select`` over the flattened rows
   (``gdn_layer.tree_conv_batch``; twin: ``gdn_layer.tree_conv_batch_reference``);
 - ``wy_states``: the accepted nodes' recurrent states (W1) of every sequence of one layer in
-  one einsum (``cache.commit_batch`` reads it; twin: ``gdn_tree.wy_state`` per sequence);
+  one matmul, and ``conv_states_at`` their conv windows, from one ``path_rows`` index
+  (``cache.commit_batch`` runs them once over every layer of the batch; twins:
+  ``gdn_tree.wy_state`` and ``gdn_tree.commit_conv_state`` per sequence);
 - ``packed_rows``, ``pack``, ``unpack``: the packed layout of a verify of trees of different
   sizes (issue 29 item 4): the trees' rows side by side, no padding, for every row-wise piece
   of the forward (embeddings, projections, MLP and experts, the head); attention and the GDN
@@ -25,6 +27,7 @@ It imports only ``torch``: the modules that build the loop's types (``verify``, 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -230,6 +233,30 @@ def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
 
 # ----------------------------------------------------------------------------- the commit
 
+@dataclass(frozen=True, eq=False)
+class PathRows:
+    """B accepted paths as one index, shared by every GDN layer of a commit (``path_rows``):
+    idx [B, L] node ids, a shorter path padded by its own last node; lens [B] path lengths;
+    pad [B, L] bool, true on the padding (None when every path has length L)."""
+    idx: torch.Tensor
+    lens: torch.Tensor
+    pad: torch.Tensor | None
+
+    def repeat(self, n: int) -> "PathRows":
+        """The same B paths n times over ([n x B, L]: the layers of a commit side by side)."""
+        return PathRows(self.idx.repeat(n, 1), self.lens.repeat(n), None if self.pad is None else self.pad.repeat(n, 1))
+
+
+def path_rows(paths: list[torch.Tensor], device=None) -> PathRows:
+    """``PathRows`` of B LongTensor paths (root .. accepted node), on ``device``."""
+    lens = [p.numel() for p in paths]
+    L = max(lens)
+    idx = torch.stack([p if n == L else torch.cat([p, p[-1:].expand(L - n)]) for p, n in zip(paths, lens)])
+    lens_t = torch.tensor(lens)
+    pad = (torch.arange(L)[None, :] >= lens_t[:, None]).to(device) if min(lens) < L else None
+    return PathRows(idx.to(device), lens_t.to(device), pad)
+
+
 def wy_states(U, G, k, S0, paths: list[torch.Tensor]) -> torch.Tensor:
     """The recurrent state after the last node of each sequence's accepted path, by (W1),
     for B sequences of one layer at once: S_b = e^{G_b[i]} S0_b + sum over j in path_b of
@@ -237,18 +264,32 @@ def wy_states(U, G, k, S0, paths: list[torch.Tensor]) -> torch.Tensor:
 
     U [B, H, T, dv], G [B, T, H] float64, k [B, H, T, dk] (``gated_delta_wy``'s aux),
     S0 [B, H, dk, dv], paths: B LongTensors (root .. accepted node) -> [B, H, dk, dv].
-    Only the paths' rows are read; a shorter path is padded by its own last node, weighted 0.
-    """
-    lens = [p.numel() for p in paths]
-    L = max(lens)
-    idx = torch.stack([p if n == L else torch.cat([p, p[-1:].expand(L - n)]) for p, n in zip(paths, lens)])  # [B, L]
-    rows = (torch.arange(len(paths), device=U.device)[:, None], idx.to(U.device))
-    Gp = G[rows]  # [B, L, H]
+    ``wy_states_at`` with the paths' ``path_rows``."""
+    return wy_states_at(U, G, k, S0, path_rows(paths, U.device))
+
+
+def wy_states_at(U, G, k, S0, rows: PathRows) -> torch.Tensor:
+    """``wy_states`` of the paths ``rows`` (``path_rows``, made once per commit): only the
+    paths' rows are read (one gather each of G, k and U); a padding node is weighted 0."""
+    B, H, _, dv = U.shape
+    Gp = G.gather(1, rows.idx[:, :, None].expand(-1, -1, H))  # [B, L, H]
     last = Gp[:, -1]  # [B, H]: every row ends on its path's last node
     diff = last[:, None, :] - Gp  # [B, L, H], in float64
-    if min(lens) < L:
-        pad = torch.arange(L)[None, :] >= torch.tensor(lens)[:, None]
-        diff = diff.masked_fill(pad.to(U.device)[:, :, None], float("-inf"))
-    kp, Up = k.transpose(1, 2)[rows], U.transpose(1, 2)[rows]  # [B, L, H, dk], [B, L, H, dv]
-    update = torch.einsum("blh,blhk,blhv->bhkv", diff.exp().to(U.dtype), kp, Up)
-    return last.exp().to(U.dtype)[:, :, None, None] * S0 + update
+    if rows.pad is not None:
+        diff = diff.masked_fill(rows.pad[:, :, None], float("-inf"))
+    at = rows.idx[:, None, :, None]  # [B, 1, L, 1]
+    kp = k.gather(2, at.expand(-1, H, -1, k.shape[-1]))  # [B, H, L, dk]
+    Up = U.gather(2, at.expand(-1, H, -1, dv))  # [B, H, L, dv]
+    weighted = kp * diff.exp().to(U.dtype).transpose(1, 2)[..., None]  # [B, H, L, dk]
+    return last.exp().to(U.dtype)[:, :, None, None] * S0 + weighted.transpose(-1, -2) @ Up
+
+
+def conv_states_at(conv_state: torch.Tensor, x: torch.Tensor, rows: PathRows) -> torch.Tensor:
+    """Every sequence's conv state after its accepted path, at once: conv_state [B, C, K],
+    x [B, T, C] the tree's pre-conv inputs -> [B, C, K], the last K columns of [conv_state,
+    x[path_b]^T] (twin: ``gdn_tree.commit_conv_state`` per sequence)."""
+    B, C, K = conv_state.shape
+    xp = x.gather(1, rows.idx[:, :, None].expand(-1, -1, C))  # [B, L, C]
+    cols = torch.cat([conv_state, xp.transpose(1, 2)], dim=2)  # [B, C, K + L]
+    tail = rows.lens[:, None] + torch.arange(K, device=conv_state.device)  # [B, K]: the K columns before each path's end
+    return cols.gather(2, tail[:, None, :].expand(-1, C, -1))

@@ -245,32 +245,60 @@ def commit(model, cache: TreeCache, tree: DraftTree, path, checked: bool = False
 @torch.no_grad()
 def commit_batch(model, caches: list[TreeCache], trees: list[DraftTree], paths: list, checked: bool = False) -> None:
     """``commit`` of every sequence of one round (``verify.verify_batch``'s caches): the
-    attention rows per sequence, then each GDN layer's new states for the whole batch at once
-    (``_layer_states``). Its twin: ``commit`` per sequence (a batch of one takes the
+    attention rows per sequence, then the new GDN states of every layer and sequence at once
+    (``_commit_layers``). Its twin: ``commit`` per sequence (a batch of one takes the
     per-sequence closed form, ``GdnMode.state``)."""
     idxs = [_accept_rows(model, c, t, p, checked) for c, t, p in zip(caches, trees, paths)]
-    for i in caches[0].pending.gdn:
-        records = [c.pending.gdn[i] for c in caches]
-        states = _layer_states(caches[0].pending.mode, records, idxs)
-        for c, rec, idx, state in zip(caches, records, idxs, states):
-            c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
-            c.rec[i] = state.to(c.rec[i].dtype).clone()
+    layers = list(caches[0].pending.gdn)
+    wholes = [_one_pass([c.pending.gdn[i] for c in caches]) for i in layers]
+    if layers and all(w is not None for w in wholes):
+        _commit_layers(caches, layers, wholes, idxs)
+    else:
+        for i in layers:
+            _commit_layer_each(caches, i, [c.pending.gdn[i] for c in caches], idxs)
     for c, idx in zip(caches, idxs):
         c.length += idx.numel()
         c.pending = None
 
 
-def _layer_states(mode, records: list, idxs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Every sequence's new state [H, dk, dv] of one GDN layer (``mode``: the verify's
-    ``GdnMode``): one ``batched.wy_states`` over the batch when the records come from one WY
-    pass of equal width, else ``mode.state`` per sequence."""
-    wy = [r.wy for r in records]
-    if len(wy) == 1 or any(w is None for w in wy) or len({w["U"].shape for w in wy}) != 1:
-        # a batch of one (the per-sequence closed form is the batch), fork, or a re-scored chain
-        return [mode.state(r, i.tolist()) for r, i in zip(records, idxs)]
-    stacked = {name: torch.stack([w[name] for w in wy]) for name in ("U", "G", "k")}
-    S0 = torch.stack([r.S0 for r in records])
-    return list(batched.wy_states(stacked["U"], stacked["G"], stacked["k"], S0, idxs))
+def _commit_layers(caches: list[TreeCache], layers: list[int], wholes: list, idxs: list[torch.Tensor]) -> None:
+    """Every GDN layer's new conv and recurrent states for the whole batch in one pass: the
+    layers' batch records (``wholes``, one WY pass each) side by side [layers x B, ...], the
+    paths' one index (``batched.path_rows``) repeated per layer; each cache keeps its rows."""
+    B = len(caches)
+    rows = batched.path_rows(idxs, wholes[0].x.device).repeat(len(layers))
+
+    def side_by_side(get) -> torch.Tensor:
+        return torch.cat([get(w) for w in wholes])
+
+    convs = batched.conv_states_at(torch.stack([c.conv[i] for i in layers for c in caches]),
+                                   side_by_side(lambda w: w.x), rows)
+    states = batched.wy_states_at(side_by_side(lambda w: w.wy["U"]), side_by_side(lambda w: w.wy["G"]),
+                                  side_by_side(lambda w: w.wy["k"]), side_by_side(lambda w: w.S0), rows)
+    states = states.to(caches[0].rec[layers[0]].dtype)
+    for i, layer_convs, layer_states in zip(layers, convs.split(B), states.split(B)):
+        for c, conv, state in zip(caches, layer_convs, layer_states):
+            c.conv[i], c.rec[i] = conv, state  # rows of the batch's tensors: no one writes a state in place
+
+
+def _one_pass(records: list):
+    """The batch record (``gdn_layer.GdnRecord.batch``) whose row b is ``records[b]`` for every b
+    of a batch of two or more (one WY pass over them all, in this order); else None (a batch of
+    one, fork, a re-scored chain, or records of separate verifies)."""
+    whole = records[0].batch[0] if records[0].batch is not None else None
+    if len(records) < 2 or whole is None or whole.x.shape[0] != len(records):
+        return None
+    if any(r.batch is None or r.batch[0] is not whole or r.batch[1] != b for b, r in enumerate(records)):
+        return None
+    return whole
+
+
+def _commit_layer_each(caches: list[TreeCache], i: int, records: list, idxs: list[torch.Tensor]) -> None:
+    """GDN layer i's new conv and recurrent states per sequence (``GdnMode.state``)."""
+    mode = caches[0].pending.mode
+    for c, rec, idx in zip(caches, records, idxs):
+        c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
+        c.rec[i] = mode.state(rec, idx.tolist()).to(c.rec[i].dtype).clone()
 
 
 @torch.no_grad()

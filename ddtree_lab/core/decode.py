@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from . import tree as tree_mod
 from .adapter import loop_ready
@@ -37,7 +36,7 @@ from .conditional import build_conditional_tree, conditional_chain
 from .drafter import Draft, DrafterState
 from .sampling import Conditional, Marginal, accept_rejection
 from .spec import TREES, GenerationSpec, Sampling
-from .verify import prefill, token_ids, tree_forward, verify_batch_unchecked
+from .verify import padded_prefill, prefill_batch, token_ids, tree_forward, verify_batch_unchecked
 PHASES = ("draft", "tree", "verify", "accept", "commit")
 
 
@@ -316,14 +315,12 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, *,
     runs until the longest sequence is done (the stock Qwen3.5 linear-attention cache layer has
     no ``batch_select_indices``); extra tokens of finished rows are dropped."""
     device = next(target.parameters()).device
-    ids, mask = (t.to(device) for t in left_pad(prompts))
+    gens = [Generation() for _ in prompts]
+    with timed_phase(clock, "prefill"):
+        out, cache, mask = padded_prefill(target, prompts)
+        logits = out.logits[:, -1]  # [B, V]
     padded = not bool(mask.all())
     positions = mask.sum(-1, keepdim=True)  # [B, 1] position of the next token
-    cache, gens = DynamicCache(config=target.config), [Generation() for _ in prompts]
-    with timed_phase(clock, "prefill"):
-        logits = target(ids, attention_mask=mask if padded else None,
-                        position_ids=(mask.cumsum(-1) - 1).clamp(min=0) if padded else None,
-                        past_key_values=cache, use_cache=True).logits[:, -1]  # [B, V]
     for step in range(max(news)):
         tokens = torch.stack([choose_tokens(logits[b:b + 1], temperature, rng)[0] for b, rng in enumerate(rngs)])  # [B]
         for g, token, h in zip(gens, tokens.tolist(), entropies(logits, temperature)):
@@ -339,16 +336,6 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, *,
                             position_ids=positions + step if padded else None,
                             past_key_values=cache, use_cache=True).logits[:, -1]
     return gens
-
-
-def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts of any lengths -> ids [B, Pmax] (padding id 0 on the left), mask [B, Pmax] (1 = token)."""
-    P = max(p.numel() for p in prompts)
-    ids = torch.zeros(len(prompts), P, dtype=torch.long)
-    mask = torch.zeros(len(prompts), P, dtype=torch.long)
-    for b, p in enumerate(prompts):
-        ids[b, P - p.numel():], mask[b, P - p.numel():] = p, 1
-    return ids, mask
 
 
 def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
@@ -409,9 +396,14 @@ class _Sequence:
 def start(target, drafter, prompt: torch.Tensor) -> tuple:
     """Open a speculative generation of ``prompt`` [T]: prefill prompt[:-1] -> (target cache,
     features [T-1, F] of those rows for the drafter, root = prompt[-1], the first round's
-    last committed token)."""
-    cache, pre = prefill(target, prompt[:-1], feature_layers=tuple(drafter.cfg.target_layer_ids))
-    return cache, pre.features, int(prompt[-1])
+    last committed token). ``start_batch`` of one."""
+    return start_batch(target, drafter, [prompt])[0]
+
+
+def start_batch(target, drafter, prompts: list[torch.Tensor]) -> list[tuple]:
+    """``start`` of every prompt [T_b], their prefills in one batched forward (``prefill_batch``)."""
+    opened = prefill_batch(target, [p[:-1] for p in prompts], feature_layers=tuple(drafter.cfg.target_layer_ids))
+    return [(cache, features, int(p[-1])) for (cache, features), p in zip(opened, prompts)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -433,10 +425,11 @@ def first_draft(target, drafter, prompt, block_size: int) -> Opening:
     return Opening(cache, features, root, state, drafter.draft(state, features, root, block_size))
 
 
-def _open(target, drafter, seq: _Sequence, prompt) -> None:
-    """Prefill one prompt (``start``) into ``seq`` and open its drafter state."""
-    seq.cache, seq.features, seq.root = start(target, drafter, prompt)
-    seq.dstate = drafter.new_state()
+def _open(target, drafter, seqs: list[_Sequence], prompts) -> None:
+    """Prefill every prompt (``start_batch``) into its ``seq`` and open its drafter state."""
+    for seq, opened in zip(seqs, start_batch(target, drafter, prompts)):
+        seq.cache, seq.features, seq.root = opened
+        seq.dstate = drafter.new_state()
 
 
 def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: GenerationSpec, clock: Generation,
@@ -446,8 +439,7 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
     layers, rule, s = tuple(drafter.cfg.target_layer_ids), tree_rule(drafter, spec.tree), spec.sampling
     forwards = _forwards(target, drafter, spec)
     with timed_phase(clock, "prefill"):
-        for seq, prompt in zip(seqs, prompts):
-            _open(target, drafter, seq, prompt)
+        _open(target, drafter, seqs, prompts)
     running = list(seqs)
     while running:
         with timed_phase(clock, "draft"):

@@ -182,6 +182,19 @@ def _batch_rows(states: list[DrafterState], name: str, layer: int, rows: int) ->
     return out
 
 
+def new_context_rows(lengths: list[int], new_rows: list[int], device=None) -> tuple:
+    """Where B sequences' new context rows go, made once per block forward for every layer:
+    sequence b's ``new_rows[b]`` rows, left-padded to n_max = max(new_rows) in the forward's
+    input, go after its ``lengths[b]`` context rows -> (seq, to, at) LongTensors [sum n_b]:
+    row j of sequence seq[j] is input row at[j] and buffer row to[j]."""
+    n = torch.tensor(new_rows)
+    seq = torch.repeat_interleave(torch.arange(len(new_rows)), n)  # [N]
+    j = torch.arange(seq.numel()) - (torch.cumsum(n, 0) - n)[seq]  # [N] each row's place among its sequence's
+    to = torch.tensor(lengths)[seq] + j
+    at = (max(new_rows) - n)[seq] + j
+    return seq.to(device), to.to(device), at.to(device)
+
+
 class ContextCache:
     """The cache object ``DFlashDraftModel``'s attention layers call (``update``) during one
     batched block forward of B sequences.
@@ -196,20 +209,20 @@ class ContextCache:
     appends to its own buffers (``cache.append_rows``)."""
 
     def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int,
-                 batch: tuple | None = None):
-        self.states, self.new_rows, self.block_size, self.width, self.batch = \
-            states, new_rows, block_size, width, batch
+                 batch: tuple | None = None, rows: tuple | None = None):
+        self.states, self.new_rows, self.block_size, self.width, self.batch, self.rows = \
+            states, new_rows, block_size, width, batch, rows
 
     def update(self, keys, values, layer_idx, cache_kwargs=None):
         if len(self.states) == 1:
             return self._update_one(keys, values, layer_idx)
-        n_max, end = keys.shape[2] - self.block_size, self.width + self.block_size
+        end = self.width + self.block_size
+        seq, to, at = self.rows
         out = []
         for tensor, held in zip((keys, values), self.batch):
             batch = held[layer_idx]
-            for b, (state, n) in enumerate(zip(self.states, self.new_rows)):
-                batch[b, :, state.length:state.length + n] = tensor[b, :, n_max - n:n_max]
-            batch[:, :, self.width:end] = tensor[:, :, n_max:]
+            batch[seq, :, to] = tensor[seq, :, at]  # every sequence's new rows after its context
+            batch[:, :, self.width:end] = tensor[:, :, -self.block_size:]
             out.append(batch[:, :, :end])
         return out[0], out[1]
 
@@ -338,11 +351,12 @@ class DFlashDrafter(nn.Module):
         if width + block_size > self.cfg.max_positions:
             raise ValueError(f"positions must stay below max_positions={self.cfg.max_positions}, "
                              f"block would end at {width + block_size}")
+        rows = new_context_rows([s.length for s in states], new_rows, self.device) if len(states) > 1 else None
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
-            states, new_features, new_rows, width, block_size)
+            states, new_features, rows, width, block_size)
         # a batch of one appends by ``cache.append_rows`` (``_update_one``)
         batch = batch_context(states, width + block_size) if len(states) > 1 else None
-        cache = ContextCache(states, new_rows, block_size, width, batch)
+        cache = ContextCache(states, new_rows, block_size, width, batch, rows)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
                                          target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
@@ -350,23 +364,25 @@ class DFlashDrafter(nn.Module):
             state.length += n
         return hidden[:, 1:]
 
-    def _inputs_one(self, states, new_features, new_rows, width: int, block_size: int) -> tuple:
+    def _inputs_one(self, states, new_features, rows, width: int, block_size: int) -> tuple:
         """One sequence: (features [1, n, F], positions [1, n + bs], mask or None)."""
         dev, start = self.device, states[0].length
         mask = None if self._attends_all else self._block_mask(torch.tensor([width]), width, block_size)
         return (new_features[0].to(dev, self.model.fc.weight.dtype)[None],
                 torch.arange(start, width + block_size, device=dev)[None], mask)
 
-    def _inputs_padded(self, states, new_features, new_rows, width: int, block_size: int) -> tuple:
-        """B sequences: (features [B, n_max, F] and context positions left-padded (position 0),
-        positions [B, n_max + bs], the block mask)."""
-        dev, n_max = self.device, max(new_rows)
-        lengths = torch.tensor([s.length + n for s, n in zip(states, new_rows)])  # [B] after the append
-        feats = torch.stack([F.pad(f.to(dev, self.model.fc.weight.dtype), (0, 0, n_max - f.shape[0], 0))
-                             for f in new_features])  # [B, n_max, F]
-        ctx_pos = torch.stack([F.pad(torch.arange(s.length, s.length + n), (n_max - n, 0))
-                               for s, n in zip(states, new_rows)])  # [B, n_max] (padding at 0)
-        pos = torch.cat([ctx_pos, lengths[:, None] + torch.arange(block_size)], 1).to(dev)  # [B, n_max + bs]
+    def _inputs_padded(self, states, new_features, rows, width: int, block_size: int) -> tuple:
+        """B sequences, their new rows placed by ``rows`` (``new_context_rows``): (features
+        [B, n_max, F] and context positions left-padded (position 0), positions [B, n_max + bs],
+        the block mask)."""
+        dev, (seq, to, at) = self.device, rows
+        B, n_max = len(states), max(f.shape[0] for f in new_features)
+        lengths = torch.tensor([s.length + f.shape[0] for s, f in zip(states, new_features)])  # [B] after the append
+        feats = torch.zeros(B, n_max, self.cfg.feature_size, device=dev, dtype=self.model.fc.weight.dtype)
+        feats[seq, at] = torch.cat(new_features).to(dev, feats.dtype)  # [B, n_max, F]
+        ctx_pos = torch.zeros(B, n_max, dtype=torch.long, device=dev)
+        ctx_pos[seq, at] = to  # [B, n_max]: a new row's position is its place in the context (padding at 0)
+        pos = torch.cat([ctx_pos, lengths.to(dev)[:, None] + torch.arange(block_size, device=dev)], 1)  # [B, n_max + bs]
         return feats, pos, self._block_mask(lengths, width, block_size)
 
     def _block_mask(self, lengths: torch.Tensor, width: int, block_size: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ plain twin (``tree_layer`` per sequence). Each returns the layer output and one
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -36,13 +37,56 @@ MODE_NAMES = ("naive", "fork", "wy")
 class GdnRecord:
     """What one GDN layer's tree forward leaves for the commit: pre-conv inputs x [N+1, C] and
     raw gates a, b [N+1, H] (enough to replay any path, ``cache.replay_gdn``), plus either the
-    per-node states [N+1, H, dk, dv] (fork) or the WY pass's {U, G, k} and S0 (wy / naive)."""
+    per-node states [N+1, H, dk, dv] (fork) or the WY pass's {U, G, k} and S0 (wy / naive).
+    batch: (the batch's record, i) when this is row i of one batched WY pass (``row``), whose
+    fields hold every sequence's at once (x [B, T, C], U [B, H, T, dv], ..., S0 [B, H, dk, dv]):
+    ``cache.commit_batch`` reads the batch's tensors, with no stacking."""
     x: torch.Tensor
     a: torch.Tensor
     b: torch.Tensor
     states: torch.Tensor | None = None
     wy: dict | None = None
     S0: torch.Tensor | None = None
+    batch: tuple | None = None
+
+    def row(self, i: int, n: int) -> "GdnRow":
+        """Sequence i's record (its first n rows) of this batch record of a WY pass."""
+        return GdnRow(self, i, n)
+
+
+@dataclass(frozen=True, eq=False)
+class GdnRow:
+    """Sequence i's ``GdnRecord`` (its first n rows) of a batch record ``whole`` of one WY pass:
+    the same fields, each cut from the batch's tensors when first read (a batched commit reads
+    none of them: ``cache.commit_batch`` takes the batch's tensors, ``batch``)."""
+    whole: GdnRecord
+    i: int
+    n: int
+    states: None = None
+
+    @property
+    def batch(self) -> tuple:
+        return self.whole, self.i
+
+    @functools.cached_property
+    def x(self) -> torch.Tensor:
+        return self.whole.x[self.i, :self.n]
+
+    @functools.cached_property
+    def a(self) -> torch.Tensor:
+        return self.whole.a[self.i, :self.n]
+
+    @functools.cached_property
+    def b(self) -> torch.Tensor:
+        return self.whole.b[self.i, :self.n]
+
+    @functools.cached_property
+    def wy(self) -> dict:
+        return {name: t[self.i] for name, t in self.whole.wy.items()}
+
+    @functools.cached_property
+    def S0(self) -> torch.Tensor:
+        return self.whole.S0[self.i]
 
 
 @dataclass(frozen=True)
@@ -71,9 +115,10 @@ class GdnMode:
 
     def core_batch(self, q, k, v, g, beta, S0, *, anc):
         """``core`` over B padded trees (q [B, T, H, dk] ..., S0 [B, H, dk, dv], anc [B, T, T])
-        -> (o [B, T, H, dv], per-sequence mode fields); only for a ``batched`` mode."""
+        -> (o [B, T, H, dv], the batch's mode fields: ``GdnRecord.row`` cuts each sequence's);
+        only for a ``batched`` mode."""
         o, aux = gated_delta_wy_batch(q, k, v, g, beta, S0, anc=anc)
-        return o, [{"wy": {name: t[i] for name, t in aux.items()}, "S0": S0[i]} for i in range(o.shape[0])]
+        return o, {"wy": aux, "S0": S0}
 
     def state(self, rec: GdnRecord, path: list) -> torch.Tensor:
         """The recurrent state [H, dk, dv] after the last node of the accepted ``path``."""
@@ -154,8 +199,8 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.T
                                 S0.to(v.dtype), anc=bufs.gdn_anc.to(h.device))
     o = o.reshape(B * T, *o.shape[2:]) if bufs.rows is None else batched.pack(o, bufs.rows, 1)[0]
     out = adapter.gdn_output(m, o, z, h.dtype).view(h.shape)
-    x, a, b = (t.view(B, T, -1) for t in (x, a, b))
-    return out, [GdnRecord(x[i, :n], a[i, :n], b[i, :n], **fields[i]) for i, n in enumerate(bufs.sizes)]
+    whole = GdnRecord(*(t.view(B, T, -1) for t in (x, a, b)), **fields)
+    return out, [whole.row(i, n) for i, n in enumerate(bufs.sizes)]
 
 
 def tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode: GdnMode):

@@ -93,11 +93,19 @@ def _router(self, h):
 
 def _chunk_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
                 use_qk_l2norm_in_kernel=False, **kwargs):
-    """Dtype-preserving stand-in for transformers' GDN kernels (batch 1), via gdn_tree."""
-    q, k = gdn_tree.normalize_qk(query[0], key[0], value.shape[2])
-    S0 = initial_state[0] if initial_state is not None else q.new_zeros(q.shape[1], q.shape[2], value.shape[-1])
-    o, S = gdn_tree.gated_delta_chain(q, k, value[0], g[0].to(q.dtype), beta[0].to(q.dtype), S0.to(q.dtype))
-    return o[None], (S[None] if output_final_state else None)
+    """Dtype-preserving stand-in for transformers' GDN kernels, via gdn_tree: each batch row
+    (query [B, T, nk, dk]) on its own."""
+    rows = [_chunk_rule_row(query[b], key[b], value[b], g[b], beta[b],
+                            None if initial_state is None else initial_state[b]) for b in range(query.shape[0])]
+    return torch.stack([o for o, _ in rows]), (torch.stack([S for _, S in rows]) if output_final_state else None)
+
+
+def _chunk_rule_row(query, key, value, g, beta, S0):
+    """One row of ``_chunk_rule``: query [T, nk, dk], value [T, H, dv], S0 [H, dk, dv] or None
+    -> (o [T, H, dv], S [H, dk, dv])."""
+    q, k = gdn_tree.normalize_qk(query, key, value.shape[1])
+    S0 = S0 if S0 is not None else q.new_zeros(q.shape[1], q.shape[2], value.shape[-1])
+    return gdn_tree.gated_delta_chain(q, k, value, g.to(q.dtype), beta.to(q.dtype), S0.to(q.dtype))
 
 
 def _rmsnorm_patch(cls):

@@ -218,7 +218,8 @@ def build_trees(draft_logits: torch.Tensor, root_tokens: list[int], budgets: lis
     per draft -> B trees, each equal to ``build_tree(draft_logits[b], root_tokens[b],
     budgets[b])``. The checks, the top-K ranks (K = min(max budget, V): a tree of a smaller
     budget reads the first of them, the same ranks by the tie rule) and the logsumexps run
-    once over the batch; only the best-first searches run per tree."""
+    once over the batch, on the first min(L, max budget) rows (the depths a tree can reach;
+    the rows below are only checked for NaN and +inf); only the best-first searches run per tree."""
     logits = _shaped_logits(draft_logits, batched=True)  # [B, L, V], values checked by _top_ranks
     B, L, V = logits.shape
     if len(root_tokens) != B or len(budgets) != B:
@@ -226,17 +227,20 @@ def build_trees(draft_logits: torch.Tensor, root_tokens: list[int], budgets: lis
                          f"got {len(root_tokens)} and {len(budgets)}")
     roots = [_check_int("root_token", r, 0, V - 1) for r in root_tokens]
     budgets = [_check_int("budget", b, 1) for b in budgets]
-    rows = logits.reshape(B * L, V)
-    ids, top_log_probs = _top_ranks(rows, min(max(budgets), V))  # [B * L, K] each
-    ids, top_log_probs = ids.view(B, L, -1), top_log_probs.view(B, L, -1).tolist()
+    D = min(L, max(budgets))  # a tree of budget b reaches depth b at most: deeper rows never enter one
+    if D < L:  # NaN or +inf below, as the normaliser of a row would find (amax propagates NaN)
+        _check_finite(bool(torch.isfinite(logits[:, D:].amax())))
+    rows = logits[:, :D].reshape(B * D, V)
+    ids, top_log_probs = _top_ranks(rows, min(max(budgets), V))  # [B * D, K] each
+    ids, top_log_probs = ids.view(B, D, -1).tolist(), top_log_probs.view(B, D, -1).tolist()
     return [_tree(ids[b], top_log_probs[b], roots[b], budgets[b]) for b in range(B)]
 
 
-def _tree(ids: torch.Tensor, top_log_probs: list[list[float]], root_token: int, budget: int) -> DraftTree:
-    """One tree from its rows' top ranks ids [L, K] and their log-probs (K >= its own ranks)."""
+def _tree(ids: list[list[int]], top_log_probs: list[list[float]], root_token: int, budget: int) -> DraftTree:
+    """One tree from its rows' top ranks ids [L][K] and their log-probs (K >= its own ranks)."""
     nodes = _best_first(top_log_probs, min(budget, len(top_log_probs[0])), budget)
     parents, depths, ranks, weights = (list(col) for col in zip(*nodes))
-    tokens = ids[torch.tensor(depths) - 1, torch.tensor(ranks)].tolist()  # [N]
+    tokens = [ids[d - 1][r] for d, r in zip(depths, ranks)]  # [N]
     return _pack(root_token, tokens, parents, depths, weights)
 
 

@@ -256,13 +256,68 @@ def prefill(model, ids, feature_layers: tuple = ()) -> tuple[TreeCache, Forward]
     hf_cache = DynamicCache(config=model.config)
     out = model(ids[None].to(next(model.parameters()).device), past_key_values=hf_cache, use_cache=True,
                 output_hidden_states=bool(feature_layers))
-    state = adapter.read_hf_cache(model, hf_cache)
+    return _cache_of(model, adapter.read_hf_cache(model, hf_cache), ids.numel()), \
+        Forward(out.logits[0], _features(out.hidden_states, feature_layers))
+
+
+def _cache_of(model, state: dict, length: int) -> TreeCache:
+    """A ``TreeCache`` of ``length`` committed rows from ``adapter.read_hf_cache``'s state."""
     cache = empty_cache(model)
     cache.kv = state["kv"]
     cache.conv.update(state["conv"])
     cache.rec.update(state["rec"])
-    cache.length = ids.numel()
-    return cache, Forward(out.logits[0], _features(out.hidden_states, feature_layers))
+    cache.length = length
+    return cache
+
+
+def left_pad(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of any lengths -> ids [B, Pmax] (padding id 0 on the left), mask [B, Pmax] (1 = token)."""
+    P = max(p.numel() for p in prompts)
+    ids = torch.zeros(len(prompts), P, dtype=torch.long)
+    mask = torch.zeros(len(prompts), P, dtype=torch.long)
+    for b, p in enumerate(prompts):
+        ids[b, P - p.numel():], mask[b, P - p.numel():] = p, 1
+    return ids, mask
+
+
+def padded_prefill(model, prompts: list[torch.Tensor], **kwargs) -> tuple:
+    """ONE stock forward of B prompts (LongTensor [T_b] each, T_b >= 1) into transformers' own
+    ``DynamicCache``: left-padded to the longest (``left_pad``), with a 2-D attention mask and
+    per-row positions where the lengths differ; logits of the last row only -> (the model
+    output, the cache, mask [B, P] (1 = token)). Batched AR and ``prefill_batch`` open with it;
+    ``kwargs`` go to the forward."""
+    device = next(model.parameters()).device
+    ids, mask = (t.to(device) for t in left_pad(prompts))
+    padded = not bool(mask.all())
+    cache = DynamicCache(config=model.config)
+    out = model(ids, attention_mask=mask if padded else None,
+                position_ids=(mask.cumsum(-1) - 1).clamp(min=0) if padded else None,
+                past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs)
+    return out, cache, mask
+
+
+@torch.no_grad()
+def prefill_batch(model, prompts: list, feature_layers: tuple = ()) -> list[tuple[TreeCache, torch.Tensor | None]]:
+    """``prefill`` of B prompts ``prompts[b]`` (LongTensor [T_b], T_b >= 0) in ONE stock forward
+    -> per prompt (cache, features [T_b, F] or None); no logits (the forward computes the last
+    row's only). Prompts of different lengths are left-padded, with a 2-D attention mask and
+    per-row positions, as batched AR prefills (transformers zeroes a padding row's GDN inputs,
+    so the recurrence starts from zero states at a prompt's first token); each cache keeps its
+    own rows. A batch of one (and an empty prompt) is ``prefill`` itself. Its twin: ``prefill``
+    per prompt (equal to float rounding; float64 under the harness)."""
+    ids = [_check_ids(model, p, "ids") for p in prompts]
+    full = [b for b, p in enumerate(ids) if p.numel()]
+    if len(full) < 2:
+        return [(c, f.features) for c, f in (prefill(model, p, feature_layers) for p in ids)]
+    _check_positions(model, max(ids[b].numel() for b in full) - 1)
+    out, hf_cache, mask = padded_prefill(model, [ids[b] for b in full], output_hidden_states=bool(feature_layers))
+    opened = {}
+    for row, b in enumerate(full):
+        first = mask.shape[1] - ids[b].numel()
+        state = adapter.read_hf_cache(model, hf_cache, row, first)
+        opened[b] = (_cache_of(model, state, ids[b].numel()), _features(out.hidden_states, feature_layers, row, first))
+    return [opened[b] if b in opened else (empty_cache(model), _empty_forward(model, feature_layers).features)
+            for b in range(len(ids))]
 
 
 def _empty_forward(model, feature_layers) -> Forward:

@@ -14,12 +14,10 @@
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import pytest
 import torch
-from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
 from ddtree_lab.core.cache import append_rows, batch_of_rows, commit, held_batch, hold_rows
@@ -53,6 +51,50 @@ PAIRS = {(p, d): pair(p, d) for p in ("gdn-toy", "mla-toy") for d in DTYPES.valu
 def prompts_for(seed: int, vocab: int) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab - 1, (n,), generator=g) for n in PROMPT_LENGTHS]
+
+
+# ----------------------------------------------------------------------------- prefill_batch
+
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_prefill_batch_equals_prefill_per_prompt(preset, dtype):
+    """Prompts of 0, 4, 10 and 2 tokens in ONE left-padded stock forward (``prefill_batch``):
+    every cache (attention rows, GDN conv windows and recurrent states) and every prompt's
+    features equal ``prefill`` of that prompt alone (float64 under the harness to 1e-12);
+    prompts of one length run in one forward too; a batch of one is ``prefill`` itself."""
+    model, drafter = PAIRS[preset, dtype]
+    layers = tuple(drafter.cfg.target_layer_ids)
+    prompts = [p[:-1] for p in prompts_for(13, model.config.vocab_size)]
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        with precision(dtype):
+            for batch, forwards in ((prompts, 1), ([prompts[2], prompts[2].flip(0)], 1), (prompts[1:2], 1)):
+                calls.clear()
+                opened = verify_mod.prefill_batch(model, batch, layers)
+                assert len(calls) == forwards and len(opened) == len(batch)
+                for b, (p, (cache, features)) in enumerate(zip(batch, opened)):
+                    ref_cache, ref = prefill(model, p, layers)
+                    assert_same_cache(f"{preset} prompt{b} ({p.numel()} tokens)", ref_cache, cache, LOGIT_TOL[dtype])
+                    assert features.shape == ref.features.shape
+                    assert_close(f"{preset} prompt{b} features", ref.features, features, LOGIT_TOL[dtype])
+    finally:
+        hook.remove()
+
+
+def test_a_batched_generation_prefills_its_prompts_in_one_forward():
+    """``generate_batch`` opens every sequence from one prefill forward (``decode.start_batch``)."""
+    model, drafter = PAIRS["gdn-toy", torch.float32]
+    prompts, shapes = prompts_for(5, model.config.vocab_size), []
+    hook = model.register_forward_pre_hook(
+        lambda mod, args, kwargs: shapes.append(tuple(args[0].shape if args else kwargs["input_ids"].shape))
+        if not isinstance(kwargs.get("past_key_values"), verify_mod.TreeBatch) else None, with_kwargs=True)
+    try:
+        decode.generate_batch(model, drafter, prompts, method="ddtree", budget=4, block_size=4, max_new_tokens=3)
+    finally:
+        hook.remove()
+    longest = max(p.numel() for p in prompts) - 1
+    assert shapes == [(len(prompts) - 1, longest)]  # the 1-token prompt has nothing to prefill
 
 
 # ----------------------------------------------------------------------------- verify_batch
@@ -348,30 +390,12 @@ def test_every_accepted_row_scores_as_a_cache_free_forward_of_its_sequence(prese
     assert max(len(r.path) for r in rounds) > 2  # rounds that accept several draft tokens were checked
 
 
-@contextlib.contextmanager
-def batched_harness_gdn_kernel():
-    """Inside the float64 harness: run its batch-1 GDN kernel stand-in once per batch row.
-    (Stands in for the adapter hook the report recommends: ``harness._chunk_rule`` over a batch.)"""
-    def rule(query, key, value, g, beta, initial_state=None, output_final_state=False, **kwargs):
-        rows = [harness._chunk_rule(query[b:b + 1], key[b:b + 1], value[b:b + 1], g[b:b + 1], beta[b:b + 1],
-                                    None if initial_state is None else initial_state[b:b + 1],
-                                    output_final_state, **kwargs) for b in range(query.shape[0])]
-        states = [s for _, s in rows]
-        return torch.cat([o for o, _ in rows]), (torch.cat(states) if output_final_state else None)
-    saved = qwen35.torch_chunk_gated_delta_rule, qwen35.torch_recurrent_gated_delta_rule
-    qwen35.torch_chunk_gated_delta_rule = qwen35.torch_recurrent_gated_delta_rule = rule
-    try:
-        yield
-    finally:
-        qwen35.torch_chunk_gated_delta_rule, qwen35.torch_recurrent_gated_delta_rule = saved
-
-
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
 def test_batched_ar_baseline_equals_ar(preset, dtype):
     target, _ = PAIRS[preset, dtype]
     prompts, max_new = prompts_for(11, target.config.vocab_size), [12, 3, 8, 12]
-    with precision(dtype), (batched_harness_gdn_kernel() if dtype == torch.float64 else contextlib.nullcontext()):
+    with precision(dtype):  # the harness's GDN kernel runs each batch row on its own
         ar = _ar_outputs(target, prompts, max_new)
         gens = decode.generate_batch(target, None, prompts, method="ar", max_new_tokens=max_new)
         for b, (p, a, g) in enumerate(zip(prompts, ar, gens)):

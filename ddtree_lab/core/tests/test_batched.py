@@ -9,8 +9,10 @@ them) against their plain per-tree twins:
   ``gdn_layer.tree_conv_batch_reference``, bit for bit;
 - ``packed_rows`` / ``pack`` / ``unpack``: the packed layout of trees of different sizes, its
   rows in tree order, ``unpack`` after ``pack`` the identity on real rows and zeros on padding;
-- ``wy_states`` == ``gdn_tree.wy_state`` per sequence; ``cache.commit_batch`` == ``cache.commit``
-  per sequence over two rounds of ``verify_batch`` (wy, fork, naive with branched paths re-scored);
+- ``wy_states`` == ``gdn_tree.wy_state`` and ``conv_states_at`` == ``gdn_tree.commit_conv_state``
+  per sequence; ``cache.commit_batch`` == ``cache.commit`` per sequence over two rounds of
+  ``verify_batch`` (wy, fork, naive with branched paths re-scored; the wy states read from the
+  batch's tensors), and over caches verified one by one;
 - the loop equals the loop with every twin swapped in, round for round.
 """
 from __future__ import annotations
@@ -186,6 +188,39 @@ def test_commit_batch_equals_commit_per_sequence(preset, mode):
         for b in range(len(trees)):
             assert out[b].pending is None
             assert_same_cache(f"{preset}-{mode} round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
+        if mode == "wy":  # one WY pass: each new state is its row of the batch's tensor, nothing stacked
+            for i in out[0].rec:
+                assert len({c.rec[i].untyped_storage().data_ptr() for c in out}) == 1
+                assert len({c.conv[i].untyped_storage().data_ptr() for c in out}) == 1
+
+
+def test_commit_batch_of_separate_verifies_commits_each_sequence():
+    """Caches verified one by one (no batch record joins them): ``commit_batch`` takes each
+    sequence's own closed form and equals ``commit`` per sequence."""
+    model, _ = PAIRS["gdn-toy"]
+    V, gen = model.config.vocab_size, generator("commit-separate")
+    prefixes = [torch.randint(V, (n,), generator=gen).tolist() for n in (3, 6)]
+    ref, out = ([prefill(model, p)[0] for p in prefixes] for _ in range(2))
+    trees = [random_tree("bushy", n, V, gen) for n in (6, 9)]
+    paths = [root_path(t, "random", gen) for t in trees]
+    for c, t in zip(ref + out, trees + trees):
+        verify_batch(model, [c], [t], "wy")
+    for c, t, p in zip(ref, trees, paths):
+        commit(model, c, t, p)
+    commit_batch(model, out, trees, paths)
+    for b in range(2):
+        assert_same_cache(f"separate seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
+
+
+def test_conv_states_equal_the_per_sequence_commit():
+    """``batched.conv_states_at`` == ``gdn_tree.commit_conv_state`` per sequence, bit for bit
+    (columns copied, nothing computed): paths of 1 .. T nodes, shorter and longer than K."""
+    gen, B, T, C, K = generator("conv-states"), 4, 9, 6, 4
+    conv, x = torch.randn(B, C, K, generator=gen), torch.randn(B, T, C, generator=gen)
+    paths = [torch.tensor(p) for p in ([0], [0, 2, 5], [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 3])]
+    out = batched.conv_states_at(conv, x, batched.path_rows(paths))
+    for b, p in enumerate(paths):
+        assert torch.equal(gdn_tree.commit_conv_state(conv[b], x[b][p]), out[b])
 
 
 def _f64_pair(preset: str):

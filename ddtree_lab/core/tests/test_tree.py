@@ -101,6 +101,25 @@ def test_a_batch_of_trees_equals_each_tree_alone(logits, data):
         assert_same_tree(f"tree {b}", build_tree_reference(batch[b], roots[b], budgets[b]), tree)
 
 
+def test_rows_no_tree_can_reach_are_only_checked():
+    """Budgets of at most D < L nodes reach depth D at most: ``build_trees`` ranks the first D
+    rows only, and the trees equal the brute-force twin's; a NaN or +inf in a deeper row is
+    still refused, a -inf there is not (as a row's normaliser would find)."""
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(2, 5, 3, generator=gen)
+    for b, tree in enumerate(build_trees(logits, [0, 1], [2, 3])):
+        assert int(tree.depths.max()) <= 3
+        assert_same_tree(f"tree {b}", build_tree_reference(logits[b], b, [2, 3][b]), tree)
+    for bad in (float("nan"), float("inf")):
+        broken = logits.clone()
+        broken[1, 4, 2] = bad
+        with pytest.raises(ValueError, match="draft_logits must hold finite values"):
+            build_trees(broken, [0, 1], [2, 3])
+    deep_minus_inf = logits.clone()
+    deep_minus_inf[1, 4, 2] = float("-inf")
+    assert [len(t) for t in build_trees(deep_minus_inf, [0, 1], [2, 3])] == [3, 4]
+
+
 def test_build_trees_names_a_bad_batch():
     with pytest.raises(ValueError, match=r"3-D tensor \[B, L, V\]"):
         build_trees(torch.zeros(2, 3), [0], [1])
