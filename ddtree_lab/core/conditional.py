@@ -80,12 +80,21 @@ class ConditionalDraft:
         """[K] float64: log q(candidates[depth - 1] | parent_token, depth) at T = 1."""
         return torch.log_softmax(self.scores(parent_token, depth), -1)
 
+    @cached_property
+    def _log_q(self) -> tuple[list, list]:
+        """(candidates as lists [L][K], log q at T = 1 of every row of ``transitions`` as lists
+        [L-1][K][K]): one log_softmax and one host copy per block, which the walks read."""
+        return self.candidates.tolist(), torch.log_softmax(self.transitions[0], -1).tolist()
+
     def ranked_children(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
         """(tokens, log q) of depth ``depth``'s candidates given the parent, best first
-        (ties: lower token id first); each (parent, depth) ranked once."""
+        (ties: lower token id first); each (parent, depth) ranked once, from a row of
+        ``_log_q`` when the parent is one of depth d - 1's candidates."""
         key = (parent_token, depth)
         if key not in self._ranked:
-            self._ranked[key] = _ranked(self.candidates[depth - 1].tolist(), self.child_log_probs(parent_token, depth))
+            i = self.transitions[1][depth - 2].get(parent_token) if depth >= 2 else None
+            logq = self.child_log_probs(parent_token, depth).tolist() if i is None else self._log_q[1][depth - 2][i]
+            self._ranked[key] = _ranked(self._log_q[0][depth - 1], logq)
         return self._ranked[key]
 
     def ranked_children_reference(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
@@ -94,9 +103,9 @@ class ConditionalDraft:
                        torch.log_softmax(self.scores_reference(parent_token, depth), -1))
 
 
-def _ranked(tokens: list[int], logq: torch.Tensor) -> tuple[list[int], list[float]]:
-    """(tokens, log q) best first; ties: lower token id first."""
-    logq = logq.tolist()
+def _ranked(tokens: list[int], logq) -> tuple[list[int], list[float]]:
+    """(tokens, log q (a list, or a tensor [K])) best first; ties: lower token id first."""
+    logq = logq.tolist() if isinstance(logq, torch.Tensor) else logq
     order = sorted(range(len(tokens)), key=lambda i: (-logq[i], tokens[i]))
     return [tokens[i] for i in order], [logq[i] for i in order]
 

@@ -22,6 +22,7 @@ its own generator (seed + b), so its output does not depend on the rest of the b
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -322,7 +323,8 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, *,
     padded = not bool(mask.all())
     positions = mask.sum(-1, keepdim=True)  # [B, 1] position of the next token
     for step in range(max(news)):
-        tokens = torch.stack([choose_tokens(logits[b:b + 1], temperature, rng)[0] for b, rng in enumerate(rngs)])  # [B]
+        tokens = (logits.argmax(-1) if temperature == 0 else  # [B]
+                  torch.stack([choose_tokens(logits[b:b + 1], temperature, rng)[0] for b, rng in enumerate(rngs)]))
         for g, token, h in zip(gens, tokens.tolist(), entropies(logits, temperature)):
             g.tokens.append(token)
             g.entropies.append(h)
@@ -352,12 +354,14 @@ def sampled(tree: tree_mod.DraftTree, proposal, sampling: Sampling, rng):
     return tree
 
 
-def accept_round(tree, target_logits, proposal, sampling: Sampling, rng):
+def accept_round(tree, target_logits, proposal, sampling: Sampling, rng, choice=None):
     """(path, bonus, choice): the round's accept walk. choice [N+1] is the target's own token
-    at every node (argmax, or a sample under the target-only rule); None under rejection."""
+    at every node (argmax, or a sample under the target-only rule; given: the verify's argmax
+    at T = 0, ``Forward.choice``); None under rejection."""
     if sampling.rejection:
         return (*accept_rejection(tree, target_logits, proposal, sampling.temperature, rng), None)
-    choice = choose_tokens(target_logits, sampling.temperature, rng)
+    if choice is None:
+        choice = choose_tokens(target_logits, sampling.temperature, rng)
     return (*tree_mod.accept(tree, choice), choice)
 
 
@@ -452,17 +456,21 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
                      zip(draft_trees(drafts, running, spec.method, hooks.cost_model, rule), proposals, running)]
         with timed_phase(clock, "verify"):
             outs = verify_batch_unchecked(target, [q.cache for q in running], trees, spec.gdn_mode, layers,
-                                          forward=forwards.verify)
+                                          forward=forwards.verify, greedy=s.greedy)
         with timed_phase(clock, "accept"):
             # every sequence walks its own tree with its own generator: lossless per sequence
             # whatever the other sequences of the batch accept
-            walks = [accept_round(t, o.logits, q, s, seq.rng) for t, o, q, seq in zip(trees, outs, proposals, running)]
+            walks = [accept_round(t, o.logits, q, s, seq.rng, o.choice)
+                     for t, o, q, seq in zip(trees, outs, proposals, running)]
         with timed_phase(clock, "commit"):
             commit_batch(target, [q.cache for q in running], trees, [path for path, _, _ in walks], checked=True)
             for seq, o, (path, bonus, _) in zip(running, outs, walks):
                 seq.features, seq.root = _rows(o.features, path), bonus
-        for seq, d, t, o, q, (path, bonus, choice) in zip(running, drafts, trees, outs, proposals, walks):
-            _record(seq.gen, t, path, bonus, _rows(o.logits, path), s.temperature)
+        path_logits = [_rows(o.logits, path) for o, (path, _, _) in zip(outs, walks)]
+        for seq, d, t, o, q, (path, bonus, choice), h in zip(running, drafts, trees, outs, proposals, walks,
+                                                              _split(batch_entropies(path_logits, s.temperature),
+                                                                     [len(w[0]) for w in walks])):
+            _record(seq.gen, t, path, bonus, h)
             if hooks.on_round is not None:
                 hooks.on_round(Round(d.logits, t, o.logits, choice, path, bonus, q, seq.index))
         running = [q for q in running if len(q.gen.tokens) < q.max_new_tokens]
@@ -474,11 +482,22 @@ def _rows(x: torch.Tensor, path: list[int]) -> torch.Tensor:
     return x[:len(path)] if tree_mod.leading_rows(path) else x[path]
 
 
-def _record(gen: Generation, tree, path, bonus: int, path_logits: torch.Tensor, temperature: float) -> None:
-    """Append one round's accepted tokens, their entropies (the rows they came from), its
+def _split(values: list, sizes: list[int]) -> list[list]:
+    """``values`` cut into consecutive lists of ``sizes``."""
+    ends = list(itertools.accumulate(sizes))
+    return [values[end - n:end] for n, end in zip(sizes, ends)]
+
+
+def batch_entropies(logits: list[torch.Tensor], temperature: float) -> list[float]:
+    """``entropies`` of every row of the tensors ``logits`` [n_b, V], in order, in one call."""
+    return entropies(logits[0] if len(logits) == 1 else torch.cat(logits), temperature)
+
+
+def _record(gen: Generation, tree, path, bonus: int, path_entropies: list[float]) -> None:
+    """Append one round's accepted tokens, their entropies (of the rows they came from), its
     acceptance length and tree size."""
     gen.tokens += _rows(tree.tokens, path)[1:].tolist() + [bonus]
-    gen.entropies += entropies(path_logits, temperature)
+    gen.entropies += path_entropies
     gen.acceptance_lengths.append(len(path))
     gen.tree_sizes.append(tree.num_nodes)
 

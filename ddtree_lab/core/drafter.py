@@ -201,17 +201,16 @@ class ContextCache:
 
     The forward runs on ``[new context rows (left-padded to n_max) ; block]``; ``update`` gets
     their keys/values [B, H, n_max + bs, D] and writes, in the layer's batch tensors
-    (``batch``: ``batch_context``, row b = sequence b's buffer), sequence b's ``new_rows[b]``
-    real rows after its context and the block at columns ``width`` .. ``width + bs - 1`` of
+    (``batch``: ``batch_context``, row b = sequence b's buffer), sequence b's new rows after
+    its context (placed by ``rows``, ``new_context_rows``) and the block at columns ``width`` .. ``width + bs - 1`` of
     every row; -> a view [B, H, width + bs, D]: every context left-aligned in ``width`` rows,
     then the block. No context row is copied. Row b's rows past its context are its buffer's
     scratch, which the forward's mask hides (``DFlashDrafter._block_mask``). A batch of one
     appends to its own buffers (``cache.append_rows``)."""
 
-    def __init__(self, states: list[DrafterState], new_rows: list[int], block_size: int, width: int,
+    def __init__(self, states: list[DrafterState], block_size: int, width: int,
                  batch: tuple | None = None, rows: tuple | None = None):
-        self.states, self.new_rows, self.block_size, self.width, self.batch, self.rows = \
-            states, new_rows, block_size, width, batch, rows
+        self.states, self.block_size, self.width, self.batch, self.rows = states, block_size, width, batch, rows
 
     def update(self, keys, values, layer_idx, cache_kwargs=None):
         if len(self.states) == 1:
@@ -353,10 +352,10 @@ class DFlashDrafter(nn.Module):
                              f"block would end at {width + block_size}")
         rows = new_context_rows([s.length for s in states], new_rows, self.device) if len(states) > 1 else None
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
-            states, new_features, rows, width, block_size)
+            states, new_features, new_rows, rows, width, block_size)
         # a batch of one appends by ``cache.append_rows`` (``_update_one``)
         batch = batch_context(states, width + block_size) if len(states) > 1 else None
-        cache = ContextCache(states, new_rows, block_size, width, batch, rows)
+        cache = ContextCache(states, block_size, width, batch, rows)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]
         hidden = (self.model if forward is None else forward)(position_ids=pos, attention_mask=mask, noise_embedding=self.embed(ids),
                                          target_hidden=feats, past_key_values=cache, use_cache=True)  # [B, bs, hidden]
@@ -364,20 +363,20 @@ class DFlashDrafter(nn.Module):
             state.length += n
         return hidden[:, 1:]
 
-    def _inputs_one(self, states, new_features, rows, width: int, block_size: int) -> tuple:
+    def _inputs_one(self, states, new_features, new_rows, rows, width: int, block_size: int) -> tuple:
         """One sequence: (features [1, n, F], positions [1, n + bs], mask or None)."""
         dev, start = self.device, states[0].length
         mask = None if self._attends_all else self._block_mask(torch.tensor([width]), width, block_size)
         return (new_features[0].to(dev, self.model.fc.weight.dtype)[None],
                 torch.arange(start, width + block_size, device=dev)[None], mask)
 
-    def _inputs_padded(self, states, new_features, rows, width: int, block_size: int) -> tuple:
-        """B sequences, their new rows placed by ``rows`` (``new_context_rows``): (features
-        [B, n_max, F] and context positions left-padded (position 0), positions [B, n_max + bs],
-        the block mask)."""
+    def _inputs_padded(self, states, new_features, new_rows, rows, width: int, block_size: int) -> tuple:
+        """B sequences, ``new_rows[b]`` new rows each, placed by ``rows`` (``new_context_rows``):
+        (features [B, n_max, F] and context positions left-padded (position 0), positions
+        [B, n_max + bs], the block mask)."""
         dev, (seq, to, at) = self.device, rows
-        B, n_max = len(states), max(f.shape[0] for f in new_features)
-        lengths = torch.tensor([s.length + f.shape[0] for s, f in zip(states, new_features)])  # [B] after the append
+        B, n_max = len(states), max(new_rows)
+        lengths = torch.tensor([s.length + n for s, n in zip(states, new_rows)])  # [B] after the append
         feats = torch.zeros(B, n_max, self.cfg.feature_size, device=dev, dtype=self.model.fc.weight.dtype)
         feats[seq, at] = torch.cat(new_features).to(dev, feats.dtype)  # [B, n_max, F]
         ctx_pos = torch.zeros(B, n_max, dtype=torch.long, device=dev)

@@ -232,9 +232,11 @@ def additive_mask(allowed: torch.Tensor, dtype, device=None) -> torch.Tensor:
 
 @dataclass(frozen=True, eq=False)
 class Forward:
-    """logits [T, V]; features [T, F] (hidden states of ``feature_layers``, concatenated)."""
+    """logits [T, V]; features [T, F] (hidden states of ``feature_layers``, concatenated);
+    choice LongTensor[T]: the argmax of every row (a verify asked for it, ``greedy``), else None."""
     logits: torch.Tensor
     features: torch.Tensor | None
+    choice: torch.Tensor | None = None
 
 
 def _features(hidden_states, feature_layers, b: int = 0, first: int = 0, end: int | None = None) -> torch.Tensor | None:
@@ -489,9 +491,10 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
 @torch.no_grad()
 def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree], mode: GdnMode,
                            feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward,
-                           packed: bool = True) -> list[Forward]:
+                           packed: bool = True, greedy: bool = False) -> list[Forward]:
     """``verify_batch`` on arguments already checked (``mode``: a ``GdnMode``; the token ids and
-    positions of every tree valid for its cache and the model)."""
+    positions of every tree valid for its cache and the model). greedy: every Forward also
+    carries the argmax of its rows (``choice``), one argmax over the batch's logits."""
     gdn = adapter.route_gdn_trees(model)
     K = next(iter(gdn.values())).conv_kernel_size if gdn else None
     view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K, packed), mode,
@@ -500,8 +503,9 @@ def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree
         out = forward(model, view, bool(feature_layers))
     for c, tree, rec in zip(caches, trees, view.records):
         c.pending = Pending(tree, mode, rec, rescore_chain)
-    return [Forward(out.logits[b, first:end], _features(out.hidden_states, feature_layers, b, first, end))
-            for b, first, end in view.bufs.spans()]
+    choice = out.logits.argmax(-1) if greedy else None  # [B, T] (packed: [1, N])
+    return [Forward(out.logits[b, first:end], _features(out.hidden_states, feature_layers, b, first, end),
+                    None if choice is None else choice[b, first:end]) for b, first, end in view.bufs.spans()]
 
 
 @torch.no_grad()

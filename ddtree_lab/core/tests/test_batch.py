@@ -205,6 +205,34 @@ def test_trees_of_different_sizes_run_packed(preset):
     assert model.config._attn_implementation == own
 
 
+@pytest.mark.parametrize("budgets", ((7, 1, 4), (4, 4, 4)), ids=("packed", "padded"))
+@pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
+def test_a_greedy_verify_hands_each_sequence_the_argmax_of_its_rows(preset, budgets):
+    """``greedy=True``: every Forward's ``choice`` is the argmax of its own logits (one argmax
+    over the batch's output, packed or padded, cut like the logits); without it, None."""
+    model, _ = PAIRS[preset, torch.float32]
+    gen = generator("greedy", preset)
+    trees = [random_tree("bushy", n, 64, gen) for n in budgets]
+    outs = verify_mod.verify_batch_unchecked(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees,
+                                             gdn_layer.gdn_mode("wy"), greedy=True)
+    for o, t in zip(outs, trees):
+        assert o.choice.shape == (len(t),) and torch.equal(o.choice, o.logits.argmax(-1))
+    plain = verify_mod.verify_batch_unchecked(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees,
+                                              gdn_layer.gdn_mode("wy"))
+    assert all(o.choice is None for o in plain)
+
+
+def test_batch_entropies_are_each_tensors_entropies_in_order():
+    gen = torch.Generator().manual_seed(0)
+    rows = [torch.randn(n, 50, generator=gen) * 3 for n in (3, 1, 5)]
+    for T in (0.0, 0.7):
+        got = decode.batch_entropies(rows, T)
+        want = [h for r in rows for h in decode.entropies(r, T)]
+        assert got == pytest.approx(want, rel=1e-6, abs=1e-6)
+        assert decode.batch_entropies(rows[:1], T) == decode.entropies(rows[0], T)
+    assert decode._split(list(range(9)), [3, 1, 5]) == [[0, 1, 2], [3], [4, 5, 6, 7, 8]]
+
+
 @pytest.mark.parametrize("layout", ("padded", "packed"))
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("mode", ("wy", "naive"))

@@ -37,6 +37,21 @@ def test_transition_table_equals_the_scores_one_parent_at_a_time(seed):
     assert torch.equal(draft.scores(outside, 2), draft.scores_reference(outside, 2))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_ranked_children_read_from_the_table_equal_the_reference(seed):
+    """``ranked_children`` (log q of the whole table in one pass, ``_log_q``) == the reference
+    ranked from ``scores_reference`` one (parent, depth) at a time: the same order, log q to
+    float64 rounding; the root and a parent outside the candidates too."""
+    draft = random_draft(seed, depth=4, k=5, vocab=20, rank=6)
+    outside = next(t for t in range(20) if t not in draft.candidates[0].tolist())
+    cases = [(7, 1), (outside, 2)] + [(p, d) for d in range(2, 5) for p in draft.candidates[d - 2].tolist()]
+    for parent, depth in cases:
+        (tokens, logq), (ref_tokens, ref_logq) = (draft.ranked_children(parent, depth),
+                                                  draft.ranked_children_reference(parent, depth))
+        assert tokens == ref_tokens, (parent, depth)
+        assert logq == pytest.approx(ref_logq, rel=1e-13, abs=1e-13)
+
+
 def test_children_depend_on_the_parent_token_and_not_without_the_bilinear_term():
     draft = random_draft(1, scale=3.0)
     tree = build_conditional_tree(draft, 2, 39)  # every path: each node has all K children
