@@ -30,7 +30,6 @@ warm-up), min beside them as a noise check. Results -> data/results/bench_batch.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -39,6 +38,7 @@ import torch
 import transformers
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
 from ddtree_lab.core.harness import timed_calls
@@ -293,11 +293,10 @@ def main():
             print(f"\n{arch} {kind} (median of {args.repeats}, thread CPU ms, one thread, prefix {args.prefix})")
             print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
             tables.append(table.assign(arch=arch, table=kind))
-    meta = {"prefix": args.prefix, "repeats": args.repeats, "threads": torch.get_num_threads(),
-            "load_avg_1min": os.getloadavg()[0],  # what else ran beside it (issue 29)
+    meta = {"prefix": args.prefix, "repeats": args.repeats,  # threads, load, machine: the stamp
             "torch": torch.__version__, "transformers": transformers.__version__}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    pd.concat(tables, ignore_index=True).assign(**meta).to_csv(OUT, index=False)
+    write_timing_table(pd.concat(tables, ignore_index=True).assign(**meta), OUT)
     print(f"\nsaved {OUT}")
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, tree_forward, verify_batch
@@ -98,7 +99,7 @@ def main():
     torch.set_num_threads(1)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     rows = [r for arch in archs for r in run_arch(arch, args, device)]
-    pd.DataFrame(rows).to_csv(args.out, index=False)
+    write_timing_table(pd.DataFrame(rows), args.out)
     print(f"-> {args.out}")
 
 

@@ -4,7 +4,7 @@ prompt (``studies.compiled_loop``), one thread, after every graph is compiled (i
 earlier runs in use: the compile seconds are a warm machine's). Each kind is
 also compared with AR of its own kind (eager over eager, compiled over compiled).
 Writes data/results/loop_compile.csv (one row per target, config, prompt and kind, with the
-load average) and prints ``loop_summary``. ``scripts/recompute.sh`` runs it alone.
+load average) and prints ``loop_summary``. ``ddtree-lab recompute loop_compile`` runs it (alone: a timing).
 
     python scripts/bench_loop_compile.py [--prompts 8] [--archs gdn,mla]
 """

@@ -5,14 +5,13 @@ decoding states of greedy DDTree runs (budgets 16 and 64, every 4th round), veri
 calls it against transformers' stock forward of the same flattened tree tokens with the same
 tree mask on a ``DynamicCache`` of the same rows; one thread, 10 interleaved pairs per state.
 Writes data/results/verify_floor.csv (one row per state, with the machine's load average).
-``scripts/recompute.sh`` runs it alone, after both lanes.
+``ddtree-lab recompute round_cost`` runs it (alone: a timing).
 
     python scripts/bench_round.py [--prompts 12] [--floor-prompts 4] [--repeats 10]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from ddtree_lab import load_pair  # noqa: E402
 from ddtree_lab.common import RESULTS_DIR  # noqa: E402
+from ddtree_lab.experiments.plumbing.results import write_timing_table  # noqa: E402
 from ddtree_lab.experiments.studies.round_cost import (floor_summary, round_table, run_round_cost,  # noqa: E402
                                                       verify_floor)
 
@@ -51,9 +51,9 @@ def main() -> None:
         frames.append(verify_floor(pair, every_nth(args.floor_prompts), repeats=args.repeats,
                                    progress=lambda r: print({k: (round(v, 3) if isinstance(v, float) else v)
                                                              for k, v in r.items()}, flush=True)))
-    rows = pd.concat(frames, ignore_index=True).assign(load_avg_1min=os.getloadavg()[0])
+    rows = pd.concat(frames, ignore_index=True)
     out = RESULTS_DIR / "verify_floor.csv"
-    rows.to_csv(out, index=False)
+    write_timing_table(rows, out)
     print(floor_summary(rows).to_string(index=False))
     print(f"wrote {out}")
 

@@ -3,7 +3,7 @@
 For budgets 16..1024 and random [16, 4096] drafter logits: ``build_tree`` (median of
 RUNS, split into the torch part, topk + logsumexp, and the Python heap part), then
 ``ancestor_mask`` and ``accept`` on the built tree. Goal: build_tree < 5 ms at budget 1024.
-Results -> data/results/bench_tree.csv (the README's build_tree table).
+Results -> data/results/bench_tree.csv (the build_tree table of docs/results.md).
 
     PYTHONPATH=. python scripts/bench_tree.py
 """
@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.experiments.plumbing.measure import median_seconds
 from ddtree_lab.core.tree import (_best_first, _top_ranks, accept,
                              ancestor_mask, build_tree)
@@ -71,7 +72,7 @@ def main() -> None:
         rows.append({"budget": budget, **{f"{k}_ms": row[k] for k in cols}})
     verdict = "met" if rows[-1]["build_ms"] < GOAL_MS else "MISSED"
     print(f"goal build < {GOAL_MS} ms at budget {BUDGETS[-1]}: {verdict}")
-    pd.DataFrame(rows).assign(depth=DEPTH, vocab=VOCAB, runs=RUNS, threads=1).to_csv(OUT, index=False)
+    write_timing_table(pd.DataFrame(rows).assign(depth=DEPTH, vocab=VOCAB, runs=RUNS), OUT)
     print(f"saved {OUT}")
 
 

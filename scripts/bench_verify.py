@@ -22,7 +22,7 @@ import transformers
 
 from ddtree_lab.core.adapter import loop_ready
 from ddtree_lab.core.models import build_target
-from ddtree_lab.experiments.plumbing.results import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.results import RESULTS_DIR, write_timing_table
 from ddtree_lab.experiments.plumbing.spread import format_ratio_columns
 from ddtree_lab.experiments.studies.verify_cost import gdn_breakdown, gdn_cost_table, goal_lines, mla_cost_table
 
@@ -64,7 +64,7 @@ def main():
             "torch": torch.__version__, "transformers": transformers.__version__}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     table = pd.concat({"gdn": gdn_table, "mla": mla_table}, names=["arch"]).reset_index(level=0)
-    table.assign(**meta).to_csv(OUT, index=False)
+    write_timing_table(table.assign(**meta), OUT)
     print(f"\nsaved {OUT}")
 
 

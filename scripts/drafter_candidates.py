@@ -2,7 +2,7 @@
 grid point and a DFlash 2 drafter trained from it on the same data (the point's real-code
 share and labels), under data/candidates/ with their loss curves; ``--ship`` then copies them
 over the shipped checkpoints (data/checkpoints/) and curves (data/results/training/), after
-which every store is recomputed (``bash scripts/recompute.sh --fresh``).
+which every store is recomputed (``ddtree-lab recompute --all``).
 
     taskset -c 0 python scripts/drafter_candidates.py --arch gdn            # the ship rule's pick
     taskset -c 0 python scripts/drafter_candidates.py --arch gdn --point share0.25-steps6000-mixed

@@ -112,7 +112,7 @@ def run_cost(args) -> None:
                                                                     "config": config}, indent=1))
     title = f"{'toy' if args.tiny else 'Qwen3.5-27B-width'} GDN hybrid, {args.device} {args.dtype}"
     fsc.plot_cost(table, args.out / f"gdn_cost{args.tag}.png", title)
-    if not args.tiny and args.device == "cpu" and not args.tag:  # the README's figure
+    if not args.tiny and args.device == "cpu" and not args.tag:  # the figure of docs/results.md
         fsc.plot_cost(table, ROOT / "figures" / "full_size_verify_cost.png", title)
     print(table.to_string())
 

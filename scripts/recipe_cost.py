@@ -14,7 +14,7 @@ labels): the arithmetic and the memory of a step do not depend on the values. On
 - shipped_s_per_step: the shipped run's training seconds per step, evaluations included
   (its manifest).
 
-Results -> data/results/recipe_cost.csv (the README's "Your own models" block).
+Results -> data/results/recipe_cost.csv (docs/results.md, "Your own models, in detail").
 
     PYTHONPATH=. python scripts/recipe_cost.py
 """
@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.core.drafter import drafter_loss
 from ddtree_lab.core.models import ARCHS, load_target
 from ddtree_lab.experiments.plumbing.measure import LiveBytes, median_seconds
@@ -79,7 +80,7 @@ def main() -> None:
     table = pd.DataFrame([measure(arch) for arch in ARCHS])
     print(table.round(3).to_string(index=False))
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(OUT, index=False)
+    write_timing_table(table, OUT)
     print(f"saved {OUT}")
 
 

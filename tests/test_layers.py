@@ -142,25 +142,3 @@ def test_every_import_inside_the_package_resolves(module):
         if not hasattr(mod, name) and f"{target}.{name}" not in MODULES:
             missing.append(f"from {target} import {name}")
     assert not missing, f"{module}: {missing}"
-
-
-def closure(module: str) -> set[str]:
-    """``module`` and every ddtree_lab module it imports, directly or through others."""
-    seen, todo = set(), [module]
-    while todo:
-        m = todo.pop()
-        if m not in seen:
-            seen.add(m)
-            todo.extend(GRAPH[m])
-    return seen
-
-
-def test_every_core_module_the_loops_run_keys_the_stores():
-    """A stored result is keyed to the code version of ``COMPUTE_MODULES``: every core module the
-    decoding loops import (``core.decode`` and what it imports) must be one of them, so that a
-    change to any of them marks every stored result as computed by older code (a new module
-    joins the list when a loop first imports it)."""
-    from ddtree_lab.experiments.plumbing.results import COMPUTE_MODULES
-    loop = {m for m in closure("ddtree_lab.core.decode") if layer(m) == "core"}
-    hashed = {f"ddtree_lab.core.{name.removesuffix('.py')}" for name in COMPUTE_MODULES}
-    assert loop <= hashed, f"core modules the loops run but the stores' code version ignores: {sorted(loop - hashed)}"

@@ -1,6 +1,6 @@
 """The main job is deterministic: rerunning every notebook on the committed stores only
 redraws, and leaves the checkout as it was (figures included). When it does rewrite a tracked
-file (the stores are stale: the code changed since the last ``scripts/recompute.sh``), the
+file (the stores are stale: a change moved results and its stores were not recomputed: ``ddtree-lab recompute NAME``), the
 test puts the committed files back before it fails, so a failing run loses nothing and leaves
 no half-written store behind."""
 import shutil
@@ -10,7 +10,7 @@ import pytest
 
 from ddtree_lab.common import ROOT
 
-TRACKED = ["figures", "data", "README.md", "notebooks"]
+TRACKED = ["figures", "data", "README.md", "docs", "notebooks"]  # docs/results.md: rendered like the README
 
 
 def _status() -> str:

@@ -171,6 +171,15 @@ def fewer_calls(spec_calls: int, ar_calls: int) -> Claim:
     return Claim("DDTree needs fewer target calls than AR", f"< {ar_calls}", str(spec_calls), spec_calls < ar_calls)
 
 
+def equals_specification(fast, spec) -> Claim:
+    """The fast loop's ``Generation`` equals the one-page specification's
+    (``reference_generate``): tokens, acceptance lengths and tree sizes."""
+    fields = ("tokens", "acceptance_lengths", "tree_sizes")
+    differ = [f for f in fields if list(getattr(fast, f)) != list(getattr(spec, f))]
+    return Claim("generate equals the one-page specification (core/reference.py)", "identical " + ", ".join(fields),
+                 "identical" if not differ else "different " + ", ".join(differ), not differ)
+
+
 # ----------------------------------------------------------------------------- 01
 
 def heap_matches_brute_force(mismatches: int, cases: int) -> Claim:

@@ -3,19 +3,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from ..common import DATA_DIR, RESULTS_DIR
+from ..common import DATA_DIR, RESULTS_DIR, ROOT
 from ..core.models import load_target
+from ..core.spec import MAX_BUDGET
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
-from ..train.drafters import load_drafter, train_drafter, train_drafter2
+from ..train.drafters import check_drafter_dir, load_drafter, train_drafter, train_drafter2
 from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
 from ..train.targets import train_target
+from .house import add_house_commands
 from ..experiments.plumbing.results import ResultsStore
 from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import expand_grid, run_sweep
@@ -26,7 +30,7 @@ from ..experiments.studies.compare_drafters import (compare_display, compare_dra
 from ..experiments.studies.dflash2 import Drafters, drafters_from_dirs, load_drafters, run_dflash2
 from ..experiments.studies.official import run_with_official
 from ..experiments.studies.quality import run_quality
-from .readme import README, TABLES_JSON, write_readme
+from .readme import BLOCKS, TABLES_JSON, write_readme
 
 
 def _cmd_train_tokenizer(args):
@@ -48,8 +52,9 @@ def _cmd_train_drafter(args):
         raise SystemExit("train-drafter: --target needs --out DIR (where the drafter ships)")
     root = _ckpt_root(args)
     tdir = args.target or ckpt_path(args.arch, "target", root)
+    target = load_target(tdir, device=args.device)  # first: a target the lab cannot verify is refused here
     own = {"tok": load_tokenizer_for(tdir)} if args.target else {}
-    man = train_drafter(args.arch, args.preset, target=load_target(tdir, device=args.device),
+    man = train_drafter(args.arch, args.preset, target=target,
                         out=args.out or ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes,
                         mask_token_id=args.mask_token_id, corpus_share=args.corpus_share, steps=args.steps, **own)
     print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
@@ -137,7 +142,8 @@ def _pair_args(s, drafter: bool = True) -> None:
     """The options of every command that decodes a pair of one's own (drafter: its --drafter)."""
     s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
     if drafter:
-        s.add_argument("--drafter", default=None, help="a published-format DFlash drafter directory for --target")
+        s.add_argument("--drafter", type=_drafter_dir, default=None,
+                       help="a published-format DFlash drafter directory for --target")
     s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
     s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
     s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
@@ -147,8 +153,57 @@ def _prompt_count_or_file(value: str):
     """--prompts: a count of HumanEval prompts (an int >= 1) or a JSON-lines file of prompts."""
     if value.isdigit():
         if int(value) < 1:
-            raise argparse.ArgumentTypeError(f"--prompts must be an int >= 1 or a .jsonl file, got {value}")
+            raise argparse.ArgumentTypeError(f"must be an int >= 1 or a .jsonl file, got {value!r}")
         return int(value)
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {value} (give an int >= 1 or a .jsonl file of prompts)")
+    return value
+
+
+def _budget(value: str):
+    """--budgets of a sweep: 'auto' or an int in [1, MAX_BUDGET] (``GenerationSpec``'s range)."""
+    if value == "auto":
+        return value
+    return _int_in(1, MAX_BUDGET, "or 'auto'")(value)
+
+
+def _int_in(low: int, high: int | None = None, alternative: str = ""):
+    """The ``type=`` of an int option in [low, high] (high None: >= low); argparse names the
+    option and this says the value and the range."""
+    allowed = f"an int in [{low}, {high}]" if high is not None else f"an int >= {low}"
+
+    def parse(value: str) -> int:
+        try:
+            x = int(value)
+        except ValueError:
+            x = None
+        if x is None or x < low or (high is not None and x > high):
+            raise argparse.ArgumentTypeError(f"must be {' '.join(filter(None, (allowed, alternative)))}, got {value!r}")
+        return x
+    return parse
+
+
+def _non_negative_float(value: str) -> float:
+    """--temperatures: a finite float >= 0 (0: greedy)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite float >= 0 (0: greedy), got {value!r}")
+    return x
+
+
+def _drafter_dir(value: str) -> str:
+    """--drafter / --drafter2: a directory whose config.json is a DFlash drafter's
+    (``drafters.check_drafter_dir``: a target's directory is refused), checked before any model
+    loads; a path without config.json is left to the loader, and 'shipped' (compare-drafters'
+    name of the shipped drafter) passes."""
+    if (Path(value) / "config.json").is_file():
+        try:
+            check_drafter_dir(Path(value))
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
     return value
 
 
@@ -217,23 +272,36 @@ def _cmd_compare_drafters(args):
 
 def _cmd_quality(args):
     pairs, prompts, directory = _chosen_pairs(args, args.archs)
+    args.store_path = Path(directory) / "quality.jsonl"  # run_quality's store (what Ctrl-C reports)
     run_quality(pairs, num_prompts=len(prompts), directory=directory, manifests=args.target is None)
 
 
 def _cmd_bench(args):
     pairs, prompts, directory = _chosen_pairs(args, ("gdn", "mla"))
+    args.store_path = Path(directory) / "bench.jsonl"  # run_bench's store (what Ctrl-C reports)
     run_bench(pairs, num_prompts=len(prompts), fresh=args.fresh, directory=directory,
               max_new_tokens=args.max_new_tokens)
 
 
 def _cmd_sweep(args):
-    budgets = [b if b == "auto" else int(b) for b in args.budgets]
     pairs, prompts, directory = _chosen_pairs(args, args.archs)   # --target: its own label, not --archs
-    grid = expand_grid(arch=list(pairs), method=args.methods, gdn_mode=args.gdn_modes, budget=budgets,
+    _check_block_sizes(args.block_sizes, pairs)
+    grid = expand_grid(arch=list(pairs), method=args.methods, gdn_mode=args.gdn_modes, budget=args.budgets,
                        block_size=args.block_sizes, temperature=args.temperatures,
                        max_new_tokens=[args.max_new_tokens])
-    frame = run_sweep(grid, prompts, ResultsStore(args.store, directory), pairs, runner=run_with_official)
+    store = ResultsStore(args.store, directory)
+    args.store_path = store.path
+    frame = run_sweep(grid, prompts, store, pairs, runner=run_with_official)
     print(summarize(frame).round(3).to_string(index=False))
+
+
+def _check_block_sizes(block_sizes: list[int], pairs: dict) -> None:
+    """--block-sizes within every drafter's block (``generate``'s bound), before any decoding."""
+    for arch, pair in pairs.items():
+        most = pair.drafter.cfg.block_size
+        if max(block_sizes) > most:
+            raise ValueError(f"argument --block-sizes: must be ints in [2, {most}] (the {arch} drafter's block "
+                             f"size), got {max(block_sizes)}")
 
 
 def _cmd_concurrency(args):
@@ -251,6 +319,7 @@ def _cmd_concurrency(args):
     pairs, prompts, directory = _chosen_pairs(args, grid.archs)
     grid = replace(grid, archs=tuple(pairs), num_prompts=len(prompts))
     store = conc.concurrency_store(args.smoke, None if directory == RESULTS_DIR else directory)
+    args.store_path = store.path
     frame = conc.run_concurrency(grid, store, pairs)
     table = conc.concurrency_table(conc.summarize_concurrency(frame))
     print(table.round(3).to_string(index=False))
@@ -258,12 +327,13 @@ def _cmd_concurrency(args):
 
 def _cmd_readme(args):
     tables = write_readme(args.blocks)
-    print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name} and {README.name}")
+    pages = sorted({BLOCKS[name].page.relative_to(ROOT).as_posix() for name in tables})
+    print(f"rendered {', '.join(tables)} from data/results/ into {TABLES_JSON.name}, {' and '.join(pages)}")
 
 
 def _cmd_notebooks(args):
     from .notebooks import run_all  # late: nbformat takes ~3 s to import; no other command needs it
-    run_all(smoke=args.smoke)
+    run_all(smoke=args.smoke, only=tuple(args.numbers))
 
 
 def _training_parser(sub, name: str, func, what: str, device: bool):
@@ -278,9 +348,13 @@ def _training_parser(sub, name: str, func, what: str, device: bool):
     return s
 
 
+THREADS_HELP = ("torch CPU threads, an int >= 1 (default: torch's own count, one per core; `concurrency`: 1). "
+                "On a machine shared with other jobs, timings want --threads 1")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="ddtree-lab", description=__doc__)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=_int_in(1), default=None, help=THREADS_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer into data/")
     s.add_argument("--vocab-size", type=int, default=4096)
@@ -294,7 +368,7 @@ def main(argv=None):
         s = _training_parser(sub, name, func, what, device)
     s = sub.choices["train-drafter2"]
     s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
-    s.add_argument("--drafter", default=None, help="the DFlash drafter directory of --target (the start)")
+    s.add_argument("--drafter", type=_drafter_dir, default=None, help="the DFlash drafter directory of --target (the start)")
     s.add_argument("--out", default=None, help="where the DFlash 2 drafter ships (with --target)")
     s = sub.choices["train-drafter"]
     s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
@@ -313,7 +387,7 @@ def main(argv=None):
     s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
                    help="FILE.jsonl: decode its prompts (--field) instead of HumanEval's; N: --study-prompts N")
     _pair_args(s)
-    s.add_argument("--drafter2", default=None, help="a DFlash 2 drafter directory for --target")
+    s.add_argument("--drafter2", type=_drafter_dir, default=None, help="a DFlash 2 drafter directory for --target")
     s.set_defaults(func=_cmd_dflash2)
     s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
     s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")
@@ -332,18 +406,18 @@ def main(argv=None):
     s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
                    help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
     _pair_args(s)
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
     s.set_defaults(func=_cmd_bench)
     s = sub.add_parser("compare-drafters", help="A/B of two or more drafters of one target: tau (all rounds, "
                                                  "outside loops) and speed over AR and over the first, interleaved")
     s.add_argument("--arch", choices=["gdn", "mla"], default=None, help="the shipped target")
-    s.add_argument("--drafter", action="append", required=True,
+    s.add_argument("--drafter", action="append", required=True, type=_drafter_dir,
                    help="a drafter directory (repeat; 'shipped': the shipped one of --arch)")
     s.add_argument("--prompts", type=_prompt_count_or_file, default=12,
                    help="N: N HumanEval prompts spread over the 164; FILE.jsonl: its prompts (--field)")
     _pair_args(s, drafter=False)
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
     s.add_argument("--cpu-clock", action="store_true", help="time by this thread's CPU time (a shared machine)")
     s.add_argument("--out", default=None, help="write the table to this CSV")
     s.set_defaults(func=_cmd_compare_drafters)
@@ -351,10 +425,12 @@ def main(argv=None):
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.add_argument("--methods", nargs="+", default=["ar", "dflash", "ddtree"], choices=["ar", "dflash", "ddtree"])
     s.add_argument("--gdn-modes", nargs="+", default=["wy"], choices=["naive", "fork", "wy"])
-    s.add_argument("--budgets", nargs="+", default=["1", "4", "16", "64", "256"], help="ints in 1..1024 or auto")
-    s.add_argument("--block-sizes", nargs="+", type=int, default=[8])
-    s.add_argument("--temperatures", nargs="+", type=float, default=[0.0])
-    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--budgets", nargs="+", type=_budget, default=[1, 4, 16, 64, 256],
+                   help=f"DDTree budgets: ints in [1, {MAX_BUDGET}] or auto")
+    s.add_argument("--block-sizes", nargs="+", type=_int_in(2), default=[8],
+                   help="drafter blocks: ints >= 2, at most the drafter's block size")
+    s.add_argument("--temperatures", nargs="+", type=_non_negative_float, default=[0.0])
+    s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
     s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
                    help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
     s.add_argument("--store", default="sweeps", help="results store name under data/results/")
@@ -363,24 +439,74 @@ def main(argv=None):
     s = sub.add_parser("concurrency", help="budget x concurrency sweep of batched AR / DFlash / DDTree (resumable)")
     s.add_argument("--smoke", action="store_true", help="the seconds-long grid, into data/results/smoke/")
     s.add_argument("--archs", nargs="+", default=None, choices=["gdn", "mla"])
-    s.add_argument("--concurrency", nargs="+", type=int, default=None, help="default 1 2 4 8 16")
-    s.add_argument("--budgets", nargs="+", type=int, default=None, help="T = 0 DDTree budgets (auto is added)")
-    s.add_argument("--temperatures", nargs="+", type=float, default=None, help="default 0 1")
-    s.add_argument("--max-new-tokens", type=int, default=None, help="default 64")
+    s.add_argument("--concurrency", nargs="+", type=_int_in(1), default=None, help="default 1 2 4 8 16")
+    s.add_argument("--budgets", nargs="+", type=_int_in(1, MAX_BUDGET), default=None,
+                   help=f"T = 0 DDTree budgets, ints in [1, {MAX_BUDGET}] (auto is added)")
+    s.add_argument("--temperatures", nargs="+", type=_non_negative_float, default=None, help="default 0 1")
+    s.add_argument("--max-new-tokens", type=_int_in(1), default=None, help="default 64")
     s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
                    help="N: HumanEval prompts decoded at every concurrency (default 8); FILE.jsonl: its prompts")
     _pair_args(s)
     s.set_defaults(func=_cmd_concurrency)
-    s = sub.add_parser("readme", help="render the README's result tables from the stored result files")
+    s = sub.add_parser("readme", help="render the result tables of README.md and docs/results.md from the stored result files")
     s.add_argument("--blocks", nargs="+", default=None, help="only these blocks (default: all)")
     s.set_defaults(func=_cmd_readme)
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
+    s.add_argument("numbers", nargs="*", metavar="NN", help="only these notebooks (e.g. 02 05); default: all")
     s.set_defaults(func=_cmd_notebooks)
+    add_house_commands(sub)  # run, show, recompute, status (app/house.py)
+    for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help
+        s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS, help=THREADS_HELP)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.func(args)
+    _run(p, args)
+
+
+class UsageError(SystemExit):
+    """Exit status 2 (argparse's for a bad argument) after the one line ``ddtree-lab: error: ...``;
+    its str is that message, so an in-process caller (a test) can match it."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _run(p: argparse.ArgumentParser, args) -> None:
+    """Run the chosen command. A ``ValueError`` / ``FileNotFoundError`` of the library (a refused
+    target, a bad prompt file, a missing checkpoint) and a command's own ``SystemExit("...")``
+    become one line and exit status 2, no traceback; Ctrl-C says what the command's results
+    store keeps (``args.store_path``, set by the resumable commands) and exits 130."""
+    try:
+        args.func(args)
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            _fail(p, e.code)
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        _fail(p, str(e))
+    except KeyboardInterrupt:
+        print(_interrupted(getattr(args, "store_path", None)), file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _fail(p: argparse.ArgumentParser, message: str):
+    message = " ".join(message.split())  # one line
+    print(f"{p.prog}: error: {message}", file=sys.stderr)
+    raise UsageError(message) from None
+
+
+def _interrupted(store_path) -> str:
+    """The Ctrl-C line: the rows the store keeps (every finished row is appended as it ends, so a
+    rerun of the same command resumes after them)."""
+    if store_path is None:  # a command without a results store, or one stopped before it had one
+        return "interrupted"
+    rows = ResultsStore(Path(store_path).stem, Path(store_path).parent).rows()
+    return f"interrupted: {len(rows)} rows kept in {store_path}; rerun to resume"
 
 
 if __name__ == "__main__":

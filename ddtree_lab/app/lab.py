@@ -2,7 +2,10 @@
 from ``ddtree_lab.load_pair``, passed explicitly)."""
 from __future__ import annotations
 
+import json
+import os
 import random
+from pathlib import Path
 from dataclasses import fields
 
 import numpy as np
@@ -10,8 +13,8 @@ import pandas as pd
 import torch
 from transformers.utils import logging as hf_logging
 
-from ..common import RESULTS_DIR
-from ..experiments.plumbing.results import ResultsStore, cached_table_path
+from ..common import RESULTS_DIR, stable_hash
+from ..experiments.plumbing.results import ResultsStore, cached_table_path, stamp, stamp_path
 from .claims import Claim, check, compare  # noqa: F401  (lab.check / lab.compare: the notebooks' names)
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
@@ -77,15 +80,31 @@ def store(name: str, smoke: bool) -> ResultsStore:
 
 
 def cached_table(name: str, config: dict, smoke: bool, compute):
-    """A DataFrame computed once per (config, code version) and stored as CSV under the
+    """A DataFrame computed once per (config, semantics version) and stored as CSV under the
     results folder; a rerun reads it back (the notebook then only redraws)."""
     folder = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
     path = cached_table_path(name, config, folder)
+    _migrate_legacy(name, config, folder, path)
     if path.is_file():
         return pd.read_csv(path)
     frame = compute()
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     frame.to_csv(tmp, index=False, compression="gzip")
+    stamp_path(path).write_text(json.dumps(stamp()) + "\n")  # what it was computed on (never a key)
     tmp.replace(path)
     return frame
+
+
+LEGACY_CODE_ENV = "DDTREE_MIGRATE_FROM_CODE"  # scripts/migrate_semantics.py: the one-off move of the tables
+
+
+def _migrate_legacy(name: str, config: dict, folder, path) -> None:
+    """The one-off migration (``scripts/migrate_semantics.py`` sets ``LEGACY_CODE_ENV`` to the
+    code hash that keyed the tables before ``ddtree_lab.semantics``): the table stored under
+    that key moves, unchanged, to its new name. Nothing happens without the variable."""
+    code = os.environ.get(LEGACY_CODE_ENV)
+    legacy = Path(folder) / f"{name}-{stable_hash({'config': config, 'code': code}, 12)}.csv.gz"
+    if code and not path.is_file() and legacy.is_file():
+        legacy.replace(path)
+        print(f"migrated {legacy.name} -> {path.name}")

@@ -1,10 +1,11 @@
-"""The README's numbers, rendered from stored result files only.
+"""The numbers of README.md and docs/results.md, rendered from stored result files only.
 
-Each block names the stored files it reads and the command that writes them. ``ddtree-lab
-readme`` renders every block into ``data/results/readme_tables.json`` and splices the
-markdown into README.md between ``<!-- results:NAME -->`` and ``<!-- /results:NAME -->``;
-app/tests/test_readme.py checks that README, JSON and stored files agree, and that no table
-outside these blocks holds a number.
+Each block names the stored files it reads, the command that writes them and its page: the
+README keeps the test times and the headline table, docs/results.md every other table.
+``ddtree-lab readme`` renders every block into ``data/results/readme_tables.json`` and
+splices the markdown into its page between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->``; app/tests/test_readme.py checks that both pages, JSON and stored
+files agree, and that no table outside these blocks holds a number.
 """
 from __future__ import annotations
 
@@ -31,16 +32,19 @@ from ..experiments.studies.official import chain_divergence
 from ..experiments.studies.teacher_forced import tf_summary
 
 README = ROOT / "README.md"
+RESULTS_PAGE = ROOT / "docs" / "results.md"  # every table the README does not keep
 TABLES_JSON = RESULTS_DIR / "readme_tables.json"
 ARCH_TITLES = {"gdn": "GDN target (Qwen3.5 class)", "mla": "MLA target (DeepSeek-V3 class)"}
 
 
 @dataclass(frozen=True)
 class Block:
-    """sources: stored files (relative to the repository); command: what writes them."""
+    """sources: stored files (relative to the repository); command: what writes them; page:
+    the markdown file the block is spliced into."""
     sources: tuple[str, ...]
     command: str
     render: Callable[[], str]
+    page: Path = RESULTS_PAGE
 
 
 def _row(*cells) -> str:
@@ -158,7 +162,27 @@ def render_speed() -> str:
                    _speed_rows(t))
     share = t[(t.budget == "256") & (t.gdn_mode == EXACT_MODE)].tree_share * 100
     return head + table + (f"\n\nTree building is {share.min():.1f}-{share.max():.1f}% of a round at budget 256 "
-                           "(exact modes, both targets).")
+                           f"(exact modes, both targets). {chain_against_trees(t)}")
+
+
+def chain_against_trees(t: pd.DataFrame) -> str:
+    """Which decodes more tokens per second here, per target: the DFlash chain or the best
+    fixed tree budget (pooled tokens/s, all tokens over all seconds; exact mode, T = 0)."""
+    cells, chain_wins = [], {}
+    for arch in ("gdn", "mla"):
+        a = t[(t.arch == arch) & (t.gdn_mode == EXACT_MODE)]
+        chain = a[a.method == "dflash"].iloc[0]
+        fixed = a[(a.method == "ddtree") & (a.budget != "auto")]
+        best = fixed.loc[fixed.tokens_per_s.idxmax()]
+        chain_wins[arch] = chain.tokens_per_s > best.tokens_per_s
+        cells.append(f"{arch} {chain.tokens_per_s:.0f} against {best.tokens_per_s:.0f} at budget {best.budget}, "
+                     f"tau {chain.tau:.2f} against {best.tau:.2f}")
+    won = [a for a, w in chain_wins.items() if w]
+    verdict = {2: "more tokens per second than the best tree budget on both targets",
+               0: "fewer tokens per second than the best tree budget on both targets",
+               1: f"more tokens per second than the best tree budget on {won[0]} only"}[len(won)]
+    return (f"On this CPU the DFlash chain decodes {verdict} (pooled tokens/s, chain against the best tree, and "
+            f"their tau: {'; '.join(cells)}; the speedups above carry the per-prompt intervals).")
 
 
 def _official_row(t: pd.DataFrame, arch: str) -> list:
@@ -613,9 +637,10 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
 
 BLOCKS = {
     "corpus": Block(("data/corpus_summary.json",), "python -m ddtree_lab.train.corpus", render_corpus),
-    "suite_times": Block(("data/results/suite_times.json",), "bash scripts/suite_times.sh", render_suite_times),
+    "suite_times": Block(("data/results/suite_times.json",), "bash scripts/suite_times.sh", render_suite_times,
+                         README),
     "quality": Block(("data/results/quality-gdn-mla.json", "data/checkpoints"), "ddtree-lab quality", render_quality),
-    "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed),
+    "speed": Block(("data/results/bench.csv",), "ddtree-lab bench", render_speed, README),  # the headline table
     "verify_cost": Block(("data/results/bench_verify.csv",), "python scripts/bench_verify.py", render_verify_cost),
     "batch_cost": Block(("data/results/bench_batch.csv",), "python scripts/bench_batch.py", render_batch_cost),
     "compile": Block(("data/results/bench_compile.csv",), "python scripts/bench_compile.py", render_compile),
@@ -645,7 +670,7 @@ BLOCKS = {
 }
 
 
-# ----------------------------------------------------------------------------- README
+# ----------------------------------------------------------------------------- the pages
 
 def render_all(names=None) -> dict:
     """{name: {'sources', 'command', 'markdown'}} from the stored files (``names``: a subset)."""
@@ -662,28 +687,34 @@ def block_pattern(name: str) -> re.Pattern:
 
 
 def readme_blocks(text: str) -> dict:
-    """{name: markdown} of every results block in a README text."""
+    """{name: markdown} of every results block in a page's text (README.md or docs/results.md)."""
     return {m.group(1): m.group(2) for m in re.finditer(r"<!-- results:(\w+) -->\n(.*?)\n<!-- /results:\1 -->",
                                                          text, re.S)}
 
 
-def splice(text: str, tables: dict) -> str:
-    """README text with every block's markdown replaced by ``tables[name]['markdown']``."""
+def splice(text: str, tables: dict, page: str = "README") -> str:
+    """A page's text with every block's markdown replaced by ``tables[name]['markdown']``."""
     for name, t in tables.items():
         pattern = block_pattern(name)
         if not pattern.search(text):
-            raise ValueError(f"README has no <!-- results:{name} --> block")
+            raise ValueError(f"{page} has no <!-- results:{name} --> block")
         text = pattern.sub(lambda m: m.group(1) + t["markdown"] + m.group(3), text)
     return text
 
 
-def write_readme(names=None, readme: Path = README, out: Path = TABLES_JSON) -> dict:
+def write_readme(names=None, out: Path = TABLES_JSON, pages: dict[Path, Path] | None = None) -> dict:
     """Render the blocks (all, or ``names``) from the stored files, merge them into the stored
-    JSON, splice them into the README; returns what was rendered. Nothing is written unless
-    every block splices (a README without one of them leaves both files as they were)."""
+    JSON, splice each into its page (README.md or docs/results.md); returns what was rendered.
+    ``pages``: a file to write in place of a block's page (the tests'). Nothing is written
+    unless every block splices (a page without one of its blocks leaves every file as it was)."""
     tables = render_all(names)
-    text = splice(readme.read_text(), tables)
+    texts = {}
+    for page in dict.fromkeys(BLOCKS[name].page for name in tables):
+        path = (pages or {}).get(page, page)
+        mine = {name: t for name, t in tables.items() if BLOCKS[name].page == page}
+        texts[path] = splice(path.read_text(), mine, page.relative_to(ROOT).as_posix())
     stored = json.loads(out.read_text()) if out.is_file() else {}
     out.write_text(json.dumps({**stored, **tables}, indent=1) + "\n")
-    readme.write_text(text)
+    for path, text in texts.items():
+        path.write_text(text)
     return tables

@@ -9,10 +9,14 @@ Two named presets (one frozen dataclass per model config and a small table of pr
 ``load_target(path)`` loads any local HF checkpoint directory of a causal LM whose layers the
 lab verifies exactly (``layer_kinds``: softmax attention of any form, the Gated DeltaNet of Qwen3.5,
 Qwen3.5-MoE and Qwen3-Next), so the same code runs a real Qwen3.6, Kimi, Qwen3 or Llama checkpoint.
+Anything else is refused from its config and module classes before a weight is read, with its
+reason: a sliding window that cuts (``check_window``), a Mamba / SSM mixer, a layer type outside
+``LAYER_TYPES``, an unrouted recurrent layer.
 """
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -111,36 +115,77 @@ TOY_PRESETS: dict[str, TargetConfig] = {
 # (``adapter.GDN_CLASSES``, ``adapter.route_gdn_trees``): Qwen3.5's, Qwen3.5-MoE's, Qwen3-Next's;
 # any other recurrent layer would leak between branches
 GDN_LAYERS = tuple(cls.__name__ for cls in adapter.GDN_CLASSES)
-LAYER_TYPES = ("full_attention", "linear_attention")
+LAYER_TYPES = ("full_attention", "linear_attention")  # the ``config.layer_types`` the lab verifies
+VERIFIED = f"the lab verifies softmax attention layers (layer types {LAYER_TYPES}) and the GDN layers {GDN_LAYERS} exactly"
+SSM_CLASS = re.compile(r"Mamba|SSM|Ssm|Mixer")  # a state-space mixer's class (FalconH1Mixer, JambaMambaMixer, ...)
 
 
 def layer_kinds(model) -> list[str]:
     """Per decoder layer, how the lab verifies it: 'attention' (softmax self-attention of any
     form: MHA, GQA, MLA, with a dense or MoE MLP; the tree mask makes it exact) or 'gdn' (a
-    Gated DeltaNet layer of a class in ``GDN_LAYERS``, or a subclass). Any other layer is a ``ValueError``
-    naming the layer, its type or class and the model's class."""
-    name = type(model).__name__
+    Gated DeltaNet layer of a class in ``GDN_LAYERS``, or a subclass). Anything else is a
+    ``ValueError`` naming the model's class, the layer and the reason (``check_window``, then
+    per layer ``_layer_kind``): a sliding window, a Mamba / SSM mixer, a layer type outside
+    ``LAYER_TYPES``, an unrouted recurrent layer. Reads the config as well as the modules, so
+    a ``meta``-device model (no weights) is checked as well as a loaded one."""
     types = getattr(model.config, "layer_types", None) or []
-    odd = sorted({t for t in types if t not in LAYER_TYPES})
-    if odd:
-        raise ValueError(f"{name}: layer type {odd[0]!r} is not supported (supported: {LAYER_TYPES}); "
-                         "a sliding window needs its own tree mask")
-    kinds = []
-    for i, layer in enumerate(decoder_layers(model)):
-        linear, attn = getattr(layer, "linear_attn", None), getattr(layer, "self_attn", None)
-        # a 'linear_attention' layer is recurrent whatever its attribute is called (Kimi Linear's
-        # KDA layer sits in ``self_attn``): only a routed GDN class is verified exactly
-        recurrent = linear is not None or (i < len(types) and types[i] == "linear_attention")
-        if linear is not None and any(c.__name__ in GDN_LAYERS for c in type(linear).__mro__):  # routed: a subclass
-            kinds.append("gdn")
-        elif not recurrent and attn is not None:
-            kinds.append("attention")
-        else:
-            mixer = linear if linear is not None else attn
-            cls = type(mixer if mixer is not None else layer).__name__
-            raise ValueError(f"{name}: layer {i} ({cls}) is not supported: the lab verifies softmax attention "
-                             f"layers and the GDN layers {GDN_LAYERS} exactly")
-    return kinds
+    if not types:
+        check_window(model)
+    return [_layer_kind(model, i, layer, types[i] if i < len(types) else "full_attention")
+            for i, layer in enumerate(decoder_layers(model))]
+
+
+def check_window(model) -> None:
+    """``ValueError`` when a config without ``layer_types`` (Mistral, Mixtral, Phi-3, Starcoder2:
+    one window for every layer) sets a sliding window smaller than the longest context a run can
+    reach. The rule: a window is set when ``config.sliding_window`` is not None and
+    ``use_sliding_window`` (where the config has that flag) is not False; the longest context
+    is ``max_position_embeddings``, since ``generate`` and ``verify`` refuse any position past
+    it. A set window below it cuts attention that the lab's full-causal tree mask keeps, so
+    DDTree would drift from AR once a sequence outgrows the window; a window at or past it never
+    cuts anything and is accepted. (With ``layer_types`` the window belongs to the layers typed
+    'sliding_attention', refused in ``_layer_kind``.)"""
+    cfg, window = model.config, _window(model.config)
+    if window is not None and window < cfg.max_position_embeddings:
+        raise ValueError(f"{type(model).__name__}: sliding_window={window} is smaller than max_position_embeddings="
+                         f"{cfg.max_position_embeddings} (the longest context a run reaches): attention past "
+                         f"{window} tokens back is cut, and the lab's tree mask is full causal attention, so DDTree "
+                         f"would not equal AR; set sliding_window to null (or >= {cfg.max_position_embeddings}) or "
+                         f"max_position_embeddings to {window} in config.json")
+
+
+def _window(cfg) -> int | None:
+    """The config's sliding window in tokens, or None when it sets none (``check_window``)."""
+    if getattr(cfg, "use_sliding_window", True) is False:
+        return None
+    return getattr(cfg, "sliding_window", None)
+
+
+def _layer_kind(model, i: int, layer, layer_type: str) -> str:
+    """'attention' or 'gdn' for decoder layer ``i`` of ``config.layer_types`` type ``layer_type``
+    (default 'full_attention'), else the ``ValueError`` that names why it cannot be exact."""
+    where = f"{type(model).__name__}: layer {i} ({type(layer).__name__}"
+    ssm = [f"{type(m).__name__} in `{n}`" for n, m in layer.named_children() if SSM_CLASS.search(type(m).__name__)]
+    if ssm:
+        raise ValueError(f"{where}) holds a Mamba / SSM mixer ({ssm[0]}): its recurrent state is not routed "
+                         f"through the tree, so branches would leak into each other; {VERIFIED}")
+    linear, attn = getattr(layer, "linear_attn", None), getattr(layer, "self_attn", None)
+    window = getattr(attn, "sliding_window", None)
+    if layer_type == "sliding_attention" or (window is not None and window < model.config.max_position_embeddings):
+        raise ValueError(f"{where}): layer type {layer_type!r} is not supported: its sliding window of "
+                         f"{window or _window(model.config)} tokens needs a windowed tree mask, and the lab's is full "
+                         f"causal attention, so DDTree would not equal AR; {VERIFIED}")
+    if layer_type not in LAYER_TYPES:
+        raise ValueError(f"{where}): layer type {layer_type!r} (config.layer_types) is not supported: {VERIFIED}")
+    # a 'linear_attention' layer is recurrent whatever its attribute is called (Kimi Linear's
+    # KDA layer sits in ``self_attn``): only a routed GDN class is verified exactly
+    if linear is not None and any(c.__name__ in GDN_LAYERS for c in type(linear).__mro__):  # routed: a subclass
+        return "gdn"
+    if linear is None and layer_type != "linear_attention" and attn is not None:
+        return "attention"
+    mixer = linear if linear is not None else attn
+    raise ValueError(f"{type(model).__name__}: layer {i} ({type(mixer if mixer is not None else layer).__name__}) "
+                     f"is not supported: {VERIFIED}")
 
 
 def arch_of(model) -> str:

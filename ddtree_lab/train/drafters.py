@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from ..core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, blo
                             drafter_loss, greedy_matches)
 from .rollouts import (anchor_range, drafter_prompts, make_rollouts, sample_anchors, select_rollouts,
                        split_rollouts, target_digest, target_features)
-from ..core.models import arch_of, load_target
+from ..core.models import ARCHS, arch_of, load_target
 from .loop import TrainConfig, model_device, train
 
 
@@ -444,15 +445,34 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
     file's hash checked; ``check_drafter_fits`` raises a ``ValueError`` naming the field on
     any mismatch with the target."""
     path = Path(path)
-    rebuild = REBUILD["drafter"].format(arch=arch_of(target)) if rebuild is None else rebuild
+    if rebuild is None:  # only a shipped target's arch has a rebuild command without a directory
+        rebuild = REBUILD["drafter"].format(arch=arch_of(target)) if arch_of(target) in ARCHS else ""
     if (path / "manifest.json").is_file():
         check_manifest(path, rebuild)
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path / 'config.json'} is missing: a drafter directory holds a published "
                                 f"DFlash checkpoint (save_pretrained layout){'; rebuild it with `' + rebuild + '`' if rebuild else ''}")
+    check_drafter_dir(path)
     check_drafter_fits(DrafterConfig.from_qwen3_config(Qwen3Config.from_pretrained(path)), target)
     model = drafter_class(path).from_pretrained(path, dtype=torch.float32)
     return DFlashDrafter(model, target).eval()
+
+
+def check_drafter_dir(path: Path) -> Path:
+    """``path`` when its config.json is a DFlash drafter's (``dflash_config``, or the drafter keys
+    ``target_layer_ids`` / ``num_target_layers`` / ``mask_token_id`` at the top level, as
+    ``DrafterConfig.from_qwen3_config`` reads them), else a ``ValueError`` naming what the directory holds (a target's checkpoint,
+    say) and the command that trains a drafter for it."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path} holds no config.json: a drafter directory holds a published DFlash checkpoint")
+    cfg = json.loads((path / "config.json").read_text())
+    if not {"dflash_config", "target_layer_ids", "num_target_layers", "mask_token_id"} & cfg.keys():
+        raise ValueError(f"{path} holds a {'/'.join(cfg.get('architectures') or [cfg.get('model_type', '?')])} "
+                         f"checkpoint, not a DFlash drafter (its config.json has no dflash_config); "
+                         f"for a target, `ddtree-lab train-drafter --target {shlex.quote(str(path))} --out "
+                         f"{shlex.quote(str(path) + '-drafter')}` trains one")
+    return path
 
 
 def drafter_digest(drafter) -> str:

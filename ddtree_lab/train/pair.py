@@ -7,6 +7,7 @@ digests go into every stored row's key, so rows of different models never mix.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -108,14 +109,29 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
 
 def _pair(arch: str, target, tpath: Path, dpath: Path, kind: str, shipped: bool) -> Pair:
     """The checked ``Pair`` of a loaded target and the drafter directory ``dpath``."""
-    drafter = load_drafter(dpath, target, rebuild=REBUILD[kind].format(arch=arch) if shipped else "")
     tdigest = target_digest(target)
+    # a drafter of one's own is rebuilt into a fresh directory: ``dpath``'s run state beside it
+    # (``default_runs_dir``) may be another target's, and training would resume from it
+    rebuild = rebuild_command(kind, arch, shipped, tpath, dpath.with_name(f"{dpath.name}-for-{tdigest[:8]}"))
+    drafter = load_drafter(dpath, target, rebuild=rebuild if shipped else "")
     manifest = dpath / "manifest.json"
     trained_for = json.loads(manifest.read_text()).get("target_sha256") if manifest.is_file() else None
     if trained_for not in (None, tdigest):
         raise ValueError(f"{dpath} was trained for another target than {tpath}; "
-                         f"rebuild it with `{REBUILD[kind].format(arch=arch)}`")
+                         f"{'rebuild it' if shipped else 'train one for this target'} with `{rebuild}`")
     return Pair(arch, target, drafter, load_tokenizer_for(tpath), tdigest, drafter_digest(drafter))
+
+
+def rebuild_command(kind: str, arch: str, shipped: bool, tpath: Path, out: Path) -> str:
+    """The command that builds a drafter (kind 'drafter' or 'drafter2') for the target at
+    ``tpath``: the shipped pair's (``REBUILD``, by arch), else the own-target form into ``out``
+    (``train-drafter --target --out``; arch 'attention' has no shipped recipe to name)."""
+    if shipped:
+        return REBUILD[kind].format(arch=arch)
+    t, o = shlex.quote(str(tpath)), shlex.quote(str(out))
+    if kind == "drafter":
+        return f"ddtree-lab train-drafter --target {t} --out {o}"
+    return f"ddtree-lab train-drafter2 --target {t} --drafter DFLASH_DRAFTER_DIR --out {o}"
 
 
 def load_tokenizer_for(target_path: Path):

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from ddtree_lab.app import claims, lab
+from ddtree_lab.core.decode import Generation
 
 
 def s(values: dict) -> pd.Series:
@@ -25,6 +26,8 @@ CASES = {
     "08-sibling-no-nodes": (claims.sibling_collapse_closed, ("gdn", 0.9, 1.0, 40), ("gdn", 0.9, 1.0, 0)),
     "00-same-tokens": (claims.same_tokens, ([1, 2, 3], [1, 2, 3]), ([1, 2, 4], [1, 2, 3])),
     "00-fewer-calls": (claims.fewer_calls, (10, 64), (64, 64)),
+    "00-equals-spec": (claims.equals_specification, (Generation([1, 2], [2], [4]), Generation([1, 2], [2], [4])),
+                       (Generation([1, 2], [2], [4]), Generation([1, 2], [1, 1], [4, 4]))),
     "01-heap": (claims.heap_matches_brute_force, (0, 100), (1, 100)),
     "01-heap-no-cases": (claims.heap_matches_brute_force, (0, 100), (0, 0)),
     "01-rises": (claims.acceptance_rises, ([0.5, 0.9, 1.2, 1.3],), ([0.5, 0.9, 0.8, 1.3],)),

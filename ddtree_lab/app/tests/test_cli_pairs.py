@@ -43,6 +43,6 @@ def test_bad_pair_arguments_say_what_is_wrong(args, message, capsys):
 
 def test_a_prompt_file_without_the_field_is_refused_before_any_work(tmp_path, prompts_file, monkeypatch):
     monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path / "results")
-    with pytest.raises(ValueError, match=r"mine.jsonl:1: field 'prompt' missing \(the line has \['id', 'text'\]\)"):
+    with pytest.raises(SystemExit, match=r"mine.jsonl:1: field 'prompt' missing \(the line has \['id', 'text'\]\)"):
         cli.main(["bench", "--prompts", str(prompts_file)])
     assert not (tmp_path / "results").exists()

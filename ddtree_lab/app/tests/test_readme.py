@@ -1,19 +1,26 @@
-"""Every number in the README's result tables is read from a stored file.
+"""Every number in the result tables of README.md and docs/results.md is read from a stored file.
 
-The README's ``<!-- results:NAME -->`` blocks must equal ``data/results/readme_tables.json``,
-which must equal what ``experiments.readme`` renders from the stored result files today;
-no markdown table outside those blocks holds a number; the README's Python example runs.
+Each page's ``<!-- results:NAME -->`` blocks (the README keeps the test times and the headline
+table, docs/results.md every other) must equal ``data/results/readme_tables.json``, which must
+equal what ``app.readme`` renders from the stored result files today; no markdown table
+outside those blocks holds a number; the README's prose holds no measured number, and each of
+its findings and limits is checked against the stores; the README stays under 15,000
+characters, its links reach their headings, and its Python example runs.
 """
 import json
 import re
 
+import pandas as pd
 import pytest
 
-from ddtree_lab.common import DATA_DIR, ROOT
+from ddtree_lab.common import DATA_DIR, RESULTS_DIR, ROOT
 from ddtree_lab.app import readme
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 TEXT = readme.README.read_text()
+RESULTS = readme.RESULTS_PAGE.read_text()
+PAGES = {readme.README: TEXT, readme.RESULTS_PAGE: RESULTS}
+README_MAX_CHARS = 15_000  # issue 57: a README a reader finishes
 
 
 def numbers(markdown: str) -> list[float]:
@@ -21,17 +28,23 @@ def numbers(markdown: str) -> list[float]:
     return [float(x) for x in NUMBER.findall(re.sub(r"`[^`]*`", "", markdown))]
 
 
-def test_readme_has_every_block():
-    assert sorted(readme.readme_blocks(TEXT)) == sorted(readme.BLOCKS)
+def test_every_block_is_on_its_page():
+    """The README keeps the test times and the headline table; docs/results.md every other block."""
+    on = {page: sorted(n for n, b in readme.BLOCKS.items() if b.page == page) for page in PAGES}
+    assert on[readme.README] == ["speed", "suite_times"]
+    for page, text in PAGES.items():
+        assert sorted(readme.readme_blocks(text)) == on[page], page.name
+    assert sorted(sum(on.values(), [])) == sorted(readme.BLOCKS)
 
 
 @pytest.mark.parametrize("name", sorted(readme.BLOCKS))
-def test_readme_block_is_the_stored_table(name):
+def test_page_block_is_the_stored_table(name):
     stored = json.loads(readme.TABLES_JSON.read_text())[name]
-    block = readme.readme_blocks(TEXT)[name]
-    print(f"{name}: {len(numbers(block))} numbers, from {stored['sources']} (`{stored['command']}`)")
+    page = readme.BLOCKS[name].page
+    block = readme.readme_blocks(PAGES[page])[name]
+    print(f"{name} ({page.name}): {len(numbers(block))} numbers, from {stored['sources']} (`{stored['command']}`)")
     assert numbers(block) == numbers(stored["markdown"]) and numbers(block)
-    assert block == stored["markdown"], f"README block {name!r} is stale: run `ddtree-lab readme`"
+    assert block == stored["markdown"], f"{page.name} block {name!r} is stale: run `ddtree-lab readme`"
 
 
 @pytest.mark.parametrize("name", sorted(readme.BLOCKS))
@@ -43,11 +56,64 @@ def test_stored_table_is_rendered_from_the_result_files(name):
         f"{readme.TABLES_JSON.name} is stale for {name!r}: run `ddtree-lab readme`")
 
 
-def test_no_table_outside_the_blocks_holds_a_number():
-    outside = re.sub(r"<!-- results:(\w+) -->.*?<!-- /results:\1 -->", "", TEXT, flags=re.S)
-    rows = [line for line in outside.splitlines() if line.startswith("|") and not set(line) <= set("|-: ")]
+def outside_blocks(text: str) -> str:
+    return re.sub(r"<!-- results:(\w+) -->.*?<!-- /results:\1 -->", "", text, flags=re.S)
+
+
+@pytest.mark.parametrize("page", sorted(PAGES), ids=lambda p: p.name)
+def test_no_table_outside_the_blocks_holds_a_number(page):
+    rows = [line for line in outside_blocks(PAGES[page]).splitlines()
+            if line.startswith("|") and not set(line) <= set("|-: ")]
     bad = [line for line in rows if numbers(line)]
     assert rows and not bad, "\n".join(bad)
+
+
+def test_the_readme_is_at_most_15000_characters():
+    print(f"README.md: {len(TEXT)} characters, sections: {re.findall(r'^## (.+)$', TEXT, re.M)}")
+    assert len(TEXT) <= README_MAX_CHARS
+
+
+# The numbers the README's prose may hold, none of them measured (every measured number sits in
+# a block): the supported Pythons, the papers' arXiv ids and the vLLM RFC, TreeWY's published
+# budget (quoted), and the budget from which the findings read naive tau (test below).
+PROSE_NUMBERS = {3.11, 3.12, 3.13, 2602.06036, 2604.12989, 2608.20961, 2606.01813, 54080, 15, 16}
+
+
+def test_the_readme_prose_holds_no_measured_number():
+    """Outside the blocks, code, link targets and notebook numbers, the README holds no number but
+    ``PROSE_NUMBERS``."""
+    prose = re.sub(r"```.*?```", "", outside_blocks(TEXT), flags=re.S)
+    prose = re.sub(r"\]\([^)]*\)", "]", prose)
+    prose = re.sub(r"\bnotebooks? \d\d(?:(?:, | and )\d\d)*", "", prose)
+    found = set(numbers(prose))
+    print(sorted(found))
+    assert found <= PROSE_NUMBERS, sorted(found - PROSE_NUMBERS)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", sorted(PAGES), ids=lambda p: p.name)
+def test_every_link_reaches_its_file_and_heading(page):
+    """Links between the README, docs/results.md and docs/background.md point at files that exist
+    and, with an anchor, at a heading of that file (the README's links to what moved)."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#([^)\s]+))?\)", PAGES[page])
+    assert links
+    for target, anchor in links:
+        path = (page.parent / target).resolve()
+        assert path.is_file(), target
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+            assert anchor in {slug(h) for h in headings}, f"{target}#{anchor}"
+
+
+def test_slug_is_githubs():
+    assert slug("The field's reference loop") == "the-fields-reference-loop"
+    assert slug("Quick start (Python 3.11, 3.12 or 3.13 and pip, nothing else)") == \
+        "quick-start-python-311-312-or-313-and-pip-nothing-else"
+    assert slug("11. The package, layer by layer") == "11-the-package-layer-by-layer"
 
 
 def test_numbers_parse():
@@ -69,6 +135,71 @@ def test_the_readme_python_example_runs():
     exec(compile(code.replace('budget=16', 'budget=16, max_new_tokens=8'), "README.md", "exec"), {})
 
 
+def _greedy_trees() -> pd.DataFrame:
+    """The stored bench at T = 0: DDTree rows of fixed budgets, budget as an int, in budget order."""
+    t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    t = t[(t.temperature == 0) & (t.method == "ddtree") & (t.budget != "auto")]
+    return t.assign(budget=t.budget.astype(int)).sort_values("budget")
+
+
+def test_the_findings_say_what_the_stores_hold():
+    """What it found, read from the stores: on GDN from budget 16 on, naive tau stays flat (within
+    a quarter) and departs from AR on every prompt while exact tau rises at every budget; MLA's
+    tau rises at every budget, its tree logits equal each path's to rounding (float64 harness);
+    fork and wy rise at every budget and equal AR on every prompt; wy costs what naive costs
+    (within a tenth at every budget); the DFlash chain decodes more tokens/s than every MLA tree;
+    the field's reference loop departs from AR on GDN and equals it on MLA."""
+    text = " ".join(TEXT.split())
+    for said in ("from budget 16 on, naive tau stays flat while exact tau keeps rising, and naive output departs "
+                 "from AR on every prompt",
+                 "equals a forward of each node's own path to rounding", "tau rises to the largest budget swept",
+                 "The dashed line is the DFlash chain, which decodes more tokens per second than any tree budget on "
+                 "this CPU",
+                 "the hybrid's tau rises with the budget like MLA's, and the output equals AR on every prompt",
+                 "The WY form costs what the naive pass costs",
+                 "and its output departs from AR on the GDN hybrid"):
+        assert said in text, said
+    trees = _greedy_trees()
+    late = trees[(trees.arch == "gdn") & (trees.gdn_mode == "naive") & (trees.budget >= 16)]
+    assert len(late) >= 3 and late.tau.max() <= 1.25 * late.tau.min() and (late.matches_ar == 0).all()
+    for arch, mode in (("gdn", "wy"), ("gdn", "fork"), ("mla", "wy")):
+        exact = trees[(trees.arch == arch) & (trees.gdn_mode == mode)]
+        assert (exact.tau.diff().dropna() > 0).all() and (exact.matches_ar == 1).all(), (arch, mode)
+    bench = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
+    mla = bench[(bench.arch == "mla") & (bench.temperature == 0)]
+    assert mla[mla.method == "dflash"].tokens_per_s.iloc[0] > mla[mla.method == "ddtree"].tokens_per_s.max()
+    reference = bench[(bench.method == "official") & (bench.temperature == 0)].set_index("arch").matches_ar
+    assert reference["gdn"] < 1 and reference["mla"] == 1
+    exact = pd.read_csv(RESULTS_DIR / "exactness.csv")
+    assert (exact[(exact.arch == "mla") & (exact.setting == "float64 + harness")].max_err < 1e-10).all()
+    cost = pd.read_csv(RESULTS_DIR / "bench_verify.csv")
+    assert cost[cost.arch == "gdn"]["wy/naive"].between(0.9, 1.1).all()
+
+
+def test_the_readmes_limits_say_what_the_stores_hold():
+    """Honest limits, read from the stores: both targets end most greedy continuations in a loop
+    (the quality store); a verify of the largest tree costs several (>= 3) one-node verifies on
+    MLA, and the best fixed budget by tokens/s is small (<= 32) on both targets; no GPU result
+    is stored."""
+    from ddtree_lab.experiments.plumbing.summary import summarize
+    from ddtree_lab.experiments.plumbing.results import ResultsStore
+    text = " ".join(TEXT.split())
+    for said in ("Both end most greedy continuations in a repetition loop",
+                 "Verifying a large tree costs several times a one-node verify, so the best budget is small",
+                 "`bash scripts/gpu_check.sh` has not run on a GPU"):
+        assert said in text, said
+    s = summarize(ResultsStore("quality").frame())
+    ar = s[(s.method == "ar") & (s.temperature == 0)].groupby("arch").loop_prompts.max()
+    assert sorted(ar.index) == ["gdn", "mla"] and (ar > 0.5).all()
+    cost = pd.read_csv(RESULTS_DIR / "bench_verify.csv")
+    mla = cost[cost.arch == "mla"].set_index("budget")
+    assert mla.loc[mla.index.max(), "verify/root"] >= 3
+    trees = _greedy_trees()
+    exact = trees[trees.gdn_mode == "wy"]
+    assert (exact.loc[exact.groupby("arch").tokens_per_s.idxmax()].budget <= 32).all()
+    assert not (RESULTS_DIR / "gpu").exists()
+
+
 def _bench_rows():
     """A synthetic bench.csv: both archs at T = 0, 0.3, 0.6, 1; DFlash and DDTree-16/64, paired speedups."""
     rows = []
@@ -86,7 +217,6 @@ def _bench_rows():
 
 
 def test_temperature_block_shows_every_stored_temperature(tmp_path, monkeypatch):
-    import pandas as pd
     pd.DataFrame(_bench_rows()).to_csv(tmp_path / "bench.csv", index=False)
     monkeypatch.setattr(readme, "RESULTS_DIR", tmp_path)
     md = readme.render_temperature()
@@ -103,7 +233,6 @@ def test_temperature_block_shows_every_stored_temperature(tmp_path, monkeypatch)
 
 
 def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeypatch):
-    import pandas as pd
     ratio = lambda name, m, lo, hi: {name: m, f"{name}_lo": lo, f"{name}_hi": hi, f"{name}_p": 0.01}  # noqa: E731
     gdn = {"arch": "gdn", "budget": 64, "prefix_len": 128, "repeats": 15, "naive_ms": 24.8, "stock_ms": 30.0,
            **ratio("naive/stock", 0.83, 0.8, 0.86), **ratio("wy/stock", 0.8, 0.77, 0.82),
@@ -128,11 +257,12 @@ def test_the_drafters_limit_says_what_the_drafter_grid_stores():
     real code, the GDN one 3 layers and a quarter; the MLA drafter at a quarter (5 layers, 6000
     steps: shipped before) accepts less free-running and more on real code; the real-code
     DDTree-64 goal (claims.drafter_grid_goals) is missed on both targets and was met by that
-    quarter drafter on MLA; MLA's free-running goal is missed. Each read from the stored grid."""
+    quarter drafter on MLA; MLA's free-running goal is missed. Each read from the stored grid.
+    The sentences live in docs/results.md (Limits, in detail)."""
     from ddtree_lab import load_pair
     from ddtree_lab.app.claims import drafter_grid_goals
     from ddtree_lab.experiments.studies.drafter_grid import load_grid, ship_rule
-    text = " ".join(TEXT.split())
+    text = " ".join(RESULTS.split())
     for said in ("(a quarter of every batch on GDN, a tenth on MLA)",
                  "accept more on real code (**Real text, teacher-forced**) than rollout-only drafters",
                  "both now accept more than the previous release's rollout-only ones",
@@ -164,10 +294,9 @@ def test_the_drafters_limit_says_what_the_drafter_grid_stores():
 def test_the_batched_verify_limit_says_what_the_batch_store_holds():
     """Honest limits: on MLA the stock forward of the same tokens with no tree costs about as
     much as the batched verify (within a fifth) and more than 1.5 batched AR steps (issue 13's
-    goal for the verify), read from the stored batch table (its largest batch)."""
-    import pandas as pd
-    from ddtree_lab.common import RESULTS_DIR
-    text = " ".join(TEXT.split())
+    goal for the verify), read from the stored batch table (its largest batch). The sentence
+    lives in docs/results.md (Limits, in detail)."""
+    text = " ".join(RESULTS.split())
     assert ("transformers' own forward of the same tokens, with no tree, costs about as much as the batched verify "
             "and itself more than 1.5 batched AR steps") in text
     t = pd.read_csv(RESULTS_DIR / "bench_batch.csv")
@@ -179,11 +308,12 @@ def test_the_batched_verify_limit_says_what_the_batch_store_holds():
 def test_the_speed_limit_says_what_the_round_cost_ceiling_holds():
     """Honest limits: on MLA the best lab DDTree's ceiling over the reference chain loop (a loop
     that cost nothing beyond its models' work) is about the chain's own speed (within a fifth),
-    and its 95% interval stays below issue 29's 1.3x, read from the stored round-cost run."""
+    and its 95% interval stays below issue 29's 1.3x, read from the stored round-cost run. The
+    sentence is in both pages' limits."""
     from ddtree_lab.experiments.studies import round_cost
-    text = " ".join(TEXT.split())
-    assert ("on MLA the best DDTree's ceiling is about the chain's own speed, so a tree loop well ahead of the chain "
-            "is out of reach on this CPU") in text
+    for page in (TEXT, RESULTS):
+        assert ("on MLA the best DDTree's ceiling is about the chain's own speed, so a tree loop well ahead of the "
+                "chain is out of reach on this CPU") in " ".join(page.split())
     t = round_cost.round_table(round_cost.stored_round_run(archs=("mla",)))
     trees = t[t.method == "ddtree"]
     best = trees.loc[trees.vs_official_fwd.idxmax()]
@@ -193,12 +323,12 @@ def test_the_speed_limit_says_what_the_round_cost_ceiling_holds():
 def test_the_batched_limit_says_how_the_trees_lead_changes_with_load():
     """Honest limits: on both targets the best DDTree's speedup over batched AR is lower at the
     largest concurrency than at the smallest, and at the largest it is not above 1 outside the
-    noise (its interval's lower end at most 1), read from the stored concurrency sweep."""
-    from ddtree_lab.common import RESULTS_DIR
+    noise (its interval's lower end at most 1), read from the stored concurrency sweep. The
+    sentence is in both pages' limits."""
     from ddtree_lab.experiments.studies import concurrency as conc
-    text = " ".join(TEXT.split())
-    assert ("So under load the trees' lead over batched AR shrinks as the batch grows, and at the largest batch it "
-            "is gone") in text
+    for page in (TEXT, RESULTS):
+        assert ("So under load the trees' lead over batched AR shrinks as the batch grows, and at the largest batch "
+                "it is gone") in " ".join(page.split())
     grid = conc.GRIDS["full"]
     t = conc.concurrency_table(conc.summarize_concurrency(conc.grid_frame(conc.concurrency_store(directory=RESULTS_DIR),
                                                                           grid)))
@@ -208,13 +338,33 @@ def test_the_batched_limit_says_how_the_trees_lead_changes_with_load():
         assert g.best_speedup_lo.iloc[-1] <= 1.0, arch
 
 
-def test_a_readme_without_a_block_is_left_as_it_was_and_so_is_the_json(tmp_path):
-    page, stored = tmp_path / "README.md", tmp_path / "tables.json"
+def test_a_page_without_its_block_is_left_as_it_was_and_so_is_the_json(tmp_path):
+    page, stored = tmp_path / "results.md", tmp_path / "tables.json"
     page.write_text("# no blocks here\n")
     stored.write_text('{"kept": 1}\n')
-    with pytest.raises(ValueError, match="results:build_tree"):
-        readme.write_readme(["build_tree"], readme=page, out=stored)
+    with pytest.raises(ValueError, match="docs/results.md has no <!-- results:build_tree"):
+        readme.write_readme(["build_tree"], out=stored, pages={readme.RESULTS_PAGE: page})
     assert page.read_text() == "# no blocks here\n" and stored.read_text() == '{"kept": 1}\n'
+
+
+def test_each_block_is_spliced_into_its_own_page(tmp_path):
+    """suite_times goes to the README, build_tree to docs/results.md; a README that holds
+    build_tree's block instead leaves every file as it was."""
+    top, rest, stored = tmp_path / "README.md", tmp_path / "results.md", tmp_path / "tables.json"
+    empty = lambda *names: "".join(f"<!-- results:{n} -->\nold\n<!-- /results:{n} -->\n" for n in names)  # noqa: E731
+    top.write_text(empty("suite_times"))
+    rest.write_text(empty("build_tree"))
+    tables = readme.write_readme(["suite_times", "build_tree"], out=stored,
+                                 pages={readme.README: top, readme.RESULTS_PAGE: rest})
+    assert readme.readme_blocks(top.read_text()) == {"suite_times": tables["suite_times"]["markdown"]}
+    assert readme.readme_blocks(rest.read_text()) == {"build_tree": tables["build_tree"]["markdown"]}
+    assert sorted(json.loads(stored.read_text())) == ["build_tree", "suite_times"]
+    top.write_text(empty("suite_times", "build_tree"))
+    rest.write_text("# no blocks here\n")
+    with pytest.raises(ValueError, match="docs/results.md has no <!-- results:build_tree"):
+        readme.write_readme(["suite_times", "build_tree"], out=stored,
+                            pages={readme.README: top, readme.RESULTS_PAGE: rest})
+    assert top.read_text() == empty("suite_times", "build_tree") and rest.read_text() == "# no blocks here\n"
 
 
 def test_a_value_against_its_goal_never_rounds_across_it():

@@ -13,7 +13,7 @@ from ...core.decode import generate
 from ...core.spec import GenerationSpec, Sampling
 from .costs import cost_model
 from .loops import is_looping, round_loop_flags
-from .results import ResultsStore, row_key
+from .results import ResultsStore
 
 AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens", "accept_rule")
 
@@ -117,7 +117,7 @@ def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: s
     ``runner(cfg, unit, pair) -> metrics``. The one loop of every sweep (an interrupted run
     keeps what it finished, a rerun skips it)."""
     done = store.done_keys()
-    todo = [(c, u) for c, u in rows if row_key(c, u, store.code, pairs[c["arch"]].digests, run) not in done]
+    todo = [(c, u) for c, u in rows if store.key(c, u, pairs[c["arch"]].digests, run) not in done]
     for cfg, unit in tqdm(todo, desc=desc, disable=not progress or not todo):
         pair = pairs[cfg["arch"]]
         store.add(cfg, unit, runner(cfg, unit, pair), pair.digests, run)
@@ -126,7 +126,7 @@ def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: s
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,
               progress: bool = True, runner=run_config, *, run: str = "") -> pd.DataFrame:
     """Run every (config, prompt) of the named ``run`` not yet in ``store`` with ``pairs``
-    ({arch: Pair}); returns the store's rows of that run, these pairs and the current code.
+    ({arch: Pair}); returns the store's rows of that run, these pairs and the current semantics version.
     A figure that divides timings draws one run: every config of its curve, AR included,
     measured in that run's interleaved pass (rows of another run are never borrowed).
 

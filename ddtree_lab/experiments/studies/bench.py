@@ -18,7 +18,7 @@ import pandas as pd
 from ...core.decode import PHASES
 from ...core.sampling import ACCEPT_RULES
 from ...common import RESULTS_DIR
-from ..plumbing.results import ResultsStore
+from ..plumbing.results import ResultsStore, write_timing_table
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 from ..plumbing.summary import summarize
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, names_mode, run_sweep, with_axes
@@ -150,5 +150,5 @@ def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, directory
         print(table[[c for c in cols if c in table]].to_string(index=False))
     for line in goals(table):
         print(line)
-    table.to_csv(Path(directory) / "bench.csv", index=False)
+    write_timing_table(table, Path(directory) / "bench.csv")
     return table

@@ -25,7 +25,8 @@ from torch._dynamo.utils import counters
 
 from ...common import RESULTS_DIR
 from ...core.decode import generate
-from ..plumbing.results import code_version
+from ...core.semantics import SEMANTICS
+from ..plumbing.results import stamp
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 from .official import official_generate
 from .round_cost import LOOP_NAMES
@@ -72,7 +73,7 @@ def run_compiled_loop(pair, arch: str, prompt_ids: dict, configs=CONFIGS, max_ne
     after which new shapes run eager. Its configs come last, so the lab's AR and loops hold
     their graphs first."""
     torch._dynamo.reset()
-    stamp = {"target_digest": pair.digests["target"], "drafter_digest": pair.digests["drafter"], "code": code_version()}
+    stamp = {"target_digest": pair.digests["target"], "drafter_digest": pair.digests["drafter"], "semantics": SEMANTICS}
     compiled = warm_up(pair, list(prompt_ids.values()), configs, max_new_tokens)
     rows = []
     for pid, ids in prompt_ids.items():
@@ -85,7 +86,7 @@ def run_compiled_loop(pair, arch: str, prompt_ids: dict, configs=CONFIGS, max_ne
                 rows.append({"arch": arch, **stamp, "method": method, "budget": budget, "prompt_id": pid, "kind": kind,
                              "tokens_per_s": len(tokens) / seconds, "tau": tau, "equals_eager": tokens == eager,
                              "compile_s": compile_s, "graph_breaks": breaks, "new_graphs": graphs,
-                             "threads": torch.get_num_threads(), "load_avg_1min": os.getloadavg()[0]})
+                             **stamp()})  # git, machine, date, load, threads
                 if progress:
                     progress(rows[-1])
     return rows
@@ -118,14 +119,14 @@ def loop_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def stored_loop_compile(pairs: dict | None = None, path=STORE) -> pd.DataFrame | None:
-    """The stored run's rows (``scripts/bench_loop_compile.py``) of this code and of ``pairs``
+    """The stored run's rows (``scripts/bench_loop_compile.py``) of this semantics version and of ``pairs``
     ({arch: Pair}: their weights; None: any models), or None when there are none."""
     if not path.is_file():
         return None
     rows = pd.read_csv(path)
-    if not {"code", "target_digest", "drafter_digest"} <= set(rows.columns):
-        return None  # written before rows named their code and models
-    keep = rows.code == code_version()
+    if not {"semantics", "target_digest", "drafter_digest"} <= set(rows.columns):
+        return None  # written before rows named their semantics version and models
+    keep = rows.semantics == SEMANTICS
     if pairs is not None:
         keep &= pd.Series([a in pairs and (t, d) == (pairs[a].digests["target"], pairs[a].digests["drafter"])
                            for a, t, d in zip(rows.arch, rows.target_digest, rows.drafter_digest)], index=rows.index)

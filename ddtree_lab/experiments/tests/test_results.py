@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from ddtree_lab.experiments.plumbing.results import ResultsStore, code_version, row_key
+from ddtree_lab.experiments.plumbing.results import STAMP_FIELDS, ResultsStore, row_key
+from ddtree_lab.core.semantics import SEMANTICS
 from ddtree_lab.experiments.plumbing.sweep import expand_grid, normalise, run_sweep
 
 GRID = dict(arch=["gdn", "mla"], method=["ar", "ddtree"], gdn_mode=["naive", "wy"], budget=[4, 16],
@@ -70,18 +71,18 @@ def test_crash_loses_no_finished_row_and_resume_finishes(tmp_path):
     json.loads(lines[-1])
 
 
-def test_changed_config_or_code_is_never_reused(tmp_path):
+def test_changed_config_or_semantics_is_never_reused(tmp_path):
     store, calls = ResultsStore("s", tmp_path), []
     cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
     run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     changed = [{**cfg[0], "max_new_tokens": 9}]
     run_sweep(changed, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == 2
-    store.code = "another-revision"
+    store.semantics = SEMANTICS + 1  # a bumped semantics version (ddtree_lab/semantics.py)
     frame = run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == 3 and len(frame) == 1  # stale rows are not shown either
     models = PAIRS["gdn"].digests
-    assert row_key(cfg[0], 0, "a", models) != row_key(cfg[0], 0, "b", models)
+    assert row_key(cfg[0], 0, models, semantics=1) != row_key(cfg[0], 0, models, semantics=2)
 
 
 def test_another_model_never_reuses_or_shows_rows(tmp_path):
@@ -98,7 +99,7 @@ def test_another_model_never_reuses_or_shows_rows(tmp_path):
 def test_rows_of_the_old_key_format_are_ignored(tmp_path):
     store, calls = ResultsStore("s", tmp_path), []
     cfg = expand_grid(**{**GRID, "arch": ["gdn"], "method": ["ddtree"], "gdn_mode": ["wy"], "budget": [4]})
-    old = {"key": "old", "config": cfg[0], "prompt": 0, "metrics": {"tau": 9.0}, "code": store.code}
+    old = {"key": "old", "config": cfg[0], "prompt": 0, "metrics": {"tau": 9.0}, "semantics": store.semantics}
     store.path.write_text(json.dumps(old) + "\n")  # written before rows recorded their models
     frame = run_sweep(cfg, [0], store, PAIRS, progress=False, runner=fake_runner(calls))
     assert len(calls) == 1 and frame.tau.tolist() == [1.5]
@@ -114,5 +115,6 @@ def test_rows_carry_provenance(tmp_path):
     store.add({"arch": "gdn"}, 3, {"tau": 2.0}, PAIRS["gdn"].digests)
     row = store.rows()[0]
     assert row["models"] == {"target": "t0", "drafter": "d0"}
-    assert row["code"] == code_version() and set(row["versions"]) == {"torch", "transformers"}
+    assert row["semantics"] == SEMANTICS and "code" not in row and set(row["versions"]) == {"torch", "transformers"}
+    assert set(STAMP_FIELDS) <= set(row) and row["threads"] >= 1 and row["date"].endswith("Z") and row["machine"]
     assert row["git"] and row["prompt"] == 3 and row["metrics"] == {"tau": 2.0}
