@@ -12,6 +12,15 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _threads_restored():
+    """Every test leaves torch's thread count as it found it (a CLI call inside a test sets the lab's
+    rule, ``core.threads``: a train-* command takes the idle cores)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(params=[1, 2], ids=lambda n: f"threads{n}")
 def threads(request):
     before = torch.get_num_threads()

@@ -4,7 +4,8 @@
 #   verify-cost curve 1..512, in float32 and bfloat16, on CUDA with the stock kernels
 #   and a compiled verify (torch.compile; on CUDA also mode reduce-overhead, CUDA graphs)
 #   transformers picks up there (flash-linear-attention, causal-conv1d if they install).
-# Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png.
+# Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png, and
+# verify_projection-bfloat16.csv: Kimi K2.6 layers' measured verify ms by budget beside the projection.
 #
 #   bash scripts/gpu_check.sh          # on a GPU machine
 #   bash scripts/gpu_check.sh --tiny   # the same steps with the toy presets on whatever device
@@ -51,4 +52,10 @@ if [[ "$DEVICE" == cuda ]]; then
         --repeats "${GPU_CHECK_REPEATS:-5}" --out "$OUT/compile-reduce-overhead.csv" \
         || echo "compiled verify (reduce-overhead): failed (see above)"
 fi
+# the measured verify beside the GPU projection (issue 61): Kimi K2.6's dense and MoE layers at full
+# width (384 routed experts on a GPU), measured ms by budget against the datasheet projection
+ACCELERATOR=()
+[[ "$DEVICE" == cpu ]] && ACCELERATOR=(--accelerator h200)   # the CPU smoke run: projected for an H200, labelled
+python scripts/gpu_projection_check.py --device "$DEVICE" --dtype bfloat16 --out "$OUT" --threads "$THREADS" \
+    $TINY "${ACCELERATOR[@]}" --budgets $COST_BUDGETS --repeats "${GPU_CHECK_REPEATS:-5}"
 echo "gpu_check: wrote $(ls "$OUT" | tr '\n' ' ')"

@@ -286,13 +286,13 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
                        max_new_tokens: int = 128, temperature: float = 0.0, gdn_mode: str = "wy", seed: int = 0,
                        accept_rule: str = "rejection", tree: str | None = None):
     """``decode.generate``'s plain twin: the batch-1 speculative loop, one sequence, one round
-    at a time, built from the public pieces (``start``, ``drafter.draft``, ``TreeRule``,
+    at a time, built from the public pieces (``start``, ``drafter.draft``, the tree rule,
     ``verify``, ``accept_round``, ``commit``). -> Generation (tokens, acceptance lengths, tree
     sizes, entropies; no timings)."""
     from ddtree_lab.core import decode
     from ddtree_lab.core.cache import commit
     from ddtree_lab.core.verify import verify
-    rule, layers = decode.tree_rule(drafter, tree), tuple(drafter.cfg.target_layer_ids)
+    rule, layers = decode.round_rule(decode.tree_rule(drafter, tree), method), tuple(drafter.cfg.target_layer_ids)
     sampling = decode.Sampling(temperature, accept_rule, seed)
     rng = torch.Generator().manual_seed(seed) if temperature > 0 else None
     prompt = torch.as_tensor(prompt_ids, dtype=torch.long)
@@ -301,7 +301,7 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
     while len(gen.tokens) < max_new_tokens:
         draft = drafter.draft(state, features, root, block_size)
         proposal = rule.proposal(draft)
-        t = decode.sampled(rule.tree(draft, root, method, budget), proposal, sampling, rng)
+        t = decode.sampled(rule(draft, root, block_size - 1 if method == "dflash" else budget), proposal, sampling, rng)
         out = verify(target, cache, t, gdn_mode, feature_layers=layers)
         path, bonus, _ = decode.accept_round(t, out.logits, proposal, sampling, rng)
         commit(target, cache, t, path)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -14,17 +13,18 @@ import torch
 from ..common import DATA_DIR, RESULTS_DIR, ROOT
 from ..core.models import load_target
 from ..core.spec import MAX_BUDGET
+from ..core.threads import set_threads
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
-from ..train.drafters import check_drafter_dir, load_drafter, train_drafter, train_drafter2
+from ..train.drafters import check_drafter_dir, default_runs_dir, load_drafter, train_drafter, train_drafter2
 from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
-from ..train.targets import train_target
+from ..train.targets import tiny_target, train_target
 from .house import add_house_commands
-from ..experiments.plumbing.results import ResultsStore
+from ..experiments.plumbing.results import ResultsStore, write_timing_table
 from ..experiments.plumbing.summary import summarize
-from ..experiments.plumbing.sweep import expand_grid, run_sweep
+from ..experiments.plumbing.sweep import expand_grid, grid_rows, run_sweep
 from ..experiments.studies import concurrency as conc
-from ..experiments.studies.bench import run_bench
+from ..experiments.studies.bench import bench_grid, run_bench
 from ..experiments.studies.compare_drafters import (compare_display, compare_drafters, compare_table,
                                                         spread_prompts)
 from ..experiments.studies.dflash2 import Drafters, drafters_from_dirs, load_drafters, run_dflash2
@@ -39,9 +39,22 @@ def _cmd_train_tokenizer(args):
 
 
 def _cmd_train_target(args):
-    man = train_target(args.arch, args.preset, max_minutes=args.max_minutes,
-                       out=ckpt_path(args.arch, "target", _ckpt_root(args)), device=args.device)
-    print(json.dumps({k: man[k] for k in ("final_val_loss", "parameters", "train_time_s")}))
+    out = ckpt_path(args.arch, "target", _ckpt_root(args))
+    man = train_target(args.arch, args.preset, max_minutes=args.max_minutes, out=out, device=args.device)
+    print(f"target: {_trained(man)}")
+    runs = DATA_DIR / "runs" / f"{args.arch}-target-{args.preset}"
+    print(f"wrote the target to {out} (its training state, to resume: {runs})")
+
+
+def _trained(man: dict) -> str:
+    """One line of a shipped model's manifest: held-out loss, tau per block (a drafter), steps, time, threads."""
+    parts = [f"held-out loss {man['final_val_loss']:.3f}"] if "final_val_loss" in man else []
+    parts += [f"tau {man[k]:.2f} at block {k.removeprefix('tau_block')}" for k in sorted(man)
+              if k.startswith("tau_block")]
+    st = man.get("train_state") or {}
+    if st:
+        parts.append(f"{st['step']} steps in {st['elapsed_s']:.0f} s on {man.get('threads', '?')} thread(s)")
+    return ", ".join(parts) or "trained"
 
 
 def _cmd_train_drafter(args):
@@ -53,11 +66,28 @@ def _cmd_train_drafter(args):
     root = _ckpt_root(args)
     tdir = args.target or ckpt_path(args.arch, "target", root)
     target = load_target(tdir, device=args.device)  # first: a target the lab cannot verify is refused here
-    own = {"tok": load_tokenizer_for(tdir)} if args.target else {}
-    man = train_drafter(args.arch, args.preset, target=target,
-                        out=args.out or ckpt_path(args.arch, "drafter", root), max_minutes=args.max_minutes,
-                        mask_token_id=args.mask_token_id, corpus_share=args.corpus_share, steps=args.steps, **own)
-    print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time"))}))
+    own = {"tok": load_tokenizer_for(tdir, args.tokenizer)} if args.target else {}
+    out = Path(args.out or ckpt_path(args.arch, "drafter", root))
+    man = train_drafter(args.arch, args.preset, target=target, out=out, max_minutes=args.max_minutes,
+                        mask_token_id=args.mask_token_id, corpus_share=args.corpus_share, steps=args.steps,
+                        rollouts=args.rollouts, **own)
+    print(f"drafter: {_trained(man)}")
+    print(f"wrote the drafter to {out.resolve()}; {_run_state(out, args.preset)}")
+
+
+def _run_state(out: Path, preset: str) -> str:
+    """Where a drafter's resumable training state stays (``default_runs_dir``), said once."""
+    runs = default_runs_dir(Path(out).resolve(), preset)
+    return f"its training state stays in {runs} (a rerun of the same command resumes from it; delete it once the " \
+           f"drafter is final)"
+
+
+def _cmd_tiny_target(args):
+    """A target of one's own in one command (``targets.tiny_target``), for the README's walk-through."""
+    man = tiny_target(Path(args.out), minutes=args.minutes)
+    print(f"target: {man['architecture']} of {man['parameters']:,} parameters, held-out loss "
+          f"{man['final_val_loss']:.3f} after {man['steps']} steps in {man['train_time_s']:.0f} s")
+    print(f"wrote the target and its tokenizer to {Path(args.out).resolve()}")
 
 
 def _cmd_train_drafter2(args):
@@ -71,11 +101,12 @@ def _cmd_train_drafter2(args):
             raise SystemExit("train-drafter2: --target needs --drafter DIR (its DFlash drafter, the start) "
                              "and --out DIR (where the DFlash 2 drafter ships)")
         target = load_target(args.target)
-        own = {"target": target, "drafter": load_drafter(Path(args.drafter), target),
-               "tok": load_tokenizer_for(args.target), "out": Path(args.out)}
+        own = {"target": target, "tok": load_tokenizer_for(args.target, args.tokenizer),
+               "drafter": load_drafter(Path(args.drafter), target), "out": Path(args.out)}
     man = train_drafter2(args.arch, args.preset, max_minutes=args.max_minutes, **own)
-    print(json.dumps({k: man[k] for k in man if k.startswith(("final", "tau", "agreement", "train_time", "unary",
-                                                              "selector"))}))
+    out = own.get("out") or ckpt_path(args.arch, "drafter2")
+    print(f"DFlash 2 drafter: {_trained(man)}")
+    print(f"wrote the DFlash 2 drafter to {Path(out).resolve()}; {_run_state(out, args.preset)}")
 
 
 def _cmd_dflash2(args):
@@ -88,7 +119,8 @@ def _cmd_dflash2(args):
                          "drafter: `ddtree-lab train-drafter2` builds one)")
     kwargs = {"dtype": DTYPES[args.dtype], "device": args.device}
     drafters = ({a: load_drafters(a, **kwargs) for a in args.archs} if args.target is None else
-                {(d := drafters_from_dirs(args.target, args.drafter, args.drafter2, **kwargs)).arch: d})
+                {(d := drafters_from_dirs(args.target, args.drafter, args.drafter2, tokenizer=args.tokenizer,
+                                          **kwargs)).arch: d})
     if isinstance(args.prompts, str):
         drafters = {a: Drafters(d.arch, {k: p.with_prompts(args.prompts, args.field) for k, p in d.pairs.items()})
                     for a, d in drafters.items()}
@@ -100,7 +132,7 @@ def _cmd_dflash2(args):
     study = args.prompts if isinstance(args.prompts, int) else args.study_prompts
     run_dflash2(study_prompts=study, lossless_prompts=args.lossless_prompts, tf_problems=args.tf_problems,
                 drafters=drafters, directory=directory)
-    print(f"rows -> {directory or RESULTS_DIR}")
+    print(f"wrote the DFlash 2 study's rows to {directory or RESULTS_DIR}")
 
 
 def _ckpt_root(args):
@@ -138,12 +170,17 @@ def _pairs(archs) -> dict:
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+TOKENIZER_HELP = ("with --target: the target's tokenizer, a directory of tokenizer files or a tokenizer.json "
+                  "(default: the target directory's own; a target without one is refused)")
+
+
 def _pair_args(s, drafter: bool = True) -> None:
     """The options of every command that decodes a pair of one's own (drafter: its --drafter)."""
     s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
     if drafter:
         s.add_argument("--drafter", type=_drafter_dir, default=None,
                        help="a published-format DFlash drafter directory for --target")
+    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
     s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
     s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
@@ -232,7 +269,7 @@ def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
     if (args.target is None) != (args.drafter is None):
         raise SystemExit("--target and --drafter go together: a target directory and the drafter trained for it")
     if args.target is not None:
-        pair = pair_from_dirs(args.target, args.drafter, dtype=DTYPES[args.dtype], device=args.device)
+        pair = pair_from_dirs(args.target, args.drafter, args.tokenizer, dtype=DTYPES[args.dtype], device=args.device)
         pairs = {pair.arch: pair}
     else:
         pairs = {a: load_pair(a, dtype=DTYPES[args.dtype], device=args.device) for a in archs}
@@ -253,7 +290,7 @@ def _cmd_compare_drafters(args):
         raise SystemExit("compare-drafters: give --arch (the shipped target) or --target DIR, not both")
     tdir = args.target or ckpt_path(args.arch, "target")
     dirs = [ckpt_path(args.arch, "drafter") if d == "shipped" and args.arch else d for d in args.drafter]
-    pairs = pairs_of_one_target(tdir, dirs, dtype=DTYPES[args.dtype], device=args.device)
+    pairs = pairs_of_one_target(tdir, dirs, args.tokenizer, dtype=DTYPES[args.dtype], device=args.device)
     if isinstance(args.prompts, str):
         pairs = [p.with_prompts(args.prompts, args.field) for p in pairs]
     first = pairs[0]
@@ -266,21 +303,28 @@ def _cmd_compare_drafters(args):
     table = compare_table(frame)
     print(compare_display(table).to_string(index=False))
     if args.out:
-        table.to_csv(args.out, index=False)
-        print(f"table -> {args.out}")
+        write_timing_table(table, args.out)  # with its stamp: revision, machine, load, threads
+        print(f"wrote the table to {Path(args.out).resolve()}")
+    else:
+        print("wrote nothing (--out FILE.csv keeps the table)")
 
 
 def _cmd_quality(args):
     pairs, prompts, directory = _chosen_pairs(args, args.archs)
     args.store_path = Path(directory) / "quality.jsonl"  # run_quality's store (what Ctrl-C reports)
     run_quality(pairs, num_prompts=len(prompts), directory=directory, manifests=args.target is None)
+    print(f"wrote the quality rows to {args.store_path}")
 
 
 def _cmd_bench(args):
     pairs, prompts, directory = _chosen_pairs(args, ("gdn", "mla"))
     args.store_path = Path(directory) / "bench.jsonl"  # run_bench's store (what Ctrl-C reports)
+    configs = len(bench_grid(tuple(pairs), max_new_tokens=args.max_new_tokens))
+    print(f"bench: {configs} configs x {_count(len(prompts), 'prompt')} into {args.store_path} (an estimate "
+          f"follows the first prompt; --prompts N and --max-new-tokens N shorten it)")
     run_bench(pairs, num_prompts=len(prompts), fresh=args.fresh, directory=directory,
-              max_new_tokens=args.max_new_tokens)
+              max_new_tokens=args.max_new_tokens, score_goals=args.target is None)
+    print(f"wrote the bench rows to {args.store_path} and its table to {Path(directory) / 'bench.csv'}")
 
 
 def _cmd_sweep(args):
@@ -291,8 +335,19 @@ def _cmd_sweep(args):
                        max_new_tokens=[args.max_new_tokens])
     store = ResultsStore(args.store, directory)
     args.store_path = store.path
+    print(f"sweep: {_count(len(grid), 'config')} x {_count(len(prompts), 'prompt')} into {store.path} (an estimate "
+          f"follows the first prompt)")
     frame = run_sweep(grid, prompts, store, pairs, runner=run_with_official)
-    print(summarize(frame).round(3).to_string(index=False))
+    mine = grid_rows(frame, grid, prompts)
+    print(summarize(mine).round(3).to_string(index=False))
+    if len(frame) > len(mine):
+        print(f"(the table holds this command's {len(mine)} rows; the store keeps {len(frame) - len(mine)} more of "
+              f"earlier sweeps of this pair, left out)")
+    print(f"wrote the sweep rows to {store.path}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def _check_block_sizes(block_sizes: list[int], pairs: dict) -> None:
@@ -313,8 +368,6 @@ def _cmd_concurrency(args):
                   ("temperatures", args.temperatures), ("max_new_tokens", args.max_new_tokens),
                   ("num_prompts", count)) if v is not None}
     grid = replace(grid, **overrides)
-    if not args.threads:
-        torch.set_num_threads(1)  # one thread, as every timing of the lab (and notebook 07) is taken
     args.prompts = args.prompts or grid.num_prompts
     pairs, prompts, directory = _chosen_pairs(args, grid.archs)
     grid = replace(grid, archs=tuple(pairs), num_prompts=len(prompts))
@@ -323,6 +376,7 @@ def _cmd_concurrency(args):
     frame = conc.run_concurrency(grid, store, pairs)
     table = conc.concurrency_table(conc.summarize_concurrency(frame))
     print(table.round(3).to_string(index=False))
+    print(f"wrote the concurrency rows to {store.path}")
 
 
 def _cmd_readme(args):
@@ -348,8 +402,10 @@ def _training_parser(sub, name: str, func, what: str, device: bool):
     return s
 
 
-THREADS_HELP = ("torch CPU threads, an int >= 1 (default: torch's own count, one per core; `concurrency`: 1). "
-                "On a machine shared with other jobs, timings want --threads 1")
+THREADS_HELP = ("torch CPU threads, an int >= 1 (default: OMP_NUM_THREADS, else the lab's rule, "
+                "ddtree_lab/core/threads.py: one thread to decode and time; the train-* commands and tiny-target: "
+                "the cores not already busy)")
+TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "tiny-target")
 
 
 def main(argv=None):
@@ -370,13 +426,27 @@ def main(argv=None):
     s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
     s.add_argument("--drafter", type=_drafter_dir, default=None, help="the DFlash drafter directory of --target (the start)")
     s.add_argument("--out", default=None, help="where the DFlash 2 drafter ships (with --target)")
+    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     s = sub.choices["train-drafter"]
     s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
-    s.add_argument("--out", default=None, help="where the drafter ships (with --target)")
+    s.add_argument("--out", default=None, help="where the drafter ships (with --target); its resumable training "
+                                               "state stays beside it in OUT.run")
+    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     s.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's <|mask|>")
     s.add_argument("--corpus-share", type=_unit_float, default=None,
                    help="share of real-code windows per batch, in [0, 1] (default: the preset's)")
-    s.add_argument("--steps", type=_positive_int, default=None, help="optimizer steps (default: the preset's)")
+    s.add_argument("--steps", type=_positive_int, default=None,
+                   help="optimizer steps (default: the preset's); fewer also make that share of the preset's "
+                        "rollouts and real-code windows, unless --rollouts is given")
+    s.add_argument("--rollouts", type=_positive_int, default=None,
+                   help="target rollouts to train on (default: the preset's, scaled by --steps)")
+    s = sub.add_parser("tiny-target", help="build a tiny Qwen3ForCausalLM of your own from a transformers config, "
+                                           "train it briefly on the lab's corpus and save it with its tokenizer "
+                                           "(the README's walk-through)")
+    s.add_argument("--out", required=True, help="the target's directory (save_pretrained layout + tokenizer files)")
+    s.add_argument("--minutes", type=_non_negative_float, default=1.0,
+                   help="training time on the lab's corpus (0: random weights)")
+    s.set_defaults(func=_cmd_tiny_target)
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
@@ -459,8 +529,7 @@ def main(argv=None):
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help
         s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS, help=THREADS_HELP)
     args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, "train" if args.cmd in TRAINING else "decode")  # before any model loads or timing
     _run(p, args)
 
 

@@ -5,7 +5,7 @@ Stores are keyed by meaning (``ddtree_lab.semantics``), not by the bytes of the 
 change that moves a result without bumping ``SEMANTICS`` would leave stale rows on show. The
 golden check is how the lab learns of it: per store, a fixed sample (``sample``: per target,
 T = 0 / T > 0 and tree / chain, one row of the richest method, cheapest first) is recomputed with the
-shipped models on one thread and its tokens, acceptance lengths, tree sizes and entropies (or
+shipped models on one thread and its tokens, acceptance lengths, tree sizes, entropies and loop tags (or
 the teacher-forced acceptances) compared with the stored ones: integers exactly, the mean
 entropy to a relative 1e-6 (another machine's BLAS rounds differently; a token that moves is
 never within any tolerance). Rows of a budget chosen by a timed cost model ("auto") are not
@@ -49,10 +49,11 @@ class Kind:
     fields: tuple | None
 
 
-GEN_FIELDS = ("tokens", "acceptance_lengths", "tree_sizes", "entropy")
+LOOP_FIELDS = ("round_looping", "round_copyable")  # the loop lens's round tags (``plumbing.loops``): a lens change shows
+GEN_FIELDS = ("tokens", "acceptance_lengths", "tree_sizes", "entropy") + LOOP_FIELDS
 KINDS = {"generation": Kind(load_pair, run_with_official, GEN_FIELDS),
          "study": Kind(load_drafters, run_study_config, GEN_FIELDS),
-         "group": Kind(load_pair, _group, ("tokens", "acceptance_lengths", "tree_sizes")),
+         "group": Kind(load_pair, _group, ("tokens", "acceptance_lengths", "tree_sizes") + LOOP_FIELDS),
          "teacher_forced": Kind(load_pair, tf_runner, None),
          "teacher_forced_dflash2": Kind(lambda arch: load_drafters(arch).pairs["dflash2"], tf_runner, None)}
 
@@ -159,7 +160,7 @@ def report(results: list[StoreCheck]) -> str:
     for r in bad:
         lines += [f"  {r.store}: {m}" for m in r.moved[:3]] + ([f"  {r.store}: ... {len(r.moved) - 3} more"]
                                                                if len(r.moved) > 3 else [])
-    lines += ["a change moved stored results. If it should: bump SEMANTICS in ddtree_lab/semantics.py with a dated "
+    lines += ["a change moved stored results. If it should: bump SEMANTICS in ddtree_lab/core/semantics.py with a dated "
               "line saying what it changed, then recompute these stores:",
               f"  ddtree-lab recompute {' '.join(names)}",
               "If it should not: the change is a bug (a fast path that changes one token is a bug)."]

@@ -25,10 +25,12 @@ import pandas as pd
 from ..common import RESULTS_DIR, ROOT
 from ..experiments.plumbing.results import STAMP_FIELDS, ResultsStore, stamp_line, stamp_path
 from ..experiments.plumbing.summary import summarize
+from ..experiments.plumbing.sweep import AXES, PLUGIN_AXES
 from ..experiments.studies.concurrency import concurrency_table, summarize_concurrency
 from ..experiments.studies.teacher_forced import tf_summary
 from . import golden
 from .registry import EXPERIMENTS, Experiment, by_name
+from ..experiments.studies.expert_auto import table as auto_table
 
 BACKUP_DIR = RESULTS_DIR / "recompute-backup"
 
@@ -116,12 +118,16 @@ def show(e: Experiment, directory: Path = RESULTS_DIR) -> str:
 
 
 def _table(store: str, how: str, frame: pd.DataFrame) -> str:
+    if how == "cases":
+        return f"{len(frame)} stored cases (per-case routing: the experiment's CSV tables summarise them)"
+    if how == "expert_auto":
+        return auto_table(frame).round(3).to_string(index=False)
     if how == "teacher_forced":
         table = tf_summary(frame)
     elif how == "concurrency":
         table = concurrency_table(summarize_concurrency(frame))
     else:
-        table = summarize(frame)
+        table = summarize(frame, AXES + tuple(a for a in PLUGIN_AXES if a in frame))  # one row per tree rule too
     cols = [c for c in ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "concurrency", "tree",
                         "drafter", "tau", "tokens_per_s", "speedup", "matches_ar", "positions") if c in table]
     text = table[cols].round(3).to_string(index=False)

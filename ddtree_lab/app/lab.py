@@ -14,7 +14,8 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from ..common import RESULTS_DIR, stable_hash
-from ..experiments.plumbing.results import ResultsStore, cached_table_path, stamp, stamp_path
+from ..core.threads import set_threads
+from ..experiments.plumbing.results import ResultsStore, cached_table_path, stamp, stamp_line, stamp_path
 from .claims import Claim, check, compare  # noqa: F401  (lab.check / lab.compare: the notebooks' names)
 from ..train.data import prompt_tokens  # noqa: F401  (notebooks call lab.prompt_tokens)
 
@@ -26,12 +27,12 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
-def setup(seed: int = 0, cpu_threads: int | None = 1) -> None:
-    """Every notebook's first call: seeds, and CPU threads (1 by default: the tiny models run
-    fastest on one thread, and a busy second core then never stalls them)."""
+def setup(seed: int = 0, cpu_threads: int | None = None) -> None:
+    """Every notebook's first call: seeds, and torch's CPU threads: ``cpu_threads``, or (None)
+    the lab's rule for decoding and timing, one thread (``core.threads``, the same rule as the
+    CLI's and ``load_pair``'s)."""
     seed_everything(seed)
-    if cpu_threads:
-        torch.set_num_threads(cpu_threads)
+    set_threads(cpu_threads, "decode")
     hf_logging.set_verbosity_error()  # the kernel fallback notices: the README explains the kernels once
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
 
@@ -77,6 +78,14 @@ def store(name: str, smoke: bool) -> ResultsStore:
     """The notebook's results store; SMOKE runs write to data/results/smoke/ (not committed).
     Rows of different models share a store: each row's key holds the pair's digests."""
     return ResultsStore(name, RESULTS_DIR / "smoke") if smoke else ResultsStore(name)
+
+
+def measured_at(name: str, smoke: bool = False, run: str | None = None) -> None:
+    """Print the stamp of a timing store's rows ('measured at 4163d1d on <machine>, <date>, load
+    1.0-1.3, threads 1'; ``run``: only that interleaved run's rows): the context of every
+    tokens/s the notebook shows from it, never part of its key."""
+    rows = [r for r in store(name, smoke).current_rows() if run is None or r.get("run") == run]
+    print(f"{name}: {stamp_line(rows)}")
 
 
 def cached_table(name: str, config: dict, smoke: bool, compute):

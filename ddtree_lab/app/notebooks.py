@@ -8,6 +8,7 @@ image, an object repr or a progress bar as output, an error.
 """
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import time
@@ -17,7 +18,7 @@ import nbformat
 from nbclient import NotebookClient
 from traitlets.config import Config
 
-from ..common import RESULTS_DIR, ROOT
+from ..common import MAIN_JOB_ENV, RESULTS_DIR, ROOT
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 EXECUTED_DIR = RESULTS_DIR / "executed"
@@ -40,16 +41,19 @@ def parameterize(nb, **params):
     return nb
 
 
-def run_notebook(path: Path, timeout: int = 3600, executed_dir: Path | None = None, **params):
+def run_notebook(path: Path, timeout: int = 3600, executed_dir: Path | None = None, main_job: bool = False,
+                 **params):
     """Execute one notebook (with injected params) in its own folder; returns the executed nb,
-    written to ``executed_dir`` (default ``EXECUTED_DIR``). SMOKE figures go to the smoke
-    folder: the notebooks pass SMOKE to ``show_figure``."""
+    written to ``executed_dir`` (default ``EXECUTED_DIR``). Figures: SMOKE to the smoke folder
+    (the notebooks pass SMOKE to ``show_figure``); ``figures/`` only when ``main_job`` (the
+    kernel then carries ``common.MAIN_JOB_ENV``), else the git-ignored ``figures/local/``."""
     path = Path(path)
     nb = parameterize(nbformat.read(path, as_version=4), **params)
+    env = {k: v for k, v in os.environ.items() if k != MAIN_JOB_ENV} | ({MAIN_JOB_ENV: "1"} if main_job else {})
     with tempfile.TemporaryDirectory(prefix="ddtree-kernel-") as sockets:  # IPC: no TCP transport warning
         ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
         NotebookClient(nb, timeout=timeout, kernel_name="python3", config=ipc,
-                       resources={"metadata": {"path": str(path.parent)}}).execute()
+                       resources={"metadata": {"path": str(path.parent)}}).execute(env=env)
     executed_dir = Path(executed_dir or EXECUTED_DIR)
     executed_dir.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, executed_dir / path.name)
@@ -82,20 +86,25 @@ RAW_REPRS = (re.compile(r"\b[A-Z]\w*\(\w+="),      # a dataclass repr: Concurren
 MAX_TABLE_ROWS, MAX_TABLE_WIDTH = 15, 120      # rows of numbers; wider wraps in a notebook column
 
 
-def _numeric(field: str) -> bool:
+def _numeric(field: str, intervals: bool = False) -> bool:
+    """A number as a table prints it ('1.2', '5%', '1.37x'); ``intervals``: also an interval's
+    ends ('[1.23,', '1.52]')."""
     try:
-        float(field.rstrip("%x"))
+        float((field.strip("[],") if intervals else field).rstrip("%x"))
         return True
     except ValueError:
         return field in ("NaN", "None", "True", "False")
 
 
 def _table_runs(text: str) -> list[list[str]]:
-    """Runs of consecutive table-like lines (>= 3 fields, at least half of them numbers)."""
+    """Runs of consecutive table-like lines (>= 3 fields, at least half of them numbers; in a line
+    whose columns are padded apart, a ratio's interval counts as numbers too)."""
     runs, run = [], []
     for line in text.splitlines():
         fields = line.split()
-        if len(fields) >= 3 and 2 * sum(map(_numeric, fields)) >= len(fields):
+        aligned = len(re.findall(r"\S {2,}\S", line)) >= 2   # columns padded apart: a printed frame, not prose
+        numeric = sum(_numeric(f, intervals=aligned) for f in fields)
+        if len(fields) >= 3 and 2 * numeric >= len(fields):
             run.append(line)
         elif run:
             runs, run = runs + [run], []
@@ -152,10 +161,42 @@ def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR, only=()) -> dic
     for p in paths:
         t0 = time.monotonic()
         print(f"running {p.name} (SMOKE={smoke}) ...", flush=True)
-        nb = run_notebook(p, SMOKE=smoke)
+        nb = run_notebook(p, main_job=not smoke, SMOKE=smoke)   # only this run at defaults writes figures/
         times[p.name] = time.monotonic() - t0
         problems = "".join(f"\n  ! {line}" for line in output_problems(nb))
         print(f"  done in {times[p.name]:.0f} s, {figures_shown(nb)} figures shown{problems}", flush=True)
     print(f"all {len(paths)} notebooks ran in {sum(times.values()):.0f} s; figures in {ROOT / 'figures'}"
           + (" (SMOKE: under data/results/smoke/figures)" if smoke else ""))
     return times
+
+
+# ----------------------------------------------------------------------------- saving from JupyterLab
+
+KEPT_CELL_METADATA = ("tags",)   # "parameters" / "injected-parameters": what papermill and run_notebook read
+
+
+def strip_notebook(content: dict) -> dict:
+    """A notebook (nbformat v4, as a dict) as it is committed: no outputs, no execution counts,
+    no widget state; cell metadata only ``KEPT_CELL_METADATA``; notebook metadata only the
+    kernelspec and the language's name (a kernel fills in versions). Changes ``content`` in
+    place and returns it: the sources, the cell ids and the cell order are untouched."""
+    for cell in content.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        meta = cell.get("metadata", {})
+        cell["metadata"] = {k: meta[k] for k in KEPT_CELL_METADATA if k in meta}
+    meta = content.get("metadata", {})
+    kept = {"kernelspec": meta["kernelspec"]} if "kernelspec" in meta else {}
+    if "language_info" in meta:
+        kept["language_info"] = {"name": meta["language_info"].get("name", "python")}
+    content["metadata"] = kept
+    return content
+
+
+def strip_on_save(model: dict, **kwargs) -> None:
+    """A Jupyter ContentsManager ``pre_save_hook`` (``jupyter_server_config.py`` at the repository
+    root; ``bash scripts/lab.sh jupyter`` starts JupyterLab with it): every notebook is written
+    stripped (``strip_notebook``), so a save or an autosave after a run leaves ``git status``
+    clean. The open page keeps its outputs; only the file on disk is stripped."""
+    if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
+        strip_notebook(model["content"])

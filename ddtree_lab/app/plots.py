@@ -4,8 +4,9 @@ One fixed style (``STYLE``: seaborn whitegrid, readable fonts, dpi 110) applied 
 plotting function, so a figure looks the same whatever the caller's rcParams. Figures are
 built as ``matplotlib.figure.Figure`` objects (no pyplot state: nothing leaks, nothing is
 auto-shown twice in a notebook) and every function returns its Figure. ``show_figure`` is
-what a notebook calls: it saves ``figures/<name>.png`` (SMOKE: under the git-ignored smoke
-folder, never ``figures/``) and shows the same PNG inline, whatever the matplotlib backend.
+what a notebook calls: it saves ``<name>.png`` and shows the same PNG inline, whatever the
+matplotlib backend; only the main job at defaults writes ``figures/`` (SMOKE: the smoke folder,
+anything else: the git-ignored ``figures/local/``, ``figure_folder``).
 Budget axes are log 2 with labels that never collide (``budget_axis``).
 
 The figures draw ``experiments.summary.summarize`` output (one row per config).
@@ -15,7 +16,9 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import itertools
 import math
+import os
 from pathlib import Path
 
 import matplotlib as mpl
@@ -25,16 +28,18 @@ import pandas as pd
 import seaborn as sns
 from IPython import get_ipython
 from IPython.display import display
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 
-from ..common import FIGURES_DIR, RESULTS_DIR
+from ..common import FIGURES_DIR, MAIN_JOB_ENV, RESULTS_DIR
 from ..experiments.plumbing.sweep import EXACT_MODE, names_mode
 from ..experiments.studies.calibration import calibration_table
 from ..experiments.studies.concurrency import tied_of
 from ..experiments.studies.drafter_grid import pareto_front, point_label
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
+LOCAL_FIGURES_DIR = FIGURES_DIR / "local"   # git-ignored: any run but the main job (a tweak in JupyterLab)
 DPI = 110
 NOTEBOOK_PX = 1200                       # a JupyterLab column: wider PNGs are shown scaled down
 MAX_WIDTH_IN = 10.5                      # every figure fits the column (1155 px at DPI): shown at 100 %
@@ -52,6 +57,7 @@ METHOD_STYLES = {
     "dflash": {"color": PALETTE[1], "marker": "s", "label": "DFlash"},
     "dflash2": {"color": "#808000", "marker": "d", "label": "DFlash 2 (selector path)"},
     "official": {"color": PALETTE[5], "marker": "v", "label": "reference loop"},
+    "lookup": {"color": PALETTE[8], "marker": "<", "label": "prompt lookup"},   # the copy baseline: no drafter
     "ddtree": {"color": PALETTE[0], "marker": "o", "label": "DDTree"},   # MLA (no GDN mode); = the marginal tree
     "naive": {"color": PALETTE[3], "marker": "^", "label": "DDTree naive"},
     "fork": {"color": PALETTE[4], "marker": "D", "label": "DDTree fork"},
@@ -119,6 +125,22 @@ def legend_right(ax, note: str | None = None) -> None:
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), borderaxespad=0, title=note, title_fontsize=9)
 
 
+def share_y(axes) -> None:
+    """One y range for panels that compare the same quantity: the union of their ranges."""
+    axes = list(axes)
+    if len(axes) > 1:
+        lo, hi = min(a.get_ylim()[0] for a in axes), max(a.get_ylim()[1] for a in axes)
+        for a in axes:
+            a.set_ylim(lo, hi)
+
+
+def share_top(ax, floor: float = 0.05, ceiling: float = 1.0, head: float = 1.25) -> None:
+    """A share axis (0 to ``ceiling``) cut to its data: 0 to ``head`` x the highest value drawn
+    (at least ``floor``), so a loop share of 0.05 is not drawn flat on a 0-1 axis."""
+    top = max((float(np.nanmax(line.get_ydata())) for line in ax.lines if len(line.get_ydata())), default=0.0)
+    ax.set_ylim(0, min(ceiling, max(floor, head * top)))
+
+
 def log10_axis(ax, axis: str = "y") -> None:
     """A log-10 axis labelled in plain numbers ('1e-06', '0.01', '10'), no minor labels."""
     target = ax.yaxis if axis == "y" else ax.xaxis
@@ -148,16 +170,26 @@ def save_figure(fig: Figure, name: str, folder: Path | None = None) -> Path:
     return path
 
 
+def figure_folder(smoke: bool) -> Path:
+    """Where ``show_figure`` writes: ``SMOKE_FIGURES_DIR`` under SMOKE; ``figures/`` only in the
+    main job at defaults (its kernels carry ``MAIN_JOB_ENV=1``: ``notebooks.run_all``); any other
+    run (JupyterLab, a changed parameter) ``LOCAL_FIGURES_DIR``, git-ignored, so a tweak and
+    rerun never rewrites a committed figure."""
+    if smoke:
+        return SMOKE_FIGURES_DIR
+    return FIGURES_DIR if os.environ.get(MAIN_JOB_ENV) == "1" else LOCAL_FIGURES_DIR
+
+
 def show_figure(fig: Figure, name: str, smoke: bool) -> None:
-    """A notebook's one call per figure: save it as ``<name>.png`` (under ``figures/``, or
-    ``SMOKE_FIGURES_DIR`` when ``smoke``) and show that PNG inline.
+    """A notebook's one call per figure: save it as ``<name>.png`` (in ``figure_folder``:
+    ``figures/`` only from the main job, else a git-ignored folder) and show that PNG inline.
 
     The PNG is published as display_data directly (no reliance on the inline backend, so it
     shows under any MPLBACKEND, in JupyterLab and in nbclient runs); a pyplot figure is then
     closed so the backend does not show it a second time. Returns None: no Out[] repr.
     """
     png = figure_png(fig)
-    folder = SMOKE_FIGURES_DIR if smoke else FIGURES_DIR
+    folder = figure_folder(smoke)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{name}.png").write_bytes(png)
     _display_png(png, name)
@@ -264,15 +296,24 @@ def _mode_label(mode: str) -> str:
     return "ddtree" if mode == PLAIN else f"ddtree {mode}"
 
 
+REFERENCE_DASHES = [(0, (5, 2)), (0, (6, 2, 1.5, 2)), (0, (2, 1.5)), (0, (8, 2, 1.5, 2, 1.5, 2)), (0, (3, 3)),
+                    (0, (10, 3)), (0, (1.5, 1.5, 5, 1.5))]   # DFlash levels: one per mode or per set of equal modes
+
+
 def _draw_references(ax, rows: pd.DataFrame, metric: str, modes: list[str]) -> None:
     """Horizontal levels in the method colours: DFlash per drawn mode (one dash pattern per
-    mode, named in the label), AR dotted."""
-    dashes = [(0, (5, 2)), (0, (6, 2, 1.5, 2)), (0, (2, 1.5))]
-    for i, mode in enumerate(modes):
+    mode, named in the label; modes whose levels are equal, e.g. a chain verified naive and
+    exact, share one line named for all of them: a second line on the first would hide), AR dotted."""
+    levels = {}
+    for mode in modes:
         ref = rows[(rows["method"] == "dflash") & (rows["gdn_mode"] == mode)][metric].dropna()
         if len(ref):
-            label = "dflash" if mode == PLAIN else f"dflash {mode}"
-            ax.axhline(ref.iloc[0], ls=dashes[i % 3], lw=1.4, color=METHOD_STYLES["dflash"]["color"], label=label)
+            levels.setdefault(float(ref.iloc[0]), []).append(mode)
+    groups = [c for r in range(1, len(modes) + 1) for c in itertools.combinations(modes, r)]   # one dash each
+    for level, same in levels.items():
+        label = "dflash" if same == [PLAIN] else "dflash " + " = ".join(m for m in same if m != PLAIN)
+        dash = REFERENCE_DASHES[groups.index(tuple(same)) % len(REFERENCE_DASHES)]
+        ax.axhline(level, ls=dash, lw=1.4, color=METHOD_STYLES["dflash"]["color"], label=label)
     ar = rows[rows["method"] == "ar"][metric].dropna()
     if len(ar):
         ax.axhline(ar.iloc[0], ls=":", lw=1.6, color=METHOD_STYLES["ar"]["color"], label="ar")
@@ -437,7 +478,8 @@ def _finish_loop_axes(ax_tau, ax_loop, budgets: set, tau_title: str) -> None:
     for ax in (ax_tau, ax_loop):
         budget_axis(ax, budgets)
     ax_tau.set(ylabel="τ (tokens per round)", title=tau_title)
-    ax_loop.set(ylabel="share of rounds in a loop", ylim=(0, 1), title="rounds whose context loops")
+    ax_loop.set(ylabel="share of rounds in a loop", title="rounds whose context loops")
+    share_top(ax_loop)
     legend_below(ax_tau.figure, "solid: all rounds, dashed open: outside loops; " + OFFSET_NOTE, ncols=2)
 
 
@@ -468,8 +510,12 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
         budgets |= set(curve.index)
         _plot_lens(ax_tau, curve, col, spread(i, len(lenses)), marker="o", color=color, label=f"DDTree, {label}")
         dfl = rows[rows["method"] == "dflash"][col].dropna()
-        if len(dfl):
-            ax_tau.axhline(dfl.iloc[0], ls=(0, (1, 1.5)) if col != "tau" else "--", lw=1.2, color=color, alpha=0.8)
+        same = col != "tau" and len(dfl) and any(np.isclose(line.get_ydata()[0], dfl.iloc[0]) and
+                                                 line.get_label().startswith(f"DFlash (level), T = {temp:g}")
+                                                 for line in ax_tau.lines)
+        if len(dfl) and not same:   # a level equal to its all-rounds level is not drawn over it
+            ax_tau.axhline(dfl.iloc[0], ls=(0, (1, 1.5)) if col != "tau" else "--", lw=1.2, color=color, alpha=0.8,
+                           label=f"DFlash (level), {label}")
         if col == "tau":
             share = _ddtree_curve(rows, "loop_round_share", mode)
             ax_loop.plot(share.index * spread(i, len(lenses)), share.values, marker="o", ms=4, color=color,
@@ -549,7 +595,8 @@ def plot_teacher_forced(tf: pd.DataFrame, summary: pd.DataFrame, block_size: int
             budgets |= set(tree.budget)
             ax.plot(tree.budget, tree.tau, marker=TARGET_STYLES[arch]["marker"], ms=4.5, lw=2, color=colors[arch],
                     label=f"{arch}: real text, teacher-forced ({int(tree.positions.iloc[0])} positions)")
-            ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch])
+            ax.axhline(rows[rows.method == "dflash"].tau.iloc[0], ls="--", lw=1, color=colors[arch],
+                       label=f"{arch}: DFlash, real text, teacher-forced")
             free = summary[(summary.arch == arch) & (summary.block_size == block_size) & (summary.temperature == 0)
                            & (summary.gdn_mode == EXACT_MODE)]
             curve = _ddtree_curve(free, "tau", EXACT_MODE)
@@ -620,18 +667,19 @@ def plot_verify_cost(cost: pd.DataFrame) -> Figure:
     per-node states and wy's N x N matrices. cost: ``verify_cost.gdn_cost_table`` (budget,
     {mode}_ms, fork_state_bytes, wy_nxn_bytes)."""
     fig, (ax_t, ax_m) = _new_axes(None, 2, panel=(5.0, 3.4))
-    for mode in ("naive", "fork", "wy", "stock"):
+    modes = ("naive", "fork", "wy", "stock")
+    for i, mode in enumerate(modes):   # offset sideways: naive and wy cost about the same
         label = "stock (transformers, flattened, no tree mask)" if mode == "stock" else mode
-        ax_t.plot(cost.budget, cost[f"{mode}_ms"], ls=":" if mode == "stock" else "-", label=label, **method_style(mode))
-    ax_m.plot(cost.budget, cost.fork_state_bytes / 2**20, label="fork: per-node states", **method_style("fork"))
-    ax_m.plot(cost.budget, cost.wy_nxn_bytes / 2**20, ls="--", label="wy: N x N matrices (one layer)",
-              **method_style("wy"))
+        ax_t.plot(cost.budget * spread(i, len(modes), 0.12), cost[f"{mode}_ms"], ls=":" if mode == "stock" else "-",
+                  label=label, **method_style(mode))
+    for mode, column in (("fork", "fork_state_bytes"), ("wy", "wy_nxn_bytes")):   # each in its legend style
+        ax_m.plot(cost.budget, cost[column] / 2**20, label=f"_{mode} memory", **method_style(mode))
     log10_axis(ax_m, "y")
     for ax in (ax_t, ax_m):
         budget_axis(ax, cost.budget)
     ax_t.set(ylabel="verify ms", title="verify time (median)")
-    ax_m.set(ylabel="MiB", title="extra memory")
-    legend_below(fig, ncols=3)
+    ax_m.set(ylabel="MiB", title="extra memory: fork's per-node states,\nwy's N x N matrices (one layer)")
+    legend_below(fig, OFFSET_NOTE, ncols=4)
     return fig
 
 
@@ -699,7 +747,8 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
 
     tree: ``tree.DraftTree`` (tokens, parents, log_weights [N+1]); labels: one string per
     node (default: token ids); path: accepted node indices from the root (``tree.accept``),
-    drawn as thick coloured edges and coloured nodes. Edge width is proportional to the
+    drawn as thick coloured edges and coloured nodes; a node whose label is empty (a token that
+    decodes to no text) shows its token id, '#id'. Edge width is proportional to the
     drafter's conditional probability exp(log_w[child] - log_w[parent]). Only the first
     ``max_nodes`` nodes (a prefix-closed subtree, nodes are topological) plus ``path`` are drawn.
     """
@@ -724,10 +773,12 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
             widths.append(0.5 + 4.0 * math.exp(log_w[node] - log_w[parents[node]]) + (2.5 if hit else 0))
             colors.append(PATH_COLOR if hit else "0.55")
         ax.add_collection(LineCollection(edges, linewidths=widths, colors=colors, zorder=1))
+        tokens = tree.tokens.tolist()
         for node in keep:
             i = index[node]
             face = PATH_COLOR if node in on_path else ("0.85" if node == 0 else "white")
-            ax.text(x[i], y[i], _printable(labels[node]), ha="center", va="center", fontsize=7, zorder=2,
+            shown = _printable(labels[node]) or f"#{tokens[node]}"   # a token decoding to no text: its id
+            ax.text(x[i], y[i], shown, ha="center", va="center", fontsize=7, zorder=2,
                     bbox=dict(boxstyle="round,pad=0.25", fc=face, ec="0.3", lw=0.6))
         ax.set_xlim(-0.6, max(x) + 0.6)
         ax.set_ylim(min(y) - 0.7, 0.7)
@@ -742,19 +793,21 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
 # ----------------------------------------------------------------------------- studies
 
 def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: str = "max |error|",
-                       *, title: str | None = None, floor: float = 1e-12, xlog: bool = False) -> Figure:
+                       *, title: str | None = None, floor: float = 1e-12, xlog: bool = False,
+                       hue_name: str | None = None) -> Figure:
     """Scatter of per-node errors on a log y axis (leakage study).
 
     x, y: array-likes [n]; hue: optional array-like [n] of categories (one colour each,
-    sorted). Errors below ``floor`` are drawn at ``floor``; exact zeros there as open
-    triangles, counted in the legend (``mark_zeros_at_floor``), which sits right of the axes.
-    xlog: a log-10 x axis. Both log axes are labelled in plain numbers (``log10_axis``).
+    sorted; ``hue_name``: the legend's title). Errors below ``floor`` are drawn at ``floor``; exact
+    zeros there as open triangles, counted in the legend (``mark_zeros_at_floor``), which sits
+    below the axes in rows (a column of entries beside it would squeeze the plot). xlog: a
+    log-10 x axis. Both log axes are labelled in plain numbers (``log10_axis``).
     """
     x, raw = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     y = np.clip(raw, floor, None)
     hue = np.zeros(len(x), dtype=int) if hue is None else np.asarray(hue)
     with mpl.rc_context(STYLE):
-        fig, (ax,) = _new_axes(ax, 1, panel=(4.8, 3.2))
+        fig, (ax,) = _new_axes(ax, 1, panel=(6.4, 3.4))
         groups = list(dict.fromkeys(hue.tolist()))
         try:
             groups.sort()
@@ -769,7 +822,7 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
         mark_zeros_at_floor(ax, x, raw, floor)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
-        legend_right(ax)
+        legend_below(fig, hue_name, ncols=min(7, len(groups) + 1))
         if title:
             ax.set_title(title)
     return fig
@@ -804,38 +857,51 @@ def plot_sibling_gap(gaps: pd.DataFrame) -> Figure:
     an ``arch`` column."""
     fig, (ax,) = _new_axes(None, 1, (6.4, 3.6))
     for i, (arch, g) in enumerate(gaps.groupby("arch")):
-        x = [j + 0.4 * i for j in range(len(g))]
-        ax.bar(x, g.predicted, width=0.18, color="0.75", label="predicted" if i == 0 else None)
-        ax.bar([v + 0.18 for v in x], g.observed, width=0.18, color=TARGET_STYLES[arch]["color"],
-               label=f"observed ({arch})")
-    ax.set(xticks=[0.2, 1.2], xticklabels=["rank 0 (main path)", "rank 1+ (branches)"], ylabel="accept probability",
-           title="the sibling-conditioning gap")
+        x = np.array([j + 0.4 * i for j in range(len(g))])
+        for xs, values, kw in ((x, g.predicted, {"color": "0.75", "label": "predicted" if i == 0 else None}),
+                               (x + 0.18, g.observed, {"color": TARGET_STYLES[arch]["color"], "label": f"observed ({arch})"})):
+            bars = ax.bar(xs, values, width=0.18, **kw)
+            ax.bar_label(bars, labels=[f"{v:.2f}" if v >= 0.095 else f"{v:.3f}" for v in values], fontsize=8, padding=1)
+    log10_axis(ax, "y")   # rank-1+ rates are a few percent: on a linear axis their bars are invisible
+    ax.set_ylim(0.005, 2.0)
+    ax.set(xticks=[0.2, 1.2], xticklabels=["rank 0 (main path)", "rank 1+ (branches)"],
+           ylabel="accept probability (log)", title="the sibling-conditioning gap")
     legend_below(fig)
     return fig
 
 
-def plot_reliability(pred, observed, counts, ax=None, title: str = "reliability") -> Figure:
+def expected_calibration_error(pred, observed, counts) -> float:
+    """ECE = sum(count * |pred - observed|) / sum(count) over the bins (array-likes [n_bins];
+    empty or non-finite bins skipped): a mean over nodes, so the many rarely-accepted branches
+    weigh most."""
+    pred, observed, counts = (np.asarray(a, dtype=float) for a in (pred, observed, counts))
+    ok = (counts > 0) & np.isfinite(pred) & np.isfinite(observed)
+    return float((counts[ok] * np.abs(pred[ok] - observed[ok])).sum() / max(counts[ok].sum(), 1))
+
+
+def plot_reliability(pred, observed, counts, ax=None, title: str = "reliability", legend: bool = True) -> Figure:
     """Reliability diagram: mean predicted accept probability per bin vs observed frequency.
 
     pred, observed, counts: array-likes [n_bins] (empty bins, count 0, are skipped). Marker
-    area grows with the count; the title carries the expected calibration error
-    ECE = sum(count * |pred - observed|) / sum(count).
+    area grows with the count; the title carries the expected calibration error per node
+    (``expected_calibration_error``) and how many nodes it averages over.
     """
     pred, observed, counts = (np.asarray(a, dtype=float) for a in (pred, observed, counts))
     ok = (counts > 0) & np.isfinite(pred) & np.isfinite(observed)
-    ece = float((counts[ok] * np.abs(pred[ok] - observed[ok])).sum() / max(counts[ok].sum(), 1))
+    ece = expected_calibration_error(pred, observed, counts)
     with mpl.rc_context(STYLE):
         fig, (ax,) = _new_axes(ax, 1, panel=(3.6, 3.4))
         ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfect")
-        ax.plot(pred[ok], observed[ok], color=PATH_COLOR, lw=1.2)
+        ax.plot(pred[ok], observed[ok], color=PATH_COLOR, lw=1.2, marker="o", ms=3, label="bins (area: nodes)")
         sizes = 12 + 120 * np.sqrt(counts[ok] / max(counts[ok].max(initial=1), 1))
-        ax.scatter(pred[ok], observed[ok], s=sizes, color=PATH_COLOR, ec="k", lw=0.5, zorder=3, label="bins")
+        ax.scatter(pred[ok], observed[ok], s=sizes, color=PATH_COLOR, ec="k", lw=0.5, zorder=3)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xlabel("predicted accept probability")
         ax.set_ylabel("observed accept frequency")
-        ax.set_title(f"{title} (ECE {ece:.3f})")
-        legend_right(ax)
+        ax.set_title(f"{title}: ECE {ece:.3f}\n(per node, {int(counts[ok].sum())} nodes)")
+        if legend:
+            legend_below(fig)
     return fig
 
 
@@ -861,31 +927,35 @@ def _interval_bars(ax, x, rows: pd.DataFrame, col: str, color) -> None:
 
 @styled
 def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
-    """Best fixed DDTree budget (the highest median speedup) vs concurrency, one line per
-    (target, T) in the target's colour and marker (T = 0 solid, sampled dashed open), targets
-    offset sideways; a light bar spans the budgets tied with the best (``tied_budgets``: not
-    told apart outside the noise). table: ``experiments.concurrency.concurrency_table`` (arch,
-    temperature, concurrency, best_budget[, tied_budgets])."""
+    """Best fixed DDTree budget (the highest median speedup) vs concurrency per (target, T): the
+    best as a marker in the target's colour (T = 0 filled, sampled open), a light bar spanning
+    the budgets tied with it (``tied_budgets``: not told apart outside the noise); series offset
+    sideways. No line joins the best budgets: among tied budgets which one is best is noise. table:
+    ``experiments.concurrency.concurrency_table`` (arch, temperature, concurrency,
+    best_budget[, tied_budgets])."""
     fig, (ax,) = _new_axes(ax, 1, (6.0, 3.8))
     archs = sorted(table.arch.unique())
+    groups = list(table.groupby(["arch", "temperature"]))
     ties = "tied_budgets" in table and (table.tied_budgets.map(len) > 1).any()
-    for (arch, temp), g in table.groupby(["arch", "temperature"]):
+    for k, ((arch, temp), g) in enumerate(groups):
         style = target_style(arch)
-        x = g.concurrency * spread(archs.index(arch), len(archs), 0.16)
+        x = g.concurrency * spread(k, len(groups), 0.1)
+        tied = [tied_of(r) for r in g.itertuples()]
+        lo, hi = [min(t) for t in tied], [max(t) for t in tied]
+        # the best a marker, the budgets tied with it a light bar; no line joins the best budgets (it would
+        # jump between budgets the noise cannot tell apart)
+        ax.vlines(x, lo, hi, color=style["color"], alpha=0.3 if temp == 0 else 0.18, lw=7)
         ax.plot(x, g.best_budget, **style, ms=7 if temp == 0 else 6, mfc="white" if temp else style["color"],
-                ls="-" if temp == 0 else "--", label=f"{arch}, T = {temp:g}")
-        if ties:
-            tied = [(xi, min(t), max(t)) for xi, t in zip(x, g.tied_budgets) if len(t) > 1]
-            ax.vlines([t[0] for t in tied], [t[1] for t in tied], [t[2] for t in tied], color=style["color"],
-                      alpha=0.3, lw=7)
+                ls="none", label=f"{arch}, T = {temp:g}")
     _concurrency_axis(ax, table.concurrency)
     ax.set_yscale("log", base=2)
     budgets = sorted({int(b) for b in table.best_budget} | {int(b) for t in table.get("tied_budgets", []) for b in t})
     ax.set_yticks(budgets, [str(b) for b in budgets])
     ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
     ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
-    note = "targets offset sideways: equal values stay visible"
-    legend_below(fig, note + ("; light bars: budgets tied with the best (paired 95% interval holds 1)"
+    note = "markers: the best budget (offset sideways: equal values stay visible)"
+    legend_below(fig, note + ("; light bars: the budgets tied with it\n(their paired 95% interval holds 1); "
+                              "no line joins the best budgets: among tied ones, which is best is noise"
                               if ties else ""), ncols=4)
     return fig
 
@@ -899,26 +969,28 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
     best_budget, auto_speedup[, their _lo / _hi, tied_budgets, best_ceiling: drawn where
     the table has it, the best budget's speedup at no cost of the loop's own])."""
     fig, axes = _new_axes(ax, len(archs), (4.6, 3.6))
+    series = (("dflash_speedup", "DFlash", {"ls": "--"}), ("best_speedup", "DDTree, best fixed budget", {}),
+              ("auto_speedup", "DDTree auto (load-aware)", {"ms": 11, "ls": ":"}))
     for ax, arch in zip(axes, archs):
         rows = table[(table.arch == arch) & (table.temperature == temperature)]
-        for col, name, extra in (("dflash_speedup", "DFlash", {"ls": "--"}),
-                                 ("best_speedup", "DDTree, best fixed budget", {}),
-                                 ("auto_speedup", "DDTree auto (load-aware)", {"ms": 11, "ls": ":"})):
+        for i, (col, name, extra) in enumerate(series):   # offset sideways: close speedups stay visible
             key = {"dflash_speedup": "dflash", "best_speedup": "ddtree", "auto_speedup": "auto"}[col]
-            ax.plot(rows.concurrency, rows[col], label=name, **{**method_style(key), **extra})
-            _interval_bars(ax, rows.concurrency, rows, col, METHOD_STYLES[key]["color"])
+            x = rows.concurrency * spread(i, len(series), 0.1)
+            ax.plot(x, rows[col], label=name, **{**method_style(key), **extra})
+            _interval_bars(ax, x, rows, col, METHOD_STYLES[key]["color"])
         if "best_ceiling" in rows and rows.best_ceiling.notna().any():
             ax.plot(rows.concurrency, rows.best_ceiling, lw=1, ms=5, marker="^", alpha=0.6, ls="-.",
                     c=METHOD_STYLES["ddtree"]["color"], label="DDTree ceiling (models' work alone)")
         for r in rows.itertuples():
             tied = tied_of(r)
-            ax.annotate("|".join(str(b) for b in tied), (r.concurrency, r.best_speedup), textcoords="offset points",
-                        xytext=(0, 7), ha="center", fontsize=9)
+            ax.annotate("|".join(str(b) for b in tied), (r.concurrency * spread(1, len(series), 0.1), r.best_speedup),
+                        textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
         ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")
         _concurrency_axis(ax, rows.concurrency)
         ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
+    share_y(axes)
     legend_below(fig, "bars: 95% intervals of the paired per-batch ratios; labels: the best budget "
-                      "(a,b: a tie)", ncols=3)
+                      "(a|b: a tie); " + OFFSET_NOTE, ncols=3)
     return fig
 
 
@@ -951,20 +1023,28 @@ def plot_concurrency_budgets(summary: pd.DataFrame, arch: str, temperature: floa
 
 # ----------------------------------------------------------------------------- training curves
 
+TRAINING_PANELS = {"target": "targets", "drafter": "DFlash drafters", "drafter2": "DFlash 2 drafters"}
+
+
 def plot_training_curves(curves: dict[str, pd.DataFrame]) -> Figure:
-    """Loss curves of the shipped models: left, the targets' train (solid) and held-out (dashed)
-    loss vs training tokens; right, the drafters' vs step. curves: {"{arch}-{kind}": the run's
-    ``log.csv`` (step, tokens, train_loss, val_loss)}."""
+    """Loss curves of the shipped models, one panel per kind (``TRAINING_PANELS``: targets vs
+    training tokens, DFlash and DFlash 2 drafters vs step, the drafters on one y range): train
+    (solid) and held-out (dashed) loss in the target's colour. curves: {"{arch}-{kind}": the
+    run's ``log.csv`` (step, tokens, train_loss, val_loss)}."""
+    kinds = [k for k in TRAINING_PANELS if any(n.split("-", 1)[1] == k for n in curves)]
     with mpl.rc_context(STYLE):
-        fig, (ax_t, ax_d) = _new_axes(None, 2, panel=(4.4, 3.2))
-        for i, (name, log) in enumerate(sorted(curves.items())):
+        fig, axes = _new_axes(None, len(kinds), panel=(3.6, 3.2))
+        panel = dict(zip(kinds, axes))
+        for name, log in sorted(curves.items()):
             arch, kind = name.split("-", 1)
-            ax, x = (ax_t, log["tokens"] / 1e6) if kind == "target" else (ax_d, log["step"])
+            ax, x = panel[kind], (log["tokens"] / 1e6 if kind == "target" else log["step"])
             color = TARGET_STYLES[arch]["color"]
             ax.plot(x, log["train_loss"], color=color, lw=2, label=f"{arch} train")
             ax.plot(x, log["val_loss"], color=color, lw=1.3, ls=(0, (3.5, 2)), label=f"{arch} held out")
-        ax_t.set(xlabel="training tokens (M)", ylabel="loss (nats / token)", title="targets")
-        ax_d.set(xlabel="step", ylabel="drafter loss", title="drafters")
+        for kind, ax in panel.items():
+            ax.set(xlabel="training tokens (M)" if kind == "target" else "step",
+                   ylabel="loss (nats / token)" if kind == "target" else "drafter loss", title=TRAINING_PANELS[kind])
+        share_y([ax for kind, ax in panel.items() if kind != "target"])
         legend_below(fig, ncols=4)
     return fig
 
@@ -1027,6 +1107,7 @@ def plot_reference_loop(summary: pd.DataFrame, archs) -> Figure:
         ax.set_xticks(range(len(rows)), labels)
         ax.set(ylabel="tokens/s", title=f"{arch}: one interleaved run, T = 0")
         ax.margins(y=0.25)
+    share_y(axes)
     return fig
 
 
@@ -1058,8 +1139,8 @@ def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature
                          arch: str | None = None) -> Figure:
     """``metric`` (tau, speedup or tau_outside_loops) vs DDTree budget (log 2 axis, plain
     labels) for the three proposals (``experiments.dflash2.PROPOSALS``), one panel per (arch,
-    temperature) (or the one asked), at most 3 a row; see ``_draw_proposals``. One legend
-    below the panels.
+    temperature) (or the one asked), at most 3 a row, on one y range; see ``_draw_proposals``.
+    One legend below the panels.
 
     summary: ``experiments.dflash2.summary`` output."""
     s = summary[summary.method != "ar"]
@@ -1074,6 +1155,7 @@ def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature
     for ax, (a, t) in zip(axes, panels):
         _draw_proposals(ax, s[(s.arch == a) & (s.temperature == t)], metric)
         ax.set(ylabel=metric, title=f"{a}, T = {t:g}")
+    share_y(axes)   # the panels compare one metric: one y range
     legend_below(fig, OFFSET_NOTE)
     fig.suptitle(f"DDTree over DFlash 2: {metric} by budget")
     return fig
@@ -1105,25 +1187,51 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
 GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped before the grid", "s"), "previous": ("previous release", "^")}
 
 
-def _label_offsets(xs: np.ndarray, ys: np.ndarray, near: float = 0.06) -> list[tuple]:
-    """Label offsets (points) for scattered points: above right, or below right when a point
-    placed before lies within ``near`` of the axes' spans to its right and at about its height
-    (two labels would run into each other)."""
-    spans = [max(np.ptp(v), 1e-9) for v in (xs, ys)]
-    out = []
-    for i in range(len(xs)):
-        crowded = any(0 <= (xs[j] - xs[i]) / spans[0] < 3 * near and abs(ys[j] - ys[i]) / spans[1] < near
-                      and out[j] == (4, 4) for j in range(i))
-        crowded |= any(0 <= (xs[i] - xs[j]) / spans[0] < 3 * near and abs(ys[j] - ys[i]) / spans[1] < near
-                       and out[j] == (4, 4) for j in range(i))
-        out.append((4, -11) if crowded else (4, 4))
+LABEL_SPOTS = ((4, 4, "left", "bottom"), (4, -4, "left", "top"), (-4, 4, "right", "bottom"), (-4, -4, "right", "top"),
+               (7, 0, "left", "center"), (-7, 0, "right", "center"), (0, 7, "center", "bottom"), (0, -7, "center", "top"))
+
+
+def place_labels(ax, xs, ys, texts, fontsize: float = 8) -> list:
+    """Label scattered points so no two labels overlap: each label (in the order given) takes the
+    first spot around its point (``LABEL_SPOTS``, offsets in points) whose box meets no label
+    placed before, no other point and stays inside the axes, or else the spot that meets the
+    fewest. Lays the figure out first (positions are final); returns the annotations."""
+    fig = ax.figure
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    pts = ax.transData.transform(np.column_stack([xs, ys]).astype(float))
+    inside, placed, out = ax.get_window_extent(renderer), [], []
+    for i, (xy, text) in enumerate(zip(zip(xs, ys), texts)):
+        best = None
+        for dx, dy, ha, va in LABEL_SPOTS:
+            a = ax.annotate(text, xy, xytext=(dx, dy), textcoords="offset points", ha=ha, va=va, fontsize=fontsize)
+            box = a.get_window_extent(renderer).padded(1)
+            others = np.delete(pts, i, axis=0)
+            cost = (sum(box.overlaps(b) for b in placed) * 10
+                    + int(((others[:, 0] > box.x0) & (others[:, 0] < box.x1) & (others[:, 1] > box.y0)
+                           & (others[:, 1] < box.y1)).sum()) * 3
+                    + (0 if (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0
+                             and box.y1 <= inside.y1) else 5))
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, a, box)
+            else:
+                a.remove()
+            if cost == 0:
+                break
+        placed.append(best[2])
+        out.append(best[1])
     return out
 
 
 def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau", y: str = "decode_dflash_tau") -> Figure:
     """The drafter grid (``studies.drafter_grid``), one panel per target: free-running DFlash tau
     (``y``: decoding HumanEval prompts, every round) against teacher-forced DFlash tau on the
-    canonical solutions (``x``); every point labelled share x steps, the Pareto front joined,
+    canonical solutions (``x``); every point labelled share x steps (``place_labels``: no two
+    labels overlap), the Pareto front joined,
     teacher-forced floor of the drafter shipped before the grid (``floor[arch]``) dashed."""
     archs = sorted(grid.arch.unique())
     with mpl.rc_context(STYLE):
@@ -1137,13 +1245,15 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
                 ax.scatter(pts[x], pts[y], s=46, marker=marker or style["marker"], color=style["color"],
                            ec="k", lw=0.6, zorder=3, label=label if len(pts) else None,
                            alpha=1.0 if source == "trained" else 0.55)
-            for (_, r), offset in zip(rows.iterrows(), _label_offsets(rows[x].to_numpy(), rows[y].to_numpy())):
-                ax.annotate(point_label(r), (r[x], r[y]), xytext=offset, textcoords="offset points", fontsize=8)
             ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (drafter shipped before the grid)")
             ax.set(xlabel="teacher-forced DFlash τ (real code)", ylabel="free-running DFlash τ (decoding)",
                    title=f"{arch}: drafter grid")
-            ax.margins(x=0.12, y=0.1)
+            ax.margins(x=0.12, y=0.12)
+        share_y(axes)   # one free-running tau scale for both targets
         legend_below(fig, ncols=2)
+        for ax, arch in zip(axes, archs):   # last: the layout is final when the labels are placed
+            rows = grid[grid.arch == arch]
+            place_labels(ax, rows[x], rows[y], [point_label(r) for _, r in rows.iterrows()])
     return fig
 
 
@@ -1177,13 +1287,17 @@ def plot_tree_shape(shape: pd.DataFrame, budget: int = 64) -> Figure:
     return fig
 
 
+@styled
 def plot_reliability_by_target(nodes: pd.DataFrame) -> Figure:
-    """One reliability diagram per target (``plot_reliability`` of ``calibration_table(by="bins")``)."""
+    """One reliability diagram per target (``plot_reliability`` of ``calibration_table(by="bins")``),
+    one legend below the panels."""
     groups = list(nodes.groupby("arch"))
     fig, axes = _new_axes(None, len(groups), (4.2, 3.8))
     for ax, (arch, rows) in zip(axes, groups):
         bins = calibration_table(rows, by="bins")
-        plot_reliability(bins.predicted, bins.observed, bins["count"], ax=ax, title=arch)
+        plot_reliability(bins.predicted, bins.observed, bins["count"], ax=ax, title=arch, legend=False)
+    share_y(axes)
+    legend_below(fig)
     return fig
 
 
@@ -1234,4 +1348,68 @@ def plot_round_cost(phases: pd.DataFrame) -> Figure:
             ax.invert_yaxis()
             ax.set(xlabel="ms per round (median over prompts)", title=f"{arch}: what a round costs")
         legend_below(fig, ncols=3)
+    return fig
+
+
+# ----------------------------------------------------------------------------- your own tree (09)
+
+# Rules of one's own beside DDTree (its METHOD_STYLES style): colours and markers no method uses.
+RULE_STYLES = [{"color": "#8c564b", "marker": "v"}, {"color": "#e377c2", "marker": "<"},
+               {"color": "#17becf", "marker": ">"}, {"color": "#bcbd22", "marker": "8"}]
+RULE_LS = (0, (4, 1.5))
+
+
+def rule_style(rule: str, rules: list[str]) -> dict:
+    """{color, marker, ls}: DDTree in its method style, the others from ``RULE_STYLES`` in order."""
+    if rule == "DDTree":
+        return {**method_style("ddtree"), "ls": "-"}
+    return {**RULE_STYLES[[r for r in rules if r != "DDTree"].index(rule) % len(RULE_STYLES)], "ls": RULE_LS}
+
+
+def _draw_rules(ax, rows: pd.DataFrame, metric: str, highlight: str | None = None) -> None:
+    """``metric`` by budget, one line per rule (``your_tree.summary`` rows of one arch), offset
+    sideways; the AR level dotted; ``highlight``: that rule drawn thick, the others thin."""
+    trees = rows[rows.method == "ddtree"]
+    rules = list(dict.fromkeys(trees.rule))
+    for i, rule in enumerate(rules):
+        g = trees[trees.rule == rule].sort_values("budget")
+        lw = 1.6 if highlight is None else (2.8 if rule == highlight else 0.9)
+        ax.plot(g.budget.astype(float) * spread(i, len(rules)), g[metric], ms=6, lw=lw, label=rule,
+                **rule_style(rule, rules))
+    ar = rows[rows.method == "ar"][metric].dropna()
+    if len(ar) and metric != "tau":
+        ax.axhline(float(ar.iloc[0]), ls=":", lw=1.6, color=METHOD_STYLES["ar"]["color"], label="AR")
+    budget_axis(ax, trees.budget.astype(int))
+
+
+@styled
+def plot_rules_by_budget(summary: pd.DataFrame, metrics=("tau", "tokens_per_s")) -> Figure:
+    """Every rule beside DDTree by budget (``your_tree.summary``): one row of panels per metric,
+    one panel per target; one legend below."""
+    archs = list(dict.fromkeys(summary.arch))
+    fig = Figure(figsize=(min(3.8 * len(archs), MAX_WIDTH_IN), 3.0 * len(metrics) + 0.8), layout="constrained")
+    axes = fig.subplots(len(metrics), len(archs), squeeze=False, sharey="row").ravel()  # a row per metric, a column per target
+    for ax, (metric, arch) in zip(axes, [(m, a) for m in metrics for a in archs]):
+        _draw_rules(ax, summary[summary.arch == arch], metric)
+        ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"{arch}: {METRIC_LABELS.get(metric, metric)}")
+    legend_below(fig, OFFSET_NOTE, ncols=4)
+    fig.suptitle("Rules of one's own beside DDTree, T = 0")
+    return fig
+
+
+@styled
+def plot_rule_round(rounds: dict, summary: pd.DataFrame, arch: str, rule: str, budget: int) -> Figure:
+    """The widget's figure: ``rule``'s tree at ``budget`` on one real round (``rounds``: {(arch,
+    rule, budget): ``your_tree.first_round``}, its accepted path coloured) beside every rule's tau
+    by budget, ``rule`` thick and ``budget`` marked."""
+    tree, path, labels = rounds[arch, rule, budget]
+    leaves = sum(not kids for kids in tree.children[:64])  # rows of the drawn tree: its height
+    fig = Figure(figsize=(MAX_WIDTH_IN, min(10.0, max(4.2, 0.8 + 0.24 * leaves))), layout="constrained")
+    tree_ax, curve_ax = fig.subplots(1, 2, width_ratios=(1.5, 1))
+    draw_tree(tree, labels=labels, path=path, ax=tree_ax, max_nodes=64)
+    tree_ax.set_title(f"{rule}, budget {budget}: the first round of a prompt ({len(path) - 1} accepted)", fontsize=9)
+    _draw_rules(curve_ax, summary[summary.arch == arch], "tau", highlight=rule)
+    curve_ax.axvline(budget, color="0.5", lw=0.8, ls="--", label="the budget drawn")
+    curve_ax.set(ylabel=METRIC_LABELS["tau"], title=f"{arch}: tau by budget, T = 0")
+    legend_right(curve_ax)
     return fig

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..experiments.plumbing.loops import WINDOW, loop_period, loop_split, round_loop_flags
+from ..experiments.plumbing.loops import loop_period, loop_split, round_tags
 from ..experiments.studies.concurrency import budget_label, tied_of
+from .claims import goal_count
+from .verdicts import axis_verdict, compare_configs, decide, interval_text
 
 
 def _pct(x: float) -> str:
@@ -68,48 +70,57 @@ def conclusion(record, findings=()) -> str:
     if record.checks:
         lines.append(f"- {len(record.checks)} checks held, among them: " + "; ".join(c.claim for c in record.checks[:2]))
     done = [c for c, why in record.published if c.ok]
-    missed = [(c, why) for c, why in record.published if not c.ok]
+    missed = [(c, why) for c, why in record.published if not c.ok and c.decided]
+    untold = [(c, why) for c, why in record.published if not c.decided]
     if done:
         lines.append("- published, reproduced here: " + "; ".join(f"{c.claim} ({c.got})" for c in done))
     if missed:
         lines.append("- published, NOT reproduced here: " + "; ".join(
             f"{c.claim} (got {c.got})" + (f", because {why}" if why else "") for c, why in missed))
+    if untold:
+        lines.append("- published, not told apart here (the interval holds the threshold): " + "; ".join(
+            f"{c.claim} (got {c.got})" + (f": {why}" if why else "") for c, why in untold))
     if record.goals:
-        met = [g for g in record.goals if g.met]
-        lines.append(f"- the lab's goals: {len(met)} of {len(record.goals)} met" + "".join(
-            f"; missed: {g.goal} (target {g.target}, got {g.got})" for g in record.goals if not g.met))
+        lines.append(f"- the lab's goals: {goal_count(record.goals)}" + "".join(
+            f"; {g.verdict}: {g.goal} (target {g.target}, got {g.got})" for g in record.goals if g.verdict != "met"))
     if len(lines) == 1:
         lines.append("- nothing was checked, compared or aimed at")
-    return "\n".join(lines[:7])
+    return "\n".join(lines[:8])
+
+
+def winners(sums: pd.DataFrame, a: dict, b: dict, name_a: str, name_b: str, row_a, row_b) -> str:
+    """The winner on each axis between two configs, 'tau: ...; tokens/s: ...' (``verdicts.axis_verdict``):
+    a, b: {column: value} selections of ``sums`` (``verdicts.prompt_sums``, paired by prompt);
+    row_a, row_b: their ``summarize`` rows (the values shown)."""
+    r = compare_configs(sums, a, b)
+    return "; ".join([axis_verdict("tau", name_a, name_b, f"{row_a.tau:.2f}", f"{row_b.tau:.2f}", r["tau"]),
+                      axis_verdict("tokens/s", name_a, name_b, f"{row_a.tokens_per_s:.0f}", f"{row_b.tokens_per_s:.0f}",
+                                   r["tokens_per_s"])])
 
 
 # ----------------------------------------------------------------------------- 00
 
-SHORT_WINDOW = 16  # a shorter tail than the lab's loop window: a repetition just starting
-
-
 def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
-    """Notebook 00: does this generation fall into a repetition loop, and tau outside it.
-    A loop is trivially predictable, so tau over looping rounds flatters the drafter."""
+    """Notebook 00: does this generation fall into a repetition loop, how much of it copies
+    its context, and tau outside both (``loops.round_tags``). A loop is trivially predictable
+    and a copied block is one a lookup would find, so tau over such rounds flatters the drafter."""
     prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
-    flags = round_loop_flags(prompt_ids, tokens, acceptance_lengths)
-    split = loop_split(acceptance_lengths, flags)
-    if not any(flags):
-        short = loop_period(list(prompt_ids) + list(tokens), window=SHORT_WINDOW, max_period=SHORT_WINDOW // 2)
-        if short:
-            return (f"The generation ends repeating a {short}-token pattern, but fewer than {WINDOW} periodic tokens, "
-                    f"the lab's loop definition (plumbing/loops.py), so no round counts as in a loop: tau "
-                    f"{split['tau']:.2f} over all {split['rounds']} rounds includes the start of that repetition, "
-                    "which flatters the drafter.")
-        return (f"No repetition loop in this generation: tau {split['tau']:.2f} over all "
-                f"{split['rounds']} rounds is tau outside loops.")
-    period = loop_period(list(prompt_ids) + list(tokens))
-    shape = f" (period {period} tokens at the end)" if period else ""
+    tags = round_tags(prompt_ids, tokens, acceptance_lengths)
+    split = loop_split(acceptance_lengths, tags["round_looping"], tags["round_copyable"])
+    copied = (f"{split['copyable_share']:.0%} of its rounds accepted a block that occurs earlier in the context "
+              f"(an n-gram lookup would have proposed it)")
+    clean = (f"tau over the {split['rounds_clean']} clean rounds (neither looping nor copyable) is {split['tau_clean']:.2f}"
+             if split["rounds_clean"] else "no round is clean (neither looping nor copyable), so there is no clean tau")
+    if not any(tags["round_looping"]):
+        return (f"No repetition loop in this generation: tau {split['tau']:.2f} over all {split['rounds']} rounds "
+                f"is tau outside loops; {copied}; {clean}.")
+    period = loop_period(tokens)
+    shape = f" (period {period} tokens at the end)" if period else " (a loop that drifts)"
     outside = (f"tau outside the loop is {split['tau_outside_loops']:.2f} over {split['rounds_outside_loops']} rounds"
                if split["rounds_outside_loops"] else "no round lies outside the loop, so there is no tau outside it")
     return (f"This generation falls into a repetition loop{shape}: {split['loop_round_share']:.0%} of "
             f"{split['rounds']} rounds start in it, and a loop is trivially predictable. tau over all rounds "
-            f"{split['tau']:.2f} is inflated by it; {outside}.")
+            f"{split['tau']:.2f} is inflated by it; {outside}; {copied}; {clean}.")
 
 
 # ----------------------------------------------------------------------------- 02
@@ -135,22 +146,138 @@ def exact_nodes_reading(nodes_per_budget: pd.Series) -> str:
     elif nodes_per_budget.is_monotonic_decreasing and nodes_per_budget.iloc[-1] < nodes_per_budget.iloc[0]:
         trend = "fewer as the budget grows"
     elif nodes_per_budget.nunique() == 1:
-        trend = "the same at every budget measured"
+        trend = ("the same at every budget measured: nodes are stored in pop order, and a larger budget only "
+                 "appends nodes to the same order, so the chain before the first branch cannot move; what the "
+                 "budget adds are nodes after it, every one scored on leaked state")
     else:
         trend = "not fewer at every larger budget"
     return f"draft nodes naive scores exactly, mean per tree by budget: {values} ({trend})"
 
 
+# ----------------------------------------------------------------------------- 04
+
+def naive_above_exact(tau_naive: pd.Series, tau_exact: pd.Series, matches_naive: pd.Series) -> str:
+    """Notebook 04: where naive tau sits above exact tau, and why that is no gain (index:
+    budget; matches_naive: naive's share of prompts equal to AR)."""
+    above = [b for b in tau_naive.index if tau_naive[b] > tau_exact[b]]
+    if not above:
+        return "naive tau is at or below exact tau at every budget"
+    where = ", ".join(f"budget {b}: {tau_naive[b]:.3f} vs {tau_exact[b]:.3f}, naive equal to AR on "
+                      f"{_pct(matches_naive[b])} of the prompts" for b in above)
+    return (f"naive tau sits above exact tau at {len(above)} budget{'s' if len(above) > 1 else ''} ({where}): naive "
+            "scores nodes on leaked state, so its output departs from AR and its tau is counted over other "
+            "text; a higher tau over text the target would not have written is no acceptance gain")
+
+
+# ----------------------------------------------------------------------------- 05
+
+def sweep_reading(arch: str, block: int, rows: pd.DataFrame, sums: pd.DataFrame) -> str:
+    """Notebook 05: the winner on each axis at one target and block, T = 0: tau (the tree of the
+    highest tau against the DFlash chain) and tokens/s (the tree of the highest tokens/s
+    against the chain), each with its interval over prompts (a tie when it holds 1); the
+    budgets whose tokens/s cannot be told from the best; auto against the best fixed budget.
+    rows: ``summarize`` rows of (arch, block, T = 0): AR, DFlash, DDTree int budgets and auto;
+    sums: ``verdicts.prompt_sums`` of the same stored rows."""
+    fixed = rows[(rows.method == "ddtree") & (rows.budget != "auto")].astype({"budget": int}).set_index("budget")
+    chain, auto = rows[rows.method == "dflash"].iloc[0], rows[rows.budget == "auto"]
+    at = dict(arch=arch, block_size=block, temperature=0.0)
+    tree = lambda b: {**at, "method": "ddtree", "budget": b}  # noqa: E731
+    top_tau, top_tps = int(fixed.tau.idxmax()), int(fixed.tokens_per_s.idxmax())
+    tau_r = compare_configs(sums, tree(top_tau), {**at, "method": "dflash"})["tau"]
+    tps_r = compare_configs(sums, tree(top_tps), {**at, "method": "dflash"})["tokens_per_s"]
+    peers = [b for b in fixed.index if b == top_tps
+             or decide(**{k: compare_configs(sums, tree(top_tps), tree(b))["tokens_per_s"][k] for k in ("lo", "hi")}) != "above"]
+    span = fixed.speedup[peers]
+    peak = (f"tokens/s peaks at budget {top_tps} ({fixed.speedup[top_tps]:.2f}x AR), told apart from every other budget"
+            if len(peers) == 1 else f"the tokens/s peak is not told apart among budgets {', '.join(map(str, peers))} "
+            f"({span.min():.2f}-{span.max():.2f}x AR)")
+    text = (f"{arch} (block {block}, T = 0, {int(chain.n_prompts)} prompts): "
+            + axis_verdict("tau", f"DDTree-{top_tau}", "DFlash", f"{fixed.tau[top_tau]:.2f}", f"{chain.tau:.2f}", tau_r)
+            + "; " + axis_verdict("tokens/s", f"DDTree-{top_tps}", "DFlash", f"{fixed.speedup[top_tps]:.2f}x AR",
+                                  f"{chain.speedup:.2f}x AR", tps_r) + f"; {peak}")
+    if len(auto):
+        a = auto.iloc[0]
+        text += (f"; auto: {a.tokens_per_s / fixed.tokens_per_s.max():.2f} of the best fixed budget's tokens/s "
+                 f"(mean tree {a.mean_tree_size:.1f} nodes)")
+    return text
+
+
+def entropy_note(table: pd.DataFrame) -> str:
+    """Notebook 05: what the entropy column measures, said under the table that shows it
+    (table: rows with arch, temperature, method, entropy). At T > 0 the target's entropy at the
+    row's temperature; a greedy (T = 0) row has no temperature to scale by and reports it at
+    T = 1, so it reads higher than the T = 0.3 rows."""
+    note = ("entropy: the target's mean next-token entropy (nats) at the row's temperature; the T = 0 rows "
+            "(greedy) report it at T = 1, the unscaled softmax")
+    first = table[table.method == "dflash"] if (table.method == "dflash").any() else table
+    arch = first.arch.iloc[0]
+    greedy, sampled = first[(first.arch == arch) & (first.temperature == 0)], first[(first.arch == arch) & (first.temperature > 0)]
+    if len(greedy) and len(sampled):
+        low = sampled.loc[sampled.temperature.idxmin()]
+        note += (f", so {arch} {greedy.method.iloc[0]} at T = 0 shows {greedy.entropy.iloc[0]:.3f} above its "
+                 f"{low.entropy:.3f} at T = {low.temperature:g}: not a more uncertain greedy decode")
+    return note
+
+
+# ----------------------------------------------------------------------------- 08
+
+PROPOSAL_NAMES = {("dflash", "unary"): "DFlash", ("dflash2", "unary"): "DFlash 2 unary",
+                  ("dflash2", "conditional"): "DFlash 2 conditional"}
+
+
+def dflash2_winners(summary: pd.DataFrame, sums: pd.DataFrame, temperature: float = 0.0) -> list[str]:
+    """Notebook 08: per target at ``temperature``, the winner on each axis between the best tree
+    (any proposal, any budget) and the best linear draft (DFlash's chain or DFlash 2's selector
+    path): tau, and tokens/s (speedup over the run's AR), each with its interval over prompts.
+    summary: ``dflash2.summary`` of the run; sums: ``verdicts.prompt_sums`` of its rows."""
+    lines = []
+    rows = summary[(summary.temperature == temperature) & (summary.method != "ar")]
+    for arch, g in rows.groupby("arch", sort=False):
+        trees, linear = g[g.method == "ddtree"], g[g.method == "dflash"]
+        if trees.empty or linear.empty:
+            continue
+        name = lambda r: (f"DDTree-{r.budget} {PROPOSAL_NAMES[(r.drafter, r.tree)]}" if r.method == "ddtree"  # noqa: E731
+                          else f"{'DFlash 2' if r.drafter == 'dflash2' else 'DFlash'} linear")
+        pick = lambda r: {"arch": arch, "temperature": temperature, "method": r.method, "drafter": r.drafter,  # noqa: E731
+                          **({"tree": r.tree, "budget": r.budget} if r.method == "ddtree" else {})}
+        parts = []
+        for axis, col, fmt in (("tau", "tau", "{:.2f}"), ("tokens/s", "speedup", "{:.2f}x AR")):
+            t, ln = trees.loc[trees[col].idxmax()], linear.loc[linear[col].idxmax()]
+            r = compare_configs(sums, pick(t), pick(ln))["tau" if col == "tau" else "tokens_per_s"]
+            parts.append(axis_verdict(axis, name(t), name(ln), fmt.format(t[col]), fmt.format(ln[col]), r))
+        lines.append(f"{arch}, T = {temperature:g} ({int(g.n_prompts.max())} prompts), the best tree against the "
+                     f"best linear draft: " + "; ".join(parts))
+    return lines
+
+
 # ----------------------------------------------------------------------------- 06
 
-def sibling_gap_why(arch: str, main: float, sibling: float, nodes: int, enough: int = 30) -> str:
-    """Notebook 06: why the published after-sibling gap does (not) show on this target."""
+def ece_reading(arch: str, ece: float, nodes: int, rank0_predicted: float, rank0_observed: float,
+                per_round_ratio: float) -> str:
+    """Notebook 06: why a small ECE and a large per-round miss are both true."""
+    return (f"{arch}: ECE {ece:.3f} is a mean over {nodes} reached nodes, most of them branches predicted and "
+            f"accepted rarely, where the surrogate is close; the accepted tokens of a round come from the main "
+            f"path, where it predicts {rank0_predicted:.2f} and the target accepts {rank0_observed:.2f}, so per "
+            f"round it expects {per_round_ratio:.2f}x too few accepted tokens")
+
+
+def sibling_gap_why(arch: str, main: float, sibling: float, nodes: int, enough: int = 30,
+                    interval: dict | None = None, bound: float = 0.75, shown_on: tuple = ()) -> str:
+    """Notebook 06: why the published after-sibling gap (after-sibling / main-path rate <
+    ``bound``) is not reproduced on this target, read from the numbers only: too few nodes, an
+    interval that holds the bound (this run cannot tell), or a ratio above it; ``shown_on``:
+    the targets (same drafter recipe and size) where it does show, named so no size argument
+    is made that they contradict."""
     ratio = sibling / main if main else float("nan")
     if nodes < enough:
         return f"{arch}: only {nodes} nodes after an accepted sibling outside loops, too few to decide"
-    return (f"{arch}: outside loops the walk goes on after a sibling {sibling:.2f} vs {main:.2f} on the main path "
-            f"({ratio:.2f}x, {nodes} nodes); the published gap was measured on a 27B target, whose runner-up "
-            f"tokens carry far more probability than this tiny drafter's")
+    r = {"ratio": ratio, **(interval or {"lo": float("nan"), "hi": float("nan")})}
+    head = (f"{arch}: outside loops the walk goes on after a sibling {sibling:.4f} vs {main:.4f} on the main path "
+            f"({interval_text(r, 4, 'x')}, {nodes} nodes)")
+    others = f"; the gap does show on {', '.join(shown_on)}, whose drafter is as small" if shown_on else ""
+    if decide(r["lo"], r["hi"], bound) == "tie" and interval:
+        return f"{head}: the interval holds the published {bound} bound, so this run neither shows the gap nor rules it out{others}"
+    return f"{head}: above the published {bound} bound{others}"
 
 
 def branches_why(branch: pd.DataFrame) -> str:
@@ -162,22 +289,57 @@ def branches_why(branch: pd.DataFrame) -> str:
 
 # ----------------------------------------------------------------------------- 07
 
+def _edge_phrase(t: pd.DataFrame) -> str:
+    """Who wins tokens/s between the best fixed tree and DFlash at each load of ``t`` (index:
+    concurrency; best_over_dflash with _lo / _hi: the paired ratio and its interval)."""
+    if "best_over_dflash" not in t or t.best_over_dflash.isna().all():
+        edge = t.best_speedup / t.dflash_speedup
+        lo = hi = pd.Series(float("nan"), index=t.index)
+    else:
+        edge, lo, hi = t.best_over_dflash, t.best_over_dflash_lo, t.best_over_dflash_hi
+    sides = {c: decide(lo[c], hi[c]) for c in t.index}
+    groups = {name: [str(c) for c in t.index if sides[c] == side]
+              for side, name in (("below", "DFlash wins"), ("above", "the best tree wins"), ("tie", "a tie"))}
+    who = "; ".join(f"{name} at c={', '.join(cs)}" for name, cs in groups.items() if cs)
+    a, b = t.index.min(), t.index.max()
+    gap = abs(edge[b] - 1) < abs(edge[a] - 1)
+    move = ("the gap narrows" if gap else "the gap widens") if edge[a] != edge[b] else "the gap holds"
+    below = (edge < 1).all()
+    ends = f"{interval_text({'ratio': edge[a], 'lo': lo[a], 'hi': hi[a]}, 2, 'x')} -> " \
+           f"{interval_text({'ratio': edge[b], 'lo': lo[b], 'hi': hi[b]}, 2, 'x')}"
+    return (f"tokens/s, the best fixed tree over DFlash: {who} ({ends} from c={a} to c={b}, {move}"
+            + ("; below 1 at every load" if below else "") + ")")
+
+
 def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
-    """Notebook 07: where the best budget, the trees' edge over DFlash and ``auto`` went with
-    load (t0: ``concurrency_table`` rows of one arch at T = 0, index: concurrency)."""
+    """Notebook 07: where the best budget, the winner between the best tree and DFlash and
+    ``auto`` went with load (t0: ``concurrency_table`` rows of one arch at T = 0, index:
+    concurrency)."""
     lo, hi = t0.index.min(), t0.index.max()
     best = ", ".join(budget_label(r) for r in t0.itertuples())
     ties = sum(len(getattr(r, "tied_budgets", ())) > 1 for r in t0.itertuples())
-    edge = t0.best_speedup / t0.dflash_speedup
     b_dir = ("falls" if t0.best_budget[hi] < t0.best_budget[lo] else
              "rises" if t0.best_budget[hi] > t0.best_budget[lo] else "ends where it started")
-    e_dir = "narrows" if edge[hi] < edge[lo] else "widens" if edge[hi] > edge[lo] else "holds"
-    return (f"{arch}: over concurrency {', '.join(str(c) for c in t0.index)} the best budget goes {best} "
-            f"({b_dir} from c={lo} to c={hi}); the best tree's speedup over DFlash's goes {edge[lo]:.2f} -> "
-            f"{edge[hi]:.2f} ({e_dir}); auto reaches {t0.auto_vs_best.min():.2f}-{t0.auto_vs_best.max():.2f} "
-            f"of the best fixed budget's tokens/s"
+    return (f"{arch}, T = 0: over concurrency {', '.join(str(c) for c in t0.index)} the best budget goes {best} "
+            f"({b_dir} from c={lo} to c={hi}); {_edge_phrase(t0)}; auto reaches "
+            f"{t0.auto_vs_best.min():.2f}-{t0.auto_vs_best.max():.2f} of the best fixed budget's tokens/s"
             + (f"; at {ties} of {len(t0)} loads the best budget is a tie (not told apart outside the noise)"
                if ties else ""))
+
+
+def sampled_reading(arch: str, t: pd.DataFrame, temperature: float) -> str:
+    """Notebook 07 at a sampled temperature: where every method stands against batched AR (its
+    speedups' range over loads, and whether every interval lies below 1) and who wins between
+    the best tree and DFlash (t: ``concurrency_table`` rows of one arch at ``temperature``)."""
+    cols = {"DFlash": "dflash_speedup", "the best fixed tree": "best_speedup", "auto": "auto_speedup"}
+    spans = "; ".join(f"{name} {t[c].min():.2f}-{t[c].max():.2f}x" for name, c in cols.items() if t[c].notna().any())
+    top = max(t[c].max() for c in cols.values() if t[c].notna().any())
+    his = [t[f"{c}_hi"] for c in cols.values() if f"{c}_hi" in t and t[c].notna().any()]
+    all_below = bool(his) and all((h < 1).all() for h in his)
+    where = ("every method runs below batched AR at every load, every interval below 1" if all_below else
+             "every method runs below batched AR at every load" if top < 1 else
+             "not every method runs below batched AR")
+    return f"{arch}, T = {temperature:g}: {where} ({spans} of batched AR's tokens/s); {_edge_phrase(t)}"
 
 
 def best_budget_why(arch: str, t0: pd.DataFrame) -> str:

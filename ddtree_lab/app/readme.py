@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
 from ..train.checkpoints import CKPT_DIR
+from ..experiments.plumbing.loops import is_copyable, is_looping
 from ..experiments.plumbing.results import ResultsStore, cached_table_path
 from ..experiments.plumbing.spread import format_ratio_columns
 from ..experiments.plumbing.summary import summarize
@@ -28,11 +29,14 @@ from ..experiments.studies import dflash2 as d2
 from ..experiments.studies import compiled_loop, full_size_cost, round_cost
 from ..experiments.studies.concurrency import (GRIDS, concurrency_display, concurrency_store, concurrency_table,
                                                grid_frame, summarize_concurrency)
+from ..experiments.studies.bench import copy_table
 from ..experiments.studies.official import chain_divergence
 from ..experiments.studies.teacher_forced import tf_summary
+from . import seed_readme
 
 README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"  # every table the README does not keep
+LOOP_LABELS = ROOT / "data" / "loop_labels.json"  # rounds labelled by reading them: the loop lens's check
 TABLES_JSON = RESULTS_DIR / "readme_tables.json"
 ARCH_TITLES = {"gdn": "GDN target (Qwen3.5 class)", "mla": "MLA target (DeepSeek-V3 class)"}
 
@@ -130,12 +134,33 @@ def _speed_rows(t: pd.DataFrame) -> list[list]:
         return f"**{cell}**" if arch and r.budget != "auto" and r.speedup == best[arch] else cell
 
     gdn_d, mla_d = t[(t.method == "dflash") & (t.arch == "gdn")].iloc[0], t[(t.method == "dflash") & (t.arch == "mla")].iloc[0]
-    rows = [[f"DFlash ({gdn_d.budget})", f"{gdn_d.tau:.2f}", speed(gdn_d), "", f"{mla_d.tau:.2f}", speed(mla_d)]]
+    rows = [lookup_row(t), [f"DFlash ({gdn_d.budget})", f"{gdn_d.tau:.2f}", speed(gdn_d), "", f"{mla_d.tau:.2f}", speed(mla_d)]]
     for b in sorted({int(b) for b in fixed.budget}) + ["auto"]:
         wy, nv, mla = (_pick(t, a, m, "ddtree", b) for a, m in (("gdn", "wy"), ("gdn", "naive"), ("mla", EXACT_MODE)))
         naive = "" if nv is None else f"{nv.tau:.2f} ({100 * nv.matches_ar:.0f}%)"
         rows.append([b, f"{wy.tau:.2f}", speed(wy, "gdn"), naive, f"{mla.tau:.2f}", speed(mla, "mla")])
     return rows
+
+
+NOT_YET = "not measured yet"
+
+
+def lookup_row(t: pd.DataFrame) -> list:
+    """The copy baseline's row of the speed table (method "lookup", ``studies/lookup.py``): tau
+    and speedup per target ("not measured yet" without any such row, blank for a target without
+    one; a target whose rows were not timed, a stateful one run by the cache-free twin, says so)."""
+    cells = {}
+    for arch in ("gdn", "mla"):
+        r = t[(t.arch == arch) & (t.method == "lookup")]
+        if not len(r):
+            cells[arch] = ["", ""]
+            continue
+        r = r.iloc[0]
+        cells[arch] = [f"{r.tau:.2f}", _speedup_cell(r) if pd.notna(r.tokens_per_s) else "tau only"]
+    drafted = t[t.method == "lookup"].budget
+    if not len(drafted):
+        return ["prompt lookup", NOT_YET, "", "", "", ""]
+    return [f"prompt lookup ({drafted.iloc[0]})", *cells["gdn"], "", *cells["mla"]]
 
 
 def _speedup_cell(r: pd.Series) -> str:
@@ -146,8 +171,7 @@ def _speedup_cell(r: pd.Series) -> str:
     return f"{r.speedup:.2f}x"
 
 
-SPEEDUP_NOTE = ("speedup: median over prompts of tokens/s over AR's on the same prompt, [95% interval] of that "
-                "median (order statistics), 'noise' when the interval holds 1")
+SPEEDUP_NOTE = "speedup: median over prompts of tokens/s over AR's on the same prompt [95% interval], 'noise' when it holds 1"
 
 
 def render_speed() -> str:
@@ -156,8 +180,8 @@ def render_speed() -> str:
     t["speedup"], t["tau"] = t.speedup.round(6), t.tau.round(6)
     n, new, block = int(t.n_prompts.max()), int(t.max_new_tokens.max()), int(t[t.method == "ddtree"].block_size.max())
     head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, T = 0, one thread, "
-            f"all configs interleaved per prompt; AR is transformers' own cached decoding; {SPEEDUP_NOTE}; "
-            "in bold: the best fixed budget by pooled tokens/s, all tokens over all seconds):\n\n")
+            f"interleaved per prompt; AR and prompt lookup are transformers' own; {SPEEDUP_NOTE}; "
+            "bold: the best fixed budget by pooled tokens/s):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
     share = t[(t.budget == "256") & (t.gdn_mode == EXACT_MODE)].tree_share * 100
@@ -214,7 +238,27 @@ def render_official() -> str:
     rows = [_official_row(t, a) for a in ("gdn", "mla")]
     return head + _table(["target", "reference tau", "reference speedup", "reference == AR", "lab DFlash tau",
                           "lab DFlash vs reference", "lab DDTree best budget: tau", "lab DDTree best vs reference",
-                          "lab DDTree auto vs reference"], rows)
+                          "lab DDTree auto vs reference"], rows) + "\n\n" + render_copy_baseline(t)
+
+
+def render_copy_baseline(t: pd.DataFrame) -> str:
+    """The copy baseline beside the drafters (bench.csv, T = 0): prompt lookup's tau and whether
+    it equals AR, then per method tau over all rounds, in copyable rounds / the others, and
+    over prompt lookup's (``bench.copy_table``); not measured yet without lookup rows."""
+    head = ("**The copy baseline** (prompt-lookup decoding, transformers' `prompt_lookup_num_tokens`, drafting as many "
+            "tokens as DFlash, no drafter, `experiments/studies/lookup.py`; transformers refuses a stateful model, so "
+            "on the GDN hybrid a cache-free twin with the same proposer and acceptance gives its tau, not timed)")
+    table = copy_table(t[t.temperature == 0])
+    if not (table.method == "lookup").any():
+        return head + ": not measured yet (`ddtree-lab recompute bench`)."
+    fixed = table[table.method != "ar"]
+    rows = [[r.arch, r.method if r.method != "ddtree" else f"ddtree {r.budget}", f"{r.tau:.2f}",
+             f"{r.tau_copyable:.2f} / {r.tau_not_copyable:.2f}", f"{100 * r.copyable_share:.0f}%", f"{r.tau_clean:.2f}",
+             f"{r.over_lookup:.2f}x"] for r in fixed.itertuples()]
+    same = t[(t.method == "lookup") & (t.temperature == 0)].set_index("arch").matches_ar
+    return (head + "; " + ", ".join(f"{a}: equal to AR on {100 * v:.0f}% of the prompts" for a, v in same.items())
+            + ":\n\n" + _table(["target", "method", "tau", "tau in copyable rounds / the others", "copyable rounds",
+                                 "clean tau", "tau over prompt lookup's"], rows))
 
 
 def render_leak() -> str:
@@ -385,28 +429,56 @@ def _store_summary(name: str) -> pd.DataFrame:
     return summarize(ResultsStore(name).frame())
 
 
+def tag_cells(r: pd.Series) -> list:
+    """A summary row's tau by the rounds' tags: all / outside loops / clean, the looping and
+    copyable shares, tau in copyable rounds / in the others."""
+    return [f"{r.tau:.2f} / {r.tau_outside_loops:.2f} / **{r.tau_clean:.2f}**",
+            f"{100 * r.loop_round_share:.0f}% / {100 * r.copyable_share:.0f}%",
+            f"{r.tau_copyable:.2f} / {r.tau_not_copyable:.2f}"]
+
+
 def _loop_cells(s: pd.DataFrame, arch: str) -> list:
-    """One arch's column of the loops table: loop rate, then tau all / outside loops."""
+    """One arch's column of the loops table: loop rate, then each method's tau by tag
+    (``tag_cells``), then DDTree-64 over DFlash."""
     rows = s[(s.arch == arch) & (s.gdn_mode == EXACT_MODE) & (s.temperature == 0)]
     ar = rows[rows.method == "ar"].iloc[0]
     dfl = rows[(rows.method == "dflash") & (rows.block_size == 8)].iloc[0]
     tree = rows[(rows.method == "ddtree") & (rows.budget.astype(str) == "64")].iloc[0]
-    return [f"{100 * ar.loop_prompts:.0f}%",
-            f"{dfl.tau:.2f} / {dfl.tau_outside_loops:.2f} ({100 * dfl.loop_round_share:.0f}%)",
-            f"{tree.tau:.2f} / {tree.tau_outside_loops:.2f} ({100 * tree.loop_round_share:.0f}%)",
-            f"{tree.tau / dfl.tau:.2f} / **{tree.tau_outside_loops / dfl.tau_outside_loops:.2f}**"]
+    ratio = lambda c: f"{getattr(tree, c) / getattr(dfl, c):.2f}"  # noqa: E731
+    return ([f"{100 * ar.loop_prompts:.0f}%"] + tag_cells(dfl) + tag_cells(tree)
+            + [f"{ratio('tau')} / {ratio('tau_outside_loops')} / **{ratio('tau_clean')}**"])
+
+
+def lens_line(path: Path = LOOP_LABELS) -> str:
+    """How well the loop lens reads the labelled rounds (``data/loop_labels.json``): precision
+    and recall of each tag on the held-out set, which was labelled after the lens's last revision."""
+    rounds = [r for r in json.loads(path.read_text())["rounds"] if r["set"] == "held_out"]
+    tags = [(is_looping(r["context_ids"][r["prompt_len"]:]), is_copyable(r["context_ids"], r["block_ids"])) for r in rounds]
+    cells = []
+    for i, name in enumerate(("looping", "copyable")):
+        tp = sum(t[i] and r[name] for t, r in zip(tags, rounds))
+        cells.append(f"{name} precision {tp / max(1, sum(t[i] for t in tags)):.2f}, recall "
+                     f"{tp / max(1, sum(r[name] for r in rounds)):.2f}")
+    return (f"Against {len(rounds)} held-out rounds labelled by reading them (`data/loop_labels.json`, both targets): "
+            + "; ".join(cells) + ".")
 
 
 def render_loops() -> str:
     s = _store_summary("quality")
     n, new = int(s.n_prompts.max()), int(s.max_new_tokens.max())
-    head = (f"**Loops** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0, block 8; a round is in "
-            "a loop when its context's last 48 tokens are periodic with period <= 24; tau pooled over rounds):\n\n")
-    labels = ["greedy continuations ending in a loop", "DFlash tau: all rounds / outside loops (rounds in loops)",
-              "DDTree-64 tau: all rounds / outside loops (rounds in loops)", "DDTree-64 / DFlash tau: all / outside loops"]
+    head = (f"**Loops and copies** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0, block 8; a round "
+            "is *looping* when the output before it ends in a loop: three copies of a unit of up to 32 tokens, a "
+            "quarter of the comparisons allowed to break, or a loop whose unit drifts; *copyable* when its accepted "
+            "block, after the last 3 committed tokens, occurs earlier in the prompt or output; *clean*: neither "
+            "(`experiments/plumbing/loops.py`); tau pooled over rounds):\n\n")
+    labels = ["greedy continuations ending in a loop"] + [
+        f"{m}: {what}" for m in ("DFlash", "DDTree-64") for what in (
+            "tau all / outside loops / **clean**", "rounds looping / copyable", "tau in copyable rounds / in the others")]
+    labels.append("DDTree-64 / DFlash tau: all / outside loops / **clean**")
     cols = {a: _loop_cells(s, a) for a in ("gdn", "mla")}
-    return head + _table(["", ARCH_TITLES["gdn"], ARCH_TITLES["mla"]],
-                         [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
+    return (head + _table(["", ARCH_TITLES["gdn"], ARCH_TITLES["mla"]],
+                          [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
+            + "\n\n" + lens_line())
 
 
 def _temperature_row(t: pd.DataFrame, arch: str, temp: float, rule: str) -> list:
@@ -650,7 +722,7 @@ BLOCKS = {
     "exactness": Block(("data/results/exactness.csv",), "python scripts/exactness.py", render_exactness),
     "recipe_cost": Block(("data/results/recipe_cost.csv", "data/checkpoints"), "python scripts/recipe_cost.py",
                          render_recipe_cost),
-    "loops": Block(("data/results/quality.jsonl",), "ddtree-lab quality", render_loops),
+    "loops": Block(("data/results/quality.jsonl", "data/loop_labels.json"), "ddtree-lab quality", render_loops),
     "temperature": Block(("data/results/bench.csv",), "ddtree-lab bench", render_temperature),
     "official": Block(("data/results/bench.csv",), "ddtree-lab bench", render_official),
     "round_cost": Block(("data/results/round_cost.jsonl", "data/results/verify_floor.csv"),
@@ -664,6 +736,7 @@ BLOCKS = {
                        full_size_cost.render_readme),
     "dflash2": Block(("data/results/dflash2.jsonl", "data/results/quality.jsonl", "data/checkpoints"),
                      "ddtree-lab dflash2 && bash scripts/lab.sh (notebook 08)", render_dflash2),
+    "seed_hardware": Block(seed_readme.SOURCES, seed_readme.COMMAND, seed_readme.render),
     # sources: the store once it exists; absent, the block says "not measured yet" instead of failing
     "concurrency": Block((CONCURRENCY_STORE,) if (ROOT / CONCURRENCY_STORE).exists() else (), "ddtree-lab concurrency",
                          render_concurrency),

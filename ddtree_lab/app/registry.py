@@ -25,6 +25,11 @@ def notebooks(*numbers: str) -> tuple:
     return LAB + ("notebooks", *numbers)
 
 
+def module(study: str) -> tuple:
+    """The command that runs a study module (``python -m ddtree_lab.experiments.studies.NAME``)."""
+    return (sys.executable, "-m", f"ddtree_lab.experiments.studies.{study}")
+
+
 def script(name: str, *args: str) -> tuple:
     return (sys.executable, f"scripts/{name}", *args)
 
@@ -85,6 +90,17 @@ EXPERIMENTS = (
     Experiment("dflash2_tables", "notebook 08: proposals' overlap, tree shapes, sibling calibration", (),
                ("dflash2_overlap-*.csv.gz", "dflash2_shapes-*.csv.gz", "dflash2_calibration-*.csv.gz"),
                (notebooks("08"),)),
+    Experiment("your_tree", "notebook 09: tree rules of one's own beside DDTree by budget (timing), their lossless "
+               "checks at T = 0.8 and the check's power (rules defined in the notebook: no golden sample)",
+               ("your_tree",), ("your_tree_lossless-*.csv.gz", "your_tree_power-*.csv.gz"), (notebooks("09"),)),
+    Experiment("expert_union", "the MoE target's expert union by budget (tree / chain / independent) and the "
+               "routing correlation", ("expert_union",), ("expert_union.csv", "expert_pairs.csv"),
+               (module("expert_union"),), (), "cases"),
+    Experiment("expert_auto", "expert-aware auto vs node-count auto and fixed budgets on the MLA target (timing)",
+               ("expert_auto",), (), (module("expert_auto"),), (), "expert_auto"),
+    Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted, Kimi K2.6 "
+               "and Qwen3.6-27B projected (a projection)", (), ("gpu_projection.csv",),
+               (module("gpu_projection"),)),
 )
 
 # scripts/*.py that are not experiments of the registry, and why
@@ -95,7 +111,11 @@ NOT_EXPERIMENTS = {
     "drafter_grid.py": "the drafter training grid (hours of training, its own resumable store under training/grid)",
     "full_size_check.py": "full-width layers for a GPU (scripts/gpu_check.sh); its CPU --tiny run is a test",
     "tp_verify.py": "tensor parallelism under torchrun (several processes); its results live under full_size/",
+    "gpu_projection_check.py": "the measured verify beside the GPU projection, for a GPU (scripts/gpu_check.sh); "
+                               "its CPU --tiny run is a test",
     "migrate_semantics.py": "the one-off move of the stores to keys of meaning (issue 57)",
+    "migrate_loop_tags.py": "the one-off retagging of every stored row's rounds by the loop lens (issue 60)",
+    "draw_loop_rounds.py": "draws the rounds a person labels to measure the loop lens (data/loop_labels.json)",
 }
 
 

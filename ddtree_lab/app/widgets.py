@@ -16,7 +16,10 @@ import pandas as pd
 
 from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import names_mode
+from ..experiments.studies import your_tree
 from . import plots
+from ..experiments.studies import gpu_projection as gp
+from .projection_plots import plot_rho_scaled
 
 ALL = "all"
 
@@ -254,3 +257,44 @@ def dflash2_explorer(summary: pd.DataFrame, arch: str | None = None, temperature
             "metric": ["tau", "tau_outside_loops", "speedup", "tokens_per_s"]}
     return dropdown_explorer(spec, {"arch": arch, "temperature": temperature, "metric": metric},
                              lambda **sel: plots.plot_dflash2_budgets(summary, **sel))
+
+
+def rule_explorer(summary: pd.DataFrame, rules, pairs: dict, arch: str | None = None, rule: str | None = None,
+                  budget: int | None = None, prompt_id: int = 0):
+    """``dropdown_explorer`` over (arch, rule, budget) of ``plots.plot_rule_round``: one rule's
+    tree on the first round of prompt ``prompt_id`` (drawn when chosen, ``your_tree.first_round``)
+    beside every rule's tau by budget. rules: tree rules, objects or built-in names ("unary":
+    DDTree); pairs: {arch: Pair}; summary: ``your_tree.summary`` (its budgets are offered)."""
+    by_name = {your_tree.display_name(r): r for r in rules}
+    rounds = {}
+
+    def draw(arch, rule, budget):
+        if (arch, rule, budget) not in rounds:
+            rounds[arch, rule, budget] = your_tree.first_round(by_name[rule], pairs[arch], budget, prompt_id)
+        return plots.plot_rule_round(rounds, summary, arch, rule, budget)
+
+    budgets = sorted(int(b) for b in summary.loc[summary.method == "ddtree", "budget"].unique())
+    spec = {"arch": [a for a in dict.fromkeys(summary.arch) if a in pairs], "rule": list(by_name), "budget": budgets}
+    return dropdown_explorer(spec, {"arch": arch, "rule": rule, "budget": budget}, draw)
+
+
+# ----------------------------------------------------------------------------- notebook 10 (issue 61)
+
+CORRELATION_SCALES = [0.0, 0.25, 0.5, 0.75, 1.0]   # x the measured routing correlation (0: independent)
+
+
+def correlation_explorer(inputs, overheads: dict, model: str = "Kimi K2.6", accelerator: str = "h200",
+                         gpus: int = 8, chain_tau: float = 6.49, stacks=("kernel-floor", "transformers-eager")):
+    """``dropdown_explorer`` over (correlation scale, stack): the projected speedup of ``model`` on
+    ``gpus`` x ``accelerator`` by budget when the measured routing correlation is scaled, between the
+    independent and measured bounds (``gpu_projection.best_budget_at``; the title says the best budget)."""
+
+    def draw(correlation, stack):
+        s = gp.setting(model, accelerator, gpus, stack, overheads[stack])
+        answer = gp.best_budget_at(s, correlation, inputs, chain_tau)
+        bounds = {r.name: gp.curve(s, r, inputs.trees, chain_tau, inputs.shape) for r in (gp.INDEPENDENT, inputs.measured)}
+        title = (f"{model}, {gpus} x {accelerator}, {stack}: best budget {answer['best_budget']} "
+                 f"({answer['best_speedup']:.2f}x; chain {answer['dflash_speedup']:.2f}x)")
+        return plot_rho_scaled(answer["curve"], correlation, bounds, title)
+    return dropdown_explorer({"correlation": CORRELATION_SCALES, "stack": list(stacks)},
+                             {"correlation": 1.0, "stack": stacks[0]}, draw)

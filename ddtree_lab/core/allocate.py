@@ -108,8 +108,19 @@ def auto_trees(full: list[tree_mod.DraftTree], cost_model, padded: bool = True) 
     ``batch`` trees whose verify processes ``tokens`` tokens. padded: the verify pads every
     tree to the largest (False: it packs them, as ``verify.verify_batch`` does). Batch 1: the tree whose budget
     maximises (expected accepted + 1) / predicted round seconds.
+
+    A cost model with ``tree_round_seconds(tree) -> seconds [N]`` (entry n-1: a round verifying
+    the tree's first n nodes) prices each tree by its own nodes, not by their count: the
+    expert-aware budget of issue 61 (``experiments.plumbing.expert_costs``), batch 1 only. It
+    only chooses the prefix, as every ``auto`` does, so decoding stays lossless.
     """
     gains = [t.log_weights[1:].exp() for t in full]  # [N_b] each, non-increasing
+    if hasattr(cost_model, "tree_round_seconds"):
+        if len(full) != 1:
+            raise ValueError(f"a cost model that prices a tree by its nodes (tree_round_seconds) chooses one tree "
+                             f"at a time, got a batch of {len(full)}")
+        seconds = cost_model.tree_round_seconds(full[0]).double()  # [N]
+        return [tree_mod.truncate(full[0], allocate_budgets(gains, seconds)[0])]
     most = _verify_tokens([t.num_nodes for t in full], padded)
     seconds = cost_model.batch_round_seconds(torch.arange(1, most + 1), len(full))  # [most]
     return [tree_mod.truncate(t, b) for t, b in zip(full, allocate_budgets(gains, seconds, padded))]

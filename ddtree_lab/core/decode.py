@@ -5,20 +5,22 @@ the B sequences still running (docs/background.md section 7):
 
 1. draft: ``DFlashDrafter.draft_batch``: ONE drafter forward over every sequence's new
    context rows and block;
-2. tree: per sequence a chain (DFlash) or a tree (DDTree, ``TreeRule``), each with its own
-   budget, or with ``budget="auto"`` the budgets chosen jointly (``allocate.auto_trees``);
+2. tree: per sequence a chain (DFlash) or a tree (DDTree), by the spec's tree rule
+   (``rules.TreeRule``: a built-in or one's own, whose trees ``rules.check_tree`` checks), each
+   with its own budget, or with ``budget="auto"`` the budgets chosen jointly (``allocate.auto_trees``);
 3. verify: ``verify.verify_batch``, ONE target forward over every tree;
 4. accept per sequence (its own argmax, or its own seeded walk at T > 0);
 5. ragged commit: ``cache.commit_batch``, each sequence its own accepted path (target cache
    and drafter context advance by the path and the bonus); finished sequences leave the batch.
 
 No full re-forward of the sequence per round. ``generate`` is the batch of one. At T = 0 the
-output equals AR decoding token for token (exact verification modes). At T > 0
-``accept_rule`` picks the walk (``sampling``): "rejection" (default, DFlash's rule: draft
-tokens sampled from the drafter's q, accepted with min(1, p/q), residual on rejection,
-recursively over a node's children for trees) or "target" (deterministic draft, the walk
-follows the target's own sample at every node). Both are lossless; sequence b samples with
-its own generator (seed + b), so its output does not depend on the rest of the batch.
+output equals AR decoding token for token (exact verification modes), whatever the tree rule.
+At T > 0 ``accept_rule`` is the walk (``rules.Walk``; ``sampling``): "rejection" (default,
+DFlash's rule: draft tokens sampled from the drafter's q, accepted with min(1, p/q), residual
+on rejection, recursively over a node's children for trees), "target" (deterministic draft,
+the walk follows the target's own sample at every node) or a walk of one's own. Both built-ins
+are lossless; sequence b samples with its own generator (seed + b), so its output does not
+depend on the rest of the batch.
 """
 from __future__ import annotations
 
@@ -33,10 +35,10 @@ from .adapter import loop_ready
 from .allocate import auto_trees
 from .compiled import compiled_module, compiled_tree_forward
 from .cache import TreeCache, commit_batch
-from .conditional import build_conditional_tree, conditional_chain
 from .drafter import Draft, DrafterState
-from .sampling import Conditional, Marginal, accept_rejection
-from .spec import TREES, GenerationSpec, Sampling
+from .rules import TreeRule, as_rule, check_tree, drafters_own
+from .sampling import choose_tokens  # noqa: F401  (decode.choose_tokens: the AR loops' name for it)
+from .spec import GenerationSpec, Sampling
 from .verify import padded_prefill, prefill_batch, token_ids, tree_forward, verify_batch_unchecked
 PHASES = ("draft", "tree", "verify", "accept", "commit")
 
@@ -97,53 +99,20 @@ class timed_phase:
         self.timings[self.phase] += time.perf_counter() - self.start
 
 
-def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
-    """The target's token at every row of logits [n, V]: argmax (T=0) or a sample."""
-    if temperature == 0:
-        return logits.argmax(-1)
-    probs = torch.softmax(logits.double().cpu() / temperature, dim=-1)  # the seeded generator is on the host
-    return torch.multinomial(probs, 1, generator=rng).squeeze(-1)
-
-
-@dataclass(frozen=True)
-class TreeRule:
-    """How a round turns a ``drafter.Draft`` into its tree and its T > 0 proposal, chosen once
-    per generation (``tree_rule``): "unary" (DDTree over the per-depth marginals; DFlash's
-    argmax chain) or "conditional" (DFlash 2: children by the selector's q(c | parent token);
-    the selector's path walk as the chain)."""
-    name: str
-
-    def tree(self, draft, root: int, method: str, budget: int) -> tree_mod.DraftTree:
-        if self.name == "conditional":
-            return (conditional_chain(draft.conditional, root) if method == "dflash"
-                    else build_conditional_tree(draft.conditional, root, budget))
-        return draft_tree(draft.logits, root, method, budget)
-
-    def trees(self, drafts: list, roots: list[int], method: str, budgets: list[int]) -> list[tree_mod.DraftTree]:
-        """``tree`` of every draft of a round: DDTree's unary trees built at once
-        (``tree.build_trees``), the others one by one."""
-        if self.name == "unary" and method == "ddtree":
-            return tree_mod.build_trees(torch.stack([d.logits for d in drafts]), roots, budgets)
-        return [self.tree(d, r, method, b) for d, r, b in zip(drafts, roots, budgets)]
-
-    def proposal(self, draft):
-        """The drafter's q for the rejection rule (``sampling.Marginal`` / ``Conditional``)."""
-        return Conditional(draft.conditional) if self.name == "conditional" else Marginal(draft.logits)
-
-
 def tree_rule(drafter, tree) -> TreeRule:
-    """The ``TreeRule`` named ``tree`` (or ``tree`` itself, a ``TreeRule``); None: "conditional"
-    for a DFlash 2 drafter (it has a candidate selector), else "unary"."""
-    if isinstance(tree, TreeRule):
-        tree = tree.name
-    if tree is None:
-        tree = "conditional" if getattr(drafter, "selector", None) is not None else "unary"
-    if tree not in TREES:
-        raise ValueError(f"tree must be one of {TREES} or None (the drafter's own), got {tree!r}")
-    if tree == "conditional" and getattr(drafter, "selector", None) is None:
-        raise ValueError("tree='conditional' needs a DFlash 2 drafter (a candidate selector); "
-                         "this drafter has none: use tree='unary'")
-    return TreeRule(tree)
+    """The ``rules.TreeRule`` a generation with ``drafter`` builds its trees by: ``tree`` (a rule,
+    a built-in's name or any callable, ``rules.as_rule``), or for None the drafter's own
+    (``rules.drafters_own``: "conditional" for a DFlash 2 drafter, else "unary"); ValueError
+    when the drafter cannot run it (``TreeRule.check_drafter``)."""
+    rule = as_rule(tree)
+    rule = drafters_own(drafter) if rule is None else rule
+    rule.check_drafter(drafter)
+    return rule
+
+
+def round_rule(rule: TreeRule, method: str) -> TreeRule:
+    """The rule a round of ``method`` calls: DDTree the rule itself, DFlash its linear draft (``chain``)."""
+    return rule.chain if method == "dflash" else rule
 
 
 def check_generate_args(target, drafter, prompt_ids, spec: GenerationSpec, budget, max_new_tokens,
@@ -202,10 +171,12 @@ def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *,
     per predicted second with ``cost_model``, see ``allocate.auto_trees``).
     on_round: optional callback ``on_round(Round)`` after every speculative round (for
     calibration and leakage studies; not timed apart from the loop).
-    accept_rule: ``sampling.ACCEPT_RULES``, the T > 0 walk ("rejection": DFlash's rule with
-    the drafter's q; "target": target-only matching); ignored at T = 0.
-    tree: ``TREES`` ("unary" / "conditional"); None: the drafter's own (a DFlash 2 drafter
-    builds conditional trees, ``TreeRule``).
+    accept_rule: the T > 0 walk, a name of ``sampling.ACCEPT_RULES`` ("rejection": DFlash's rule
+    with the drafter's q; "target": target-only matching) or a walk of one's own
+    (``rules.Walk``); ignored at T = 0 (the argmax walk).
+    tree: a tree rule, "unary" / "conditional" (``rules.TREES``) or any callable
+    rule(draft, root_token, budget) -> DraftTree (``rules``); None: the drafter's own (a DFlash 2
+    drafter builds conditional trees, ``rules.drafters_own``).
     """
     spec = GenerationSpec.build(spec, **spec_args)
     if isinstance(spec.budget, tuple) or isinstance(spec.max_new_tokens, tuple):
@@ -340,41 +311,35 @@ def _generate_ar(target, prompts, news, temperature, rngs, clock: Generation, *,
     return gens
 
 
-def draft_tree(drafter_logits: torch.Tensor, root: int, method: str, budget) -> tree_mod.DraftTree:
-    if method == "dflash":
-        return tree_mod.chain_of(drafter_logits.argmax(-1).cpu(), root)
-    return tree_mod.build_tree(drafter_logits, root, budget)
-
-
 def sampled(tree: tree_mod.DraftTree, proposal, sampling: Sampling, rng):
-    """The tree the round verifies: under the rejection rule at T > 0 its tokens are drawn
-    from the drafter's q (``proposal.sample_tree``), else the deterministic tree itself."""
-    if sampling.rejection:
+    """The tree the round verifies: under a walk that draws its tree (the rejection walk) at
+    T > 0 its tokens are drawn from the drafter's q (``proposal.sample_tree``), else the
+    rule's tree itself."""
+    if sampling.draws_tree:
         return proposal.sample_tree(tree, sampling.temperature, rng)
     return tree
 
 
 def accept_round(tree, target_logits, proposal, sampling: Sampling, rng, choice=None):
-    """(path, bonus, choice): the round's accept walk. choice [N+1] is the target's own token
-    at every node (argmax, or a sample under the target-only rule; given: the verify's argmax
-    at T = 0, ``Forward.choice``); None under rejection."""
-    if sampling.rejection:
-        return (*accept_rejection(tree, target_logits, proposal, sampling.temperature, rng), None)
-    if choice is None:
-        choice = choose_tokens(target_logits, sampling.temperature, rng)
-    return (*tree_mod.accept(tree, choice), choice)
+    """(path, bonus, choice): the round's accept walk. At T = 0 the argmax walk, whatever the
+    walk: choice [N+1] is the target's argmax at every node (given: the verify's,
+    ``Forward.choice``). At T > 0 the spec's walk (``Sampling.accept_rule``); choice None."""
+    if sampling.greedy:
+        choice = target_logits.argmax(-1) if choice is None else choice
+        return (*tree_mod.accept(tree, choice), choice)
+    return (*sampling.accept_rule(tree, target_logits, proposal, sampling.temperature, rng), None)
 
 
 @dataclass(frozen=True, eq=False)
 class Round:
     """What one speculative round saw, for one sequence (``sequence``: its index in the batch):
-    draft logits [bs-1, V], the tree, the target's logits [N+1, V] and choices [N+1], the
-    accepted path, the bonus token and the drafter's q (``proposal``: ``sampling.Marginal``
-    or ``Conditional``)."""
+    draft logits [bs-1, V], the tree, the target's logits [N+1, V] and argmax choices [N+1]
+    (T = 0), the accepted path, the bonus token and the drafter's q (``proposal``:
+    ``rule.proposal(draft)``, e.g. ``sampling.Marginal`` or ``Conditional``)."""
     draft_logits: torch.Tensor
     tree: tree_mod.DraftTree
     target_logits: torch.Tensor
-    target_choice: torch.Tensor | None  # None under the rejection rule at T > 0
+    target_choice: torch.Tensor | None  # None at T > 0 (the walk samples on its own)
     path: list
     bonus: int
     proposal: object = None
@@ -440,7 +405,8 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
                    *, hooks: _Hooks) -> None:
     """The speculative loop over ``seqs`` (one per prompt, filled in place): rounds until every
     sequence has its ``max_new_tokens``. Everything was validated before: nothing per round."""
-    layers, rule, s = tuple(drafter.cfg.target_layer_ids), tree_rule(drafter, spec.tree), spec.sampling
+    layers, s = tuple(drafter.cfg.target_layer_ids), spec.sampling
+    rule = round_rule(tree_rule(drafter, spec.tree), spec.method)
     forwards = _forwards(target, drafter, spec)
     with timed_phase(clock, "prefill"):
         _open(target, drafter, seqs, prompts)
@@ -452,8 +418,8 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
                                          forward=forwards.draft)  # Draft each, logits [bs-1, V]
             proposals = [rule.proposal(d) for d in drafts]
         with timed_phase(clock, "tree"):
-            trees = [sampled(t, q, s, seq.rng) for t, q, seq in
-                     zip(draft_trees(drafts, running, spec.method, hooks.cost_model, rule), proposals, running)]
+            built = draft_trees(drafts, running, spec, hooks.cost_model, rule, target.config.vocab_size)
+            trees = [sampled(t, q, s, seq.rng) for t, q, seq in zip(built, proposals, running)]
         with timed_phase(clock, "verify"):
             outs = verify_batch_unchecked(target, [q.cache for q in running], trees, spec.gdn_mode, layers,
                                           forward=forwards.verify, greedy=s.greedy)
@@ -502,13 +468,20 @@ def _record(gen: Generation, tree, path, bonus: int, path_entropies: list[float]
     gen.tree_sizes.append(tree.num_nodes)
 
 
-def draft_trees(drafts: list, running: list[_Sequence], method: str, cost_model, rule: TreeRule) -> list:
-    """One tree per running sequence: its own budget, or (DDTree, budget "auto") budgets chosen
-    jointly for this round's batch by ``auto_trees`` (each tree built once at the cost model's
-    largest budget, then cut to one common size: the cost model prices a round by its tokens,
-    not by the largest tree every sequence's recurrence and attention pay for in a packed
-    verify; the per-sequence allocation, ``padded=False``, was slower on GDN under load)."""
-    roots = [s.root for s in running]
-    if method == "ddtree" and running[0].budget == "auto":
-        return auto_trees(rule.trees(drafts, roots, method, [cost_model.max_budget] * len(drafts)), cost_model)
-    return rule.trees(drafts, roots, method, [s.budget for s in running])
+def draft_trees(drafts: list, running: list[_Sequence], spec: GenerationSpec, cost_model, rule: TreeRule,
+                vocab_size: int) -> list:
+    """One tree per running sequence by ``rule`` (``round_rule``): its own budget (DFlash: the
+    block's block_size - 1 positions), or (DDTree, budget "auto") budgets chosen jointly for
+    this round's batch by ``auto_trees`` (each tree built once at the cost model's largest
+    budget, then cut to one common size: the cost model prices a round by its tokens, not by the
+    largest tree every sequence's recurrence and attention pay for in a packed verify; the
+    per-sequence allocation, ``padded=False``, was slower on GDN under load). A rule's trees
+    are checked (``rules.check_tree``) unless they are valid by construction (``checked``)."""
+    roots, auto = [s.root for s in running], spec.method == "ddtree" and running[0].budget == "auto"
+    budgets = ([cost_model.max_budget] * len(drafts) if auto else
+               [spec.block_size - 1 if spec.method == "dflash" else s.budget for s in running])
+    trees = rule.trees(drafts, roots, budgets)
+    if not rule.checked:
+        for t, root, budget in zip(trees, roots, budgets):
+            check_tree(t, root, budget, spec.block_size - 1, vocab_size, f"tree rule {rule.name!r}")
+    return auto_trees(trees, cost_model) if auto else trees

@@ -16,7 +16,9 @@ reason: a sliding window that cuts (``check_window``), a Mamba / SSM mixer, a la
 from __future__ import annotations
 
 import json
+import logging
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from . import adapter
 from .adapter import decoder_layers
+from .threads import apply_rule
 
 ARCHS = ("gdn", "mla")            # the shipped pairs
 LABELS = ARCHS + ("attention",)  # what ``arch_of`` names (attention: Qwen3, Llama, ...)
@@ -230,7 +233,10 @@ def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = N
     Llama, ... The class follows ``config.json``'s ``model_type`` (``AutoModelForCausalLM``),
     with eager attention and (MoE) eager experts, which the tree mask and the exact harness
     need. ``kwargs`` go to ``from_pretrained`` (``device_map="auto"`` spreads a large model over GPUs).
+    Torch's CPU threads follow the lab's rule unless a count was asked for (``threads.apply_rule``),
+    and on a CPU the GDN kernel-fallback warnings are silenced (``kernel_notices``).
     """
+    apply_rule()
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ValueError(f"path must be a checkpoint directory with config.json, got {path}")
@@ -251,7 +257,37 @@ def load_target(path: str | Path, *, dtype=torch.float32, device: str | None = N
                                    **kwargs)
     if device is not None:
         model = model.to(device)
+    kernel_notices(model)
     return model.eval()
+
+
+KERNEL_FALLBACK = "is falling back to its reference PyTorch implementation"  # transformers' hub_kernels notice
+
+
+class _CpuKernelNotices(logging.Filter):
+    """Drops transformers' kernel-fallback notices (``causal_conv1d``, ``flash-linear-attention``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return KERNEL_FALLBACK not in record.getMessage()
+
+
+_CPU_NOTICES = _CpuKernelNotices()
+
+
+def kernel_notices(model) -> None:
+    """A GDN target on the CPU: transformers' warnings that ``causal_conv1d`` and
+    ``flash-linear-attention`` are missing are silenced, with one line, once, saying why (both
+    are GPU kernels: a CPU user cannot act on them; where transformers' warnings are off, as
+    in the notebooks, nothing is said). On a GPU they are kept."""
+    log = logging.getLogger("transformers.integrations.hub_kernels")
+    if next(model.parameters()).device.type != "cpu":
+        log.removeFilter(_CPU_NOTICES)
+    elif _CPU_NOTICES not in log.filters and arch_of(model) == "gdn":
+        log.addFilter(_CPU_NOTICES)
+        if log.isEnabledFor(logging.WARNING):
+            print("ddtree-lab: silenced transformers' warnings that causal_conv1d and flash-linear-attention are not "
+                  "installed: both are GPU kernels, and on the CPU the GDN layers run transformers' PyTorch reference",
+                  file=sys.stderr)
 
 
 def count_parameters(model) -> dict:

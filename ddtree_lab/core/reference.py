@@ -5,10 +5,11 @@ docs/background.md sections 2-4 and 9-10).
 
     prefill prompt[:-1]; root = prompt[-1]
     per round: (1) draft   ONE drafter pass over [root, MASK x (bs-1)] -> logits [bs-1, V]
-               (2) tree    the DFlash chain / best-first DDTree (unary marginals, or
-                           conditional: DFlash 2's selector, q(child | parent token))
+               (2) tree    the spec's tree rule (``rules``): the DFlash chain / best-first DDTree
+                           (unary marginals, or conditional: DFlash 2's selector, q(child |
+                           parent token)), or a rule of one's own (its tree checked)
                (3) verify  ONE stock target forward over root + nodes, tree attention mask
-               (4) accept  the argmax walk (T = 0) or the seeded T > 0 walk
+               (4) accept  the argmax walk (T = 0) or the spec's seeded T > 0 walk
                (5) commit  the accepted rows; each GDN layer's state by its mode's rule
     AR (``ar_loop``) drafts nothing: one stock forward per token.
 
@@ -30,13 +31,15 @@ from transformers import DynamicCache
 
 from .adapter import loop_ready
 from .allocate import auto_trees
-from .conditional import build_conditional_tree, conditional_chain, from_selector
-from .decode import Generation, check_generate_args, choose_tokens, entropies
+from .conditional import from_selector
+from .decode import Generation, check_generate_args, entropies, round_rule, tree_rule
+from .drafter import Draft
 from .gdn_layer import GdnMode, tree_layer
 from .gdn_tree import commit_conv_state
-from .sampling import Conditional, Marginal, accept_rejection
+from .rules import check_tree
+from .sampling import choose_tokens
 from .spec import GenerationSpec
-from .tree import DraftTree, accept, build_tree, chain_of
+from .tree import DraftTree, accept, chain_of
 from .verify import prefill, tree_buffers
 
 
@@ -138,7 +141,7 @@ def speculative_loop(target, drafter, prompt: torch.Tensor, spec: GenerationSpec
                      cost_model) -> None:
     """DFlash (``spec.method`` "dflash": a chain) or DDTree ("ddtree": a tree), round by round."""
     s, mode, bs, T = spec.sampling, spec.gdn_mode, spec.block_size, spec.sampling.temperature
-    conditional = spec.tree == "conditional" or (spec.tree is None and drafter.selector is not None)
+    rule = round_rule(tree_rule(drafter, spec.tree), spec.method)  # an object: DFlash its chain, DDTree the tree
     layers, dev = tuple(drafter.cfg.target_layer_ids), drafter.device
     # (0) prefill prompt[:-1] (the stock forward): the target's committed state, and the features
     # [len(prompt) - 1, F] of those rows (hidden states of ``layers``) that the drafter attends to
@@ -158,29 +161,30 @@ def speculative_loop(target, drafter, prompt: torch.Tensor, spec: GenerationSpec
                                past_key_values=context, use_cache=True)[0, 1:]  # [bs-1, H]
         context.crop(-bs)  # the block's bs rows leave the context
         logits = drafter.logits(hidden)  # [bs-1, V]: row d-1 scores depth d
-        draft = from_selector(drafter.selector, hidden, logits) if conditional else None  # DFlash 2: q(c | parent, d)
-        # (2) tree: DFlash's chain (argmax per depth, or the selector's greedy path walk); DDTree's
-        # best-first tree of ``budget`` nodes (heaviest paths of the marginals, or of the selector's q)
-        if spec.method == "dflash":
-            tree = conditional_chain(draft, root) if conditional else chain_of(logits.argmax(-1).cpu(), root)
-        else:
-            budget = cost_model.max_budget if spec.budget == "auto" else spec.budget
-            tree = build_conditional_tree(draft, root, budget) if conditional else build_tree(logits, root, budget)
-            if spec.budget == "auto":  # the prefix of the tree that maximises tokens per predicted second
-                tree = auto_trees([tree], cost_model)[0]
-        proposal = Conditional(draft) if conditional else Marginal(logits)  # the drafter's q at T > 0
-        if s.rejection:  # the tree's shape kept, its tokens drawn from q without replacement (generator)
+        selector = None if drafter.selector is None else from_selector(drafter.selector, hidden, logits)
+        draft = Draft(logits, selector)  # DFlash 2: its selector's q(c | parent, d) too
+        # (2) tree: the rule's. DFlash: its chain (argmax per depth, or the selector's greedy path
+        # walk) of bs-1 nodes; DDTree: e.g. the best-first tree of ``budget`` nodes (heaviest paths
+        # of the marginals, or of the selector's q); a rule of one's own is checked before the verify
+        budget = bs - 1 if spec.method == "dflash" else cost_model.max_budget if spec.budget == "auto" else spec.budget
+        tree = rule(draft, root, budget)
+        if not rule.checked:
+            check_tree(tree, root, budget, bs - 1, target.config.vocab_size, f"tree rule {rule.name!r}")
+        if spec.budget == "auto" and spec.method == "ddtree":  # the prefix that maximises tokens per predicted second
+            tree = auto_trees([tree], cost_model)[0]
+        proposal = rule.proposal(draft)  # the drafter's q at T > 0
+        if s.draws_tree:  # the rejection walk: the tree's shape kept, its tokens drawn from q (generator)
             tree = proposal.sample_tree(tree, T, rng)
         # (3) verify: ONE stock target forward, the tree attention mask (``verify_tree``)
         out, view = verify_tree(target, state, tree, mode)
         target_logits = out.logits[0]  # [N+1, V]: row i = the target's next token after path(i)
         # (4) accept. T = 0: descend while a child holds the target's argmax; bonus = argmax there.
-        # "target" rule: the same walk on the target's samples. "rejection": child x accepted with
-        # min(1, p(x) / q(x)), else p <- norm(max(0, p - q)); no child left: bonus ~ p (``sampling``)
-        if s.rejection:
-            path, bonus = accept_rejection(tree, target_logits, proposal, T, rng)
+        # T > 0: the spec's walk. "target": the same walk on the target's samples. "rejection": child
+        # x accepted with min(1, p(x) / q(x)), else p <- norm(max(0, p - q)); no child left: bonus ~ p
+        if s.greedy:
+            path, bonus = accept(tree, target_logits.argmax(-1))
         else:
-            path, bonus = accept(tree, choose_tokens(target_logits, T, rng))
+            path, bonus = s.accept_rule(tree, target_logits, proposal, T, rng)
         new_features = torch.cat([out.hidden_states[i + 1][0] for i in layers], -1)[path]  # [len(path), F]
         gen.tokens += tree.tokens[path][1:].tolist() + [bonus]
         gen.entropies += entropies(target_logits[path], T)

@@ -1,6 +1,7 @@
 """Acceptance at T > 0: the official DFlash rule with the drafter's q, for chains and trees.
 
-Two rules, chosen once per generation (``ACCEPT_RULES``); at T = 0 both are the argmax walk.
+Two walks, chosen once per generation (``ACCEPT_RULES``, their objects ``rules.rejection`` and
+``rules.target_matching``; a walk of one's own: ``rules``); at T = 0 both are the argmax walk.
 
 - ``"target"``: target-only matching. The draft is deterministic (argmax chain, top-K tree);
   the target samples at every node and the walk follows the child with that token
@@ -23,11 +24,15 @@ Two rules, chosen once per generation (``ACCEPT_RULES``); at T = 0 both are the 
   Each trial is one speculative-sampling step with proposal s and target r, so the output is
   distributed as p whatever q is (lossless); a chain is the tree with one child per node.
 
-The proposal q is an object chosen once per generation: ``Marginal`` (DFlash: q_d depends on
-the depth only) or ``Conditional`` (DFlash 2's selector: q(. | parent token, d) over the
-depth's K candidates, softmax(s / T), as SGLang's selector path walk). Under ``Conditional``
-a node's children are drawn without replacement from q given the node's own (sampled) token,
-top-down; the walk above is unchanged, with s = q(. | node token, depth + 1).
+The proposal q is an object chosen once per generation (by the tree rule, ``rules``):
+``Marginal`` (DFlash: q_d depends on the depth only) or ``Conditional`` (DFlash 2's selector:
+q(. | parent token, d) over the depth's K candidates, softmax(s / T), as SGLang's selector path
+walk). Under ``Conditional`` a node's children are drawn without replacement from q given the
+node's own (sampled) token, top-down (``draw_children``); the walk above is unchanged, with
+s = q(. | node token, depth + 1). ``MarginalAnyTree`` draws DFlash's marginals the same way, node
+by node, so a tree of any shape (a rule of one's own, ``rules``) is drawn from q: lossless
+whatever the shape. ``Marginal``'s one draw per depth needs best-first shapes (every node's
+children the ranks 0 .. m-1 of their depth, in order).
 """
 from __future__ import annotations
 
@@ -41,6 +46,13 @@ ACCEPT_RULES = ("rejection", "target")
 def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """softmax(logits / T) in float64 on the host: [..., V]."""
     return torch.softmax(logits.double().cpu() / temperature, dim=-1)
+
+
+def choose_tokens(logits: torch.Tensor, temperature: float, rng: torch.Generator | None) -> torch.Tensor:
+    """The target's token at every row of logits [n, V]: argmax (T=0) or a sample."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    return torch.multinomial(probs(logits, temperature), 1, generator=rng).squeeze(-1)  # the seeded generator is on the host
 
 
 def canonical_ranks(draft_logits: torch.Tensor) -> torch.Tensor:
@@ -97,14 +109,27 @@ class Conditional:
         return out
 
     def sample_tree(self, tree: DraftTree, temperature: float, rng) -> DraftTree:
-        """The tree's shape with its tokens drawn top-down: the m children of a node are one
-        sample without replacement of m tokens from q(. | the node's drawn token, depth + 1)."""
-        tokens, depths = tree.tokens.clone(), tree.depths.tolist()
-        for u, kids in enumerate(tree.children):  # pop order: a parent before its children
-            if kids:
-                q = self.child_probs(int(tokens[u]), depths[u] + 1, temperature)
-                tokens[kids] = torch.multinomial(q, len(kids), replacement=False, generator=rng)
-        return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
+        return draw_children(tree, self, temperature, rng)
+
+
+class MarginalAnyTree(Marginal):
+    """DFlash's marginals q_d for a tree of any shape: each node's children drawn on their own
+    (``draw_children``), where ``Marginal`` shares one draw per depth among best-first shapes."""
+
+    def sample_tree(self, tree: DraftTree, temperature: float, rng) -> DraftTree:
+        return draw_children(tree, self, temperature, rng)
+
+
+def draw_children(tree: DraftTree, proposal, temperature: float, rng) -> DraftTree:
+    """The tree's shape with its tokens drawn top-down: the m children of a node, in index
+    order, are one sample without replacement of m tokens from ``proposal.child_probs``(the
+    node's drawn token, depth + 1). Lossless under the rejection walk for any shape."""
+    tokens, depths = tree.tokens.clone(), tree.depths.tolist()
+    for u, kids in enumerate(tree.children):  # topological: a parent before its children
+        if kids:
+            q = proposal.child_probs(int(tokens[u]), depths[u] + 1, temperature)
+            tokens[kids] = torch.multinomial(q, len(kids), replacement=False, generator=rng)
+    return DraftTree(tokens, tree.parents, tree.depths, tree.log_weights)
 
 
 def sample_draft(tree: DraftTree, draft_logits: torch.Tensor, temperature: float,

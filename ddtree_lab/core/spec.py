@@ -1,24 +1,25 @@
 """One generation spec: what a ``decode.generate`` call decodes, validated once when it is built.
 
 ``GenerationSpec`` (frozen) holds the method, the budget, the block size, the length, the
-sampling (``Sampling``: temperature with its acceptance rule and the seed), the tree rule's
-name and the GDN mode as its object. It checks everything it can without the models; what
+sampling (``Sampling``: temperature with its acceptance walk and the seed), the tree rule and
+the GDN mode, each as its object (a built-in's name is looked up once, here; a callable of
+one's own is wrapped, ``rules``). It checks everything it can without the models; what
 needs the models (the drafter's block size, the vocabulary, the positions) is checked once
 per generation in ``decode.check_generate_args``. Nothing in the loop validates again.
 
     spec = GenerationSpec(method="ddtree", budget=16)                  # or generate(..., budget=16)
     spec = GenerationSpec(method="ddtree", budget=64, sampling=Sampling(0.7, seed=3))
+    spec = GenerationSpec(method="ddtree", budget=16, tree=my_rule)    # my_rule(draft, root_token, budget)
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .gdn_layer import GdnMode, gdn_mode as as_gdn_mode
-from .sampling import ACCEPT_RULES
+from .rules import TreeRule, Walk, as_rule, as_walk
 
 METHODS = ("ar", "dflash", "ddtree")
-TREES = ("unary", "conditional")
 MAX_BUDGET = 1024
 
 
@@ -28,19 +29,19 @@ def _is_int(x) -> bool:
 
 @dataclass(frozen=True)
 class Sampling:
-    """temperature (0: greedy), accept_rule (``sampling.ACCEPT_RULES``, the walk at T > 0:
-    "rejection", DFlash's rule with the drafter's q, or "target", target-only matching) and
-    seed (an int >= 0; sequence b of a batch samples with seed + b)."""
+    """temperature (0: greedy), accept_rule (the walk at T > 0, a ``rules.Walk``: "rejection",
+    DFlash's rule with the drafter's q, or "target", target-only matching, by name
+    (``sampling.ACCEPT_RULES``), or a walk of one's own, ``rules``) and seed (an int >= 0;
+    sequence b of a batch samples with seed + b)."""
     temperature: float = 0.0
-    accept_rule: str = "rejection"
+    accept_rule: Walk | str = "rejection"
     seed: int = 0
 
     def __post_init__(self):
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {t!r}")
-        if self.accept_rule not in ACCEPT_RULES:
-            raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, got {self.accept_rule!r}")
+        object.__setattr__(self, "accept_rule", as_walk(self.accept_rule))
         if not _is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed must be an int >= 0, got {self.seed!r}")
 
@@ -49,9 +50,14 @@ class Sampling:
         return self.temperature == 0
 
     @property
-    def rejection(self) -> bool:
-        """True when the round draws its tree from the drafter's q and walks it by rejection."""
-        return not self.greedy and self.accept_rule == "rejection"
+    def draws_tree(self) -> bool:
+        """True when the round draws its tree's tokens from the drafter's q (T > 0 and a walk
+        that needs it, ``Walk.draws_tree``: the rejection walk)."""
+        return not self.greedy and self.accept_rule.draws_tree
+
+    def as_dict(self) -> dict:
+        """Plain names and numbers (the walk by its ``key``)."""
+        return {"temperature": self.temperature, "accept_rule": self.accept_rule.key, "seed": self.seed}
 
 
 def _check_per_prompt(name: str, value, check) -> None:
@@ -77,15 +83,17 @@ class GenerationSpec:
     "auto" (``allocate.auto_trees``; needs a cost model), or a tuple with one int per prompt of
     a batch; block_size: drafter block (>= 2; its upper bound is the drafter's, checked with the
     models); max_new_tokens: an int, or a tuple with one per prompt; sampling: ``Sampling``;
-    tree: "unary" / "conditional" / None (the drafter's own); gdn_mode: a ``GdnMode`` (a name
-    is resolved once, here); compile: run the loop's forwards compiled (``compiled``).
+    tree: a ``rules.TreeRule``: "unary" / "conditional" by name (``rules.TREES``), any callable
+    rule(draft, root_token, budget) -> DraftTree, or None (the drafter's own); method "dflash"
+    drafts the rule's ``chain``; gdn_mode: a ``GdnMode`` (a name is resolved once, here);
+    compile: run the loop's forwards compiled (``compiled``).
     """
     method: str = "ddtree"
     budget: int | str | tuple = 32
     block_size: int = 8
     max_new_tokens: int | tuple = 128
     sampling: Sampling = field(default_factory=Sampling)
-    tree: str | None = None
+    tree: TreeRule | str | None = None
     gdn_mode: GdnMode | str = "wy"
     compile: bool = False
 
@@ -105,8 +113,10 @@ class GenerationSpec:
         _check_per_prompt("max_new_tokens", self.max_new_tokens, _check_new)
         if not isinstance(self.sampling, Sampling):
             raise ValueError(f"sampling must be a Sampling, got {type(self.sampling).__name__}")
-        if self.tree is not None and self.tree not in TREES:
-            raise ValueError(f"tree must be one of {TREES} or None (the drafter's own), got {self.tree!r}")
+        object.__setattr__(self, "tree", as_rule(self.tree))
+        if self.method == "dflash" and self.tree is not None and self.tree.chain is None:
+            raise ValueError(f"method 'dflash' drafts a chain, and the tree rule {self.tree.name!r} has none "
+                             "(a ``chain`` attribute): run it with method='ddtree'")
         object.__setattr__(self, "gdn_mode", as_gdn_mode(self.gdn_mode))
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be True or False, got {self.compile!r}")
@@ -139,9 +149,10 @@ class GenerationSpec:
         return replace(self, **changes)
 
     def as_dict(self) -> dict:
-        """Plain names and numbers, for a stored row."""
-        d = asdict(self)
-        d["gdn_mode"] = self.gdn_mode.name
+        """Plain names and numbers, for a stored row (the tree rule and the walk by their ``key``)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d.update(sampling=self.sampling.as_dict(), tree=None if self.tree is None else self.tree.key,
+                 gdn_mode=self.gdn_mode.name)
         return d
 
 

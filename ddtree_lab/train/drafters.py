@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -238,12 +239,12 @@ LABELS = {"soft": (True, True), "mixed": (True, False), "hard": (False, False)} 
 
 
 def with_knobs(recipe: DrafterRecipe, corpus_share: float | None = None, steps: int | None = None,
-               labels: str | None = None, layers: int | None = None) -> DrafterRecipe:
-    """``recipe`` with the share of real-code windows, the step count, the labels and the
-    drafter's depth changed (None: unchanged). labels: ``LABELS``: "soft" (the target's top-K
-    everywhere), "mixed" (hard on the rollouts, which the target wrote; soft on the real code)
-    or "hard". layers: the drafter's decoder layers (``DrafterRecipe.num_layers``)."""
-    for name, value in (("steps", steps), ("layers", layers)):
+               labels: str | None = None, layers: int | None = None, rollouts: int | None = None) -> DrafterRecipe:
+    """``recipe`` with the share of real-code windows, the step count, the labels, the
+    drafter's depth and the rollout count changed (None: unchanged). labels: ``LABELS``: "soft"
+    (the target's top-K everywhere), "mixed" (hard on the rollouts, which the target wrote; soft
+    on the real code) or "hard". layers: the drafter's decoder layers (``DrafterRecipe.num_layers``)."""
+    for name, value in (("steps", steps), ("layers", layers), ("rollouts", rollouts)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if labels is not None and labels not in LABELS:
@@ -251,7 +252,8 @@ def with_knobs(recipe: DrafterRecipe, corpus_share: float | None = None, steps: 
     t = recipe.train
     out = replace(recipe, train=t if steps is None else replace(t, max_tokens=steps * t.batch_size * t.seq_len),
                   corpus_share=recipe.corpus_share if corpus_share is None else corpus_share,
-                  num_layers=recipe.num_layers if layers is None else layers)
+                  num_layers=recipe.num_layers if layers is None else layers,
+                  num_rollouts=recipe.num_rollouts if rollouts is None else rollouts)
     if labels is None:
         return out
     corpus_soft, rollout_soft = LABELS[labels]
@@ -259,11 +261,21 @@ def with_knobs(recipe: DrafterRecipe, corpus_share: float | None = None, steps: 
                    rollout_soft=rollout_soft)
 
 
+def scaled_data(recipe: DrafterRecipe, share: float) -> DrafterRecipe:
+    """``recipe`` making ``share`` (< 1) of its rollouts and real-code windows, for a run of that
+    share of its steps: at least one batch of each temperature of the cycle (so the held-out
+    rollouts hold greedy ones to measure tau on) and one batch of windows."""
+    rollouts = max(recipe.gen_batch * len(recipe.temperatures), math.ceil(recipe.num_rollouts * share))
+    windows = max(recipe.train.batch_size, math.ceil(recipe.corpus_windows * share)) if recipe.corpus_windows else 0
+    return replace(recipe, num_rollouts=min(rollouts, recipe.num_rollouts),
+                   corpus_windows=min(windows, recipe.corpus_windows))
+
+
 def train_drafter(arch: str | None, preset: str = "default", *, target=None, prompts: list | None = None,
                   tok=None, mask_token_id: int | None = None, out: Path | None = None,
                   runs_dir: Path | None = None, cache_dir: Path | None = data.CACHE_DIR,
                   max_minutes: float | None = None, device: str | None = None,
-                  corpus_share: float | None = None, steps: int | None = None) -> dict:
+                  corpus_share: float | None = None, steps: int | None = None, rollouts: int | None = None) -> dict:
     """Make/load rollouts, train (or resume) a drafter for ``target`` and ship it.
 
     target: defaults to the shipped ``{arch}-target`` (float32); any target ``load_target``
@@ -271,11 +283,15 @@ def train_drafter(arch: str | None, preset: str = "default", *, target=None, pro
     tokenizer) or token-id lists; default ``drafter_prompts()``. mask_token_id: default the
     tokenizer's MASK. out: default the shipped ``{arch}-drafter``; runs_dir (the resumable
     training state): ``data/runs/{out's name}-{preset}`` for a drafter inside ``data/`` (the
-    shipped ones), else ``{out}.run`` beside ``out``. corpus_share, steps: the recipe's knobs (``with_knobs``;
-    default the preset's, ``preset_recipe``: a shipped arch's own for "default").
+    shipped ones), else ``{out}.run`` beside ``out``. corpus_share, steps, rollouts: the recipe's knobs
+    (``with_knobs``; default the preset's, ``preset_recipe``: a shipped arch's own for "default");
+    fewer steps than the preset's, without ``rollouts``, make that share of its data (``scaled_data``).
     Returns the shipped manifest.
     """
-    recipe = with_knobs(preset_recipe(RECIPES, preset, arch), corpus_share, steps)
+    base = preset_recipe(RECIPES, preset, arch)
+    recipe = with_knobs(base, corpus_share, steps, rollouts=rollouts)
+    if rollouts is None and recipe.train.total_steps < base.train.total_steps:
+        recipe = scaled_data(recipe, recipe.train.total_steps / base.train.total_steps)
     if target is None:
         if arch is None:
             raise ValueError("arch must be given when no target is")
@@ -291,10 +307,19 @@ def train_drafter(arch: str | None, preset: str = "default", *, target=None, pro
     if mask_token_id is None or not 0 <= mask_token_id < target.config.vocab_size:
         raise ValueError(f"mask_token_id must be a token id in [0, {target.config.vocab_size}) (the tokenizer has "
                          f"no {data.MASK!r} token: pass one, e.g. an unused special token), got {mask_token_id!r}")
-    training = training_data(target, recipe, tok, prompts, recipe.train.seed, cache_dir)
     out = Path(out or ckpt_path(arch, "drafter"))
+    print(plan_line(recipe))
+    training = training_data(target, recipe, tok, prompts, recipe.train.seed, cache_dir)
     return fit_drafter(target, arch, recipe, training, mask_token_id, Path(runs_dir or default_runs_dir(out, preset)),
                        out=out, preset=preset, max_minutes=max_minutes)
+
+
+def plan_line(recipe: DrafterRecipe) -> str:
+    """What a drafter's training will do, printed before it starts: its phases and what shortens them."""
+    windows = f", {recipe.corpus_windows} real-code windows" if recipe.corpus_windows and recipe.corpus_share else ""
+    return (f"train-drafter: {recipe.num_rollouts} target rollouts of {recipe.new_tokens} tokens{windows}, then "
+            f"{recipe.train.total_steps} steps (each phase prints its estimate once it starts; --steps N and "
+            f"--rollouts N shorten them)")
 
 
 def default_runs_dir(out: Path, preset: str) -> Path:
@@ -337,11 +362,13 @@ def training_data(target, recipe: DrafterRecipe, tok, prompts, seed: int, cache_
 
 def _train_and_ship(drafter, target, arch, preset, recipe, cfg, *, rollouts, train_r, val_r, corpus,
                     runs_dir: Path, out: Path, kind: str, **extra) -> dict:
+    tdigest = target_digest(target)  # the run's identity: a run of another target is never resumed
     st = train(drafter, drafter_loss_fn(train_r, cfg.batch_size, recipe.anchors, corpus, recipe.corpus_share),
-               drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"{kind} {arch}")
+               drafter_eval_fn(val_r, recipe.anchors), cfg, runs_dir, desc=f"{kind} {arch}",
+               identity={"target_sha256": tdigest, "kind": kind})
     store_curve(runs_dir, out, arch, kind)
     info = {"arch": arch, "preset": preset, "recipe": asdict(replace(recipe, train=cfg)), "train_state": st,
-            "target_sha256": target_digest(target),
+            "threads": torch.get_num_threads(), "target_sha256": tdigest,
             "rollouts": {k: rollouts[k] for k in ("key", "num_rollouts", "prompt_len", "new_tokens", "layer_ids",
                                                   "temperatures")}, **extra}
     return ship_drafter(drafter, out, val_r, recipe.anchors, **info)

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..common import pace_line
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -145,12 +147,15 @@ class _Bar:
 
 
 def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: TrainConfig,
-          out_dir: Path, *, desc: str = "train", speed: SpeedConfig = SpeedConfig()) -> dict:
+          out_dir: Path, *, desc: str = "train", speed: SpeedConfig = SpeedConfig(),
+          identity: dict | None = None) -> dict:
     """Run (or resume) training; returns the final training state summary.
 
     loss_fn(model, rng) -> scalar loss for one batch drawn with ``rng``;
     eval_fn(model) -> validation loss (float). Only parameters with requires_grad train.
     ``speed`` picks the CPU fast paths (see SpeedConfig); the denormal flush is undone on exit.
+    identity: what the run trains for (a drafter: its target's digest), saved with the state;
+    a saved state of another identity (or of none, when one is given) is refused, never resumed.
     """
     hf_cfg = getattr(model, "config", None)
     attn = getattr(hf_cfg, "_attn_implementation", None)
@@ -158,7 +163,7 @@ def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: Tra
         hf_cfg._attn_implementation = "sdpa"
     torch.set_flush_denormal(speed.flush_denormal)
     try:
-        return _train(model, loss_fn, eval_fn, cfg, Path(out_dir), desc, speed=speed)
+        return _train(model, loss_fn, eval_fn, cfg, Path(out_dir), desc, speed=speed, identity=identity)
     finally:
         torch.set_flush_denormal(False)
         if speed.sdpa and attn == "eager":
@@ -166,7 +171,7 @@ def train(model: torch.nn.Module, loss_fn: Callable, eval_fn: Callable, cfg: Tra
 
 
 def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
-           *, speed: SpeedConfig) -> dict:
+           *, speed: SpeedConfig, identity: dict | None = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.ndim >= 2]
@@ -181,6 +186,9 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
         saved = torch.load(state_path, weights_only=False)
         if saved["config"] != asdict(cfg):
             raise ValueError(f"{state_path} was written with another config; delete it to restart")
+        if saved.get("identity") != identity:
+            raise ValueError(f"{out_dir} holds the run of {_named(saved.get('identity'))}, not of {_named(identity)}: "
+                             f"delete {out_dir} to start over, or train into another directory")
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         st = saved["state"]
@@ -188,11 +196,12 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
 
     def save():
         _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "state": st,
-                      "config": asdict(cfg)}, state_path)
+                      "config": asdict(cfg), "identity": identity}, state_path)
 
     model.train()
     bar = _Bar(cfg, st, desc)
     t0, last_ckpt, ema = time.monotonic() - st["elapsed_s"], time.monotonic(), None
+    start, paced = (st["step"], st["elapsed_s"]), cfg.time_schedule or cfg.total_steps - st["step"] < 40
     while progress(cfg, st["step"], st["elapsed_s"]) < 1:
         if cfg.max_minutes is not None and not cfg.time_schedule and st["elapsed_s"] > 60 * cfg.max_minutes:
             st["stopped_by"] = f"wall-clock cap {cfg.max_minutes} min at step {st['step']}"
@@ -208,6 +217,10 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
         st["step"] += 1
         st["elapsed_s"] = time.monotonic() - t0
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if not paced and st["step"] - start[0] >= 20:  # the estimate, once the first steps are timed
+            tqdm.write(pace_line(desc, st["step"] - start[0], cfg.total_steps - start[0], st["elapsed_s"] - start[1],
+                                 "steps"))
+            paced = True
         bar.update(st, loss=f"{ema:.3f}", val=st["val_loss"])
         last = progress(cfg, st["step"], st["elapsed_s"]) >= 1
         if st["step"] % cfg.eval_every == 0 or last:
@@ -238,6 +251,13 @@ def lm_eval_loss(model, tokens: np.ndarray, seq_len: int = 256, max_windows: int
         logits = model(w[:, :-1]).logits
         losses.append(torch.nn.functional.cross_entropy(logits[0].float(), w[0, 1:]).item())
     return float(np.mean(losses))
+
+
+def _named(identity: dict | None) -> str:
+    """'a model for target_sha256 1a2b3c4d5e6f' (a run's identity in an error)."""
+    if not identity:
+        return "a model it does not name"
+    return "a model for " + ", ".join(f"{k} {str(v)[:12]}" for k, v in identity.items())
 
 
 def model_device(model: torch.nn.Module) -> torch.device:

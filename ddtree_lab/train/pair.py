@@ -75,19 +75,20 @@ DRAFTERS = {"dflash": "drafter", "dflash2": "drafter2"}  # drafter= -> the shipp
 
 
 def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Path | str | None = None,
-              *, drafter: str = "dflash", root: Path = CKPT_DIR, **target_kwargs) -> Pair:
+              *, drafter: str = "dflash", root: Path = CKPT_DIR, tokenizer: Path | str | None = None,
+              **target_kwargs) -> Pair:
     """The ``Pair`` for ``arch`` in {'gdn', 'mla'}: the shipped checkpoints under ``root``, or
     ``target_path`` / ``drafter_path`` (local checkpoint directories, e.g. a real Qwen3.6, Kimi
     or (arch 'attention') Qwen3 / Llama checkpoint and a drafter trained for it; ``target_kwargs`` go to ``load_target``,
     e.g. ``dtype=torch.bfloat16, device_map="auto"``).
 
     ``drafter_path`` is any published-format DFlash directory (``config.json`` + safetensors,
-    with or without the lab's manifest). The tokenizer is ``target_path``'s own when that
-    directory has one (``AutoTokenizer``; the lab uses its ``tokenizers`` backend), else the
-    lab's. Every manifest-listed file's sha256 is checked, a drafter whose manifest names its
-    target must have been trained for exactly this target, and a drafter that does not fit
-    the target (hidden size, vocabulary, target layers, mask id) is a ``ValueError`` naming
-    the field and both values.
+    with or without the lab's manifest). The tokenizer: ``tokenizer`` (a directory of tokenizer
+    files, or a tokenizer.json) when given, else the target directory's own (``load_tokenizer_for``:
+    a directory without one is a ``ValueError``). Every manifest-listed file's sha256 is
+    checked, a drafter whose manifest names its target must have been trained for exactly this
+    target, and a drafter that does not fit the target (hidden size, vocabulary, target layers,
+    mask id) is a ``ValueError`` naming the field and both values.
 
     drafter: which shipped drafter (without ``drafter_path``): "dflash" (``DFlashDraftModel``)
     or "dflash2" (``DFlash2DraftModel``, its candidate selector drafts conditional trees).
@@ -104,55 +105,86 @@ def load_pair(arch: str, target_path: Path | str | None = None, drafter_path: Pa
     if arch_of(target) != arch:
         raise ValueError(f"{tpath} holds a {arch_of(target)!r} model, expected {arch!r}")
     dpath = Path(drafter_path or ckpt_path(arch, kind, root))
-    return _pair(arch, target, tpath, dpath, kind, shipped=drafter_path is None)
+    return _pair(arch, target, tpath, dpath, kind, shipped=drafter_path is None, tokenizer=tokenizer)
 
 
-def _pair(arch: str, target, tpath: Path, dpath: Path, kind: str, shipped: bool) -> Pair:
-    """The checked ``Pair`` of a loaded target and the drafter directory ``dpath``."""
+def _pair(arch: str, target, tpath: Path, dpath: Path, kind: str, shipped: bool, tokenizer=None) -> Pair:
+    """The checked ``Pair`` of a loaded target and the drafter directory ``dpath`` (its
+    tokenizer first: ``load_tokenizer_for(tpath, tokenizer)``)."""
+    tok = load_tokenizer_for(tpath, tokenizer)
     tdigest = target_digest(target)
-    # a drafter of one's own is rebuilt into a fresh directory: ``dpath``'s run state beside it
-    # (``default_runs_dir``) may be another target's, and training would resume from it
-    rebuild = rebuild_command(kind, arch, shipped, tpath, dpath.with_name(f"{dpath.name}-for-{tdigest[:8]}"))
+    # a drafter of one's own is rebuilt into a fresh directory: the run state beside ``dpath``
+    # (``default_runs_dir``) is another target's, which training refuses to resume
+    rebuild = rebuild_command(kind, arch, shipped, tpath, dpath.with_name(f"{dpath.name}-for-{tdigest[:8]}"),
+                              tokenizer)
     drafter = load_drafter(dpath, target, rebuild=rebuild if shipped else "")
     manifest = dpath / "manifest.json"
     trained_for = json.loads(manifest.read_text()).get("target_sha256") if manifest.is_file() else None
     if trained_for not in (None, tdigest):
         raise ValueError(f"{dpath} was trained for another target than {tpath}; "
                          f"{'rebuild it' if shipped else 'train one for this target'} with `{rebuild}`")
-    return Pair(arch, target, drafter, load_tokenizer_for(tpath), tdigest, drafter_digest(drafter))
+    return Pair(arch, target, drafter, tok, tdigest, drafter_digest(drafter))
 
 
-def rebuild_command(kind: str, arch: str, shipped: bool, tpath: Path, out: Path) -> str:
+def rebuild_command(kind: str, arch: str, shipped: bool, tpath: Path, out: Path, tokenizer=None) -> str:
     """The command that builds a drafter (kind 'drafter' or 'drafter2') for the target at
     ``tpath``: the shipped pair's (``REBUILD``, by arch), else the own-target form into ``out``
-    (``train-drafter --target --out``; arch 'attention' has no shipped recipe to name)."""
+    (``train-drafter --target --out``, with ``--tokenizer`` when one was given; arch
+    'attention' has no shipped recipe to name)."""
     if shipped:
         return REBUILD[kind].format(arch=arch)
     t, o = shlex.quote(str(tpath)), shlex.quote(str(out))
+    tok = f" --tokenizer {shlex.quote(str(tokenizer))}" if tokenizer else ""
     if kind == "drafter":
-        return f"ddtree-lab train-drafter --target {t} --out {o}"
-    return f"ddtree-lab train-drafter2 --target {t} --drafter DFLASH_DRAFTER_DIR --out {o}"
+        return f"ddtree-lab train-drafter --target {t} --out {o}{tok}"
+    return f"ddtree-lab train-drafter2 --target {t} --drafter DFLASH_DRAFTER_DIR --out {o}{tok}"
 
 
-def load_tokenizer_for(target_path: Path):
-    """The target directory's own tokenizer (``AutoTokenizer``, its ``tokenizers`` backend)
-    when it has one, else the lab's ``data/tokenizer.json``."""
-    if any((Path(target_path) / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def load_tokenizer_for(target_path: Path, tokenizer: Path | str | None = None):
+    """The target's tokenizer (a ``tokenizers.Tokenizer``): ``tokenizer`` when given (a
+    directory of tokenizer files, or a tokenizer.json file), else the target directory's own
+    (``AutoTokenizer``, its ``tokenizers`` backend). A target the lab trained (its manifest
+    records a ``train_cfg``) has the lab's ``data/tokenizer.json``. Any other directory without
+    tokenizer files is a ``ValueError``: another model's tokenizer would decode wrong tokens
+    without a sign."""
+    if tokenizer is not None:
+        return _tokenizer_at(Path(tokenizer))
+    target_path = Path(target_path)
+    if any((target_path / f).is_file() for f in TOKENIZER_FILES):
         return AutoTokenizer.from_pretrained(target_path).backend_tokenizer
-    return data.load_tokenizer()
+    manifest = target_path / "manifest.json"
+    if manifest.is_file() and "train_cfg" in json.loads(manifest.read_text()):
+        return data.load_tokenizer()
+    raise ValueError(f"{target_path} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): pass --tokenizer DIR "
+                     f"(Python: tokenizer=DIR), a directory with the target's tokenizer files, or a tokenizer.json")
 
 
-def pair_from_dirs(target_dir, drafter_dir, **target_kwargs) -> Pair:
+def _tokenizer_at(path: Path):
+    """The tokenizer of a tokenizer.json file or of a directory of tokenizer files."""
+    if path.is_file():
+        return data.load_tokenizer(path)
+    if any((path / f).is_file() for f in TOKENIZER_FILES):
+        return AutoTokenizer.from_pretrained(path).backend_tokenizer
+    raise ValueError(f"--tokenizer must be a directory with {' or '.join(TOKENIZER_FILES)}, or a tokenizer.json "
+                     f"file, got {path}")
+
+
+def pair_from_dirs(target_dir, drafter_dir, tokenizer=None, **target_kwargs) -> Pair:
     """The ``Pair`` of a target directory and a drafter directory: its arch read from the
-    target (``models.arch_of``), then ``load_pair``'s checks. ``target_kwargs``: ``load_target``'s
-    (``dtype``, ``device``, ``device_map``)."""
+    target (``models.arch_of``), then ``load_pair``'s checks. tokenizer: ``load_tokenizer_for``'s.
+    ``target_kwargs``: ``load_target``'s (``dtype``, ``device``, ``device_map``)."""
     target = load_target(Path(target_dir), **target_kwargs)
-    return _pair(arch_of(target), target, Path(target_dir), Path(drafter_dir), "drafter", shipped=False)
+    return _pair(arch_of(target), target, Path(target_dir), Path(drafter_dir), "drafter", shipped=False,
+                 tokenizer=tokenizer)
 
 
-def pairs_of_one_target(target_dir, drafter_dirs, **target_kwargs) -> list[Pair]:
+def pairs_of_one_target(target_dir, drafter_dirs, tokenizer=None, **target_kwargs) -> list[Pair]:
     """One ``Pair`` per drafter directory, all on one target loaded once from ``target_dir``
     (``load_pair``'s checks on each drafter): the drafters an A/B compares."""
     target = load_target(Path(target_dir), **target_kwargs)
-    return [_pair(arch_of(target), target, Path(target_dir), Path(d), "drafter", shipped=False) for d in drafter_dirs]
+    return [_pair(arch_of(target), target, Path(target_dir), Path(d), "drafter", shipped=False, tokenizer=tokenizer)
+            for d in drafter_dirs]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from transformers import DynamicCache
 
 from . import data
 from .checkpoints import weights_digest
-from ..common import stable_hash
+from ..common import pace_line, stable_hash
 from ..core.decode import choose_tokens
 from ..core.drafter import default_target_layers, stack_features
 from ..core.models import arch_of
@@ -174,7 +175,7 @@ def _generate_chunks(target, ids, new_tokens, layer_ids, chunk_size, sampling: _
     each saved to ``parts``."""
     if parts is not None:
         parts.mkdir(parents=True, exist_ok=True)
-    chunks = []
+    chunks, began, timed = [], time.monotonic(), 0
     bar = tqdm(total=len(ids), desc="rollouts", unit="prompt", dynamic_ncols=True)
     for c, start in enumerate(range(0, len(ids), chunk_size)):
         part = parts / f"{c:05d}.pt" if parts is not None else None
@@ -191,6 +192,9 @@ def _generate_chunks(target, ids, new_tokens, layer_ids, chunk_size, sampling: _
             feats.append(target_features(target, seq, layer_ids).to(torch.float16).cpu())
             temps.append(torch.full((len(seq),), temperature, dtype=torch.float32))
             bar.update(len(seq))
+            timed += len(seq)
+            if timed == len(seq) and bar.n < len(ids):  # the estimate, after the first batch made here
+                tqdm.write(pace_line("rollouts", timed, len(ids) - bar.n + timed, time.monotonic() - began, "prompts"))
         chunks.append((torch.cat(toks), torch.cat(feats), torch.cat(temps)))
         if part is not None:
             torch.save(chunks[-1], part)

@@ -13,11 +13,13 @@ its learning rate decayed; the tokens it saw are recorded in the manifest and ``
 """
 from __future__ import annotations
 
+import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
 from . import data
 from .checkpoints import ckpt_path, store_curve, write_manifest
@@ -61,7 +63,7 @@ def train_target(arch: str, preset: str = "default", out: Path | None = None,
     return ship_target(model, out, arch=arch, preset=preset, train_cfg=cfg, model_cfg=model_cfg, train_state=st,
                        corpus_manifest=_corpus_summary(corpus["manifest"]), val_tokens=val, seq_len=cfg.seq_len,
                        eval_windows=16 if preset == "toy" else 2_000,
-                       tokens_trained=st["step"] * cfg.tokens_per_step,
+                       tokens_trained=st["step"] * cfg.tokens_per_step, threads=torch.get_num_threads(),
                        tokens_per_s=round(st["step"] * cfg.tokens_per_step / max(st["elapsed_s"], 1e-9)))
 
 
@@ -85,3 +87,37 @@ def ship_target(model, out: Path, *, val_tokens: np.ndarray, seq_len: int, eval_
     info = {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in info.items()}
     return write_manifest(out, final_val_loss=val_loss, parameters=count_parameters(shipped),
                           train_time_s=info["train_state"]["elapsed_s"], **info)
+
+
+# ``tiny_target``'s model: a Qwen3 (the DDTree paper's target class) small enough to train in a minute on a CPU
+TINY_QWEN3 = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                  intermediate_size=192, max_position_embeddings=4096, tie_word_embeddings=True)
+TINY_TRAIN = TrainConfig(max_tokens=10 ** 9, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=20, max_minutes=1.0,
+                         time_schedule=True, eval_every=100)
+
+
+def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0) -> dict:
+    """A target of one's own in one call (``ddtree-lab tiny-target``): a ``Qwen3ForCausalLM``
+    built from a transformers ``Qwen3Config`` (``TINY_QWEN3``), trained for ``minutes`` of wall
+    clock on the lab's stdlib corpus (0: random weights), saved as a user's checkpoint is:
+    ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the transformers way), no
+    lab manifest. -> {'architecture', 'parameters', 'final_val_loss', 'steps', 'train_time_s'}."""
+    tok = data.load_tokenizer()
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=tok.get_vocab_size(), **TINY_QWEN3))
+    corpus = data.tokenized_corpus(tok)
+    cfg, st = TINY_TRAIN, {"step": 0, "elapsed_s": 0.0}
+    if minutes > 0:
+        cfg = replace(TINY_TRAIN, max_minutes=minutes, seed=seed)
+        with tempfile.TemporaryDirectory() as runs:  # a minute of training: nothing worth resuming
+            st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
+                       lambda m: lm_eval_loss(m, corpus["val"], cfg.seq_len, max_windows=8), cfg, Path(runs),
+                       desc="tiny target")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval().save_pretrained(out)
+    PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(out)
+    with torch.no_grad():
+        val = lm_eval_loss(model, corpus["val"], cfg.seq_len, max_windows=8)
+    return {"architecture": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
+            "final_val_loss": val, "steps": st["step"], "train_time_s": st["elapsed_s"]}

@@ -1,6 +1,9 @@
 """Every notebook self-check can fail: each ``claims`` function, fed a right result, holds,
 and fed a wrong one (a mutant: the result a broken lab would give), fails; ``lab.check``
 then raises. Also: ``fmt_vs`` never rounds a value across the bound it is compared with."""
+import re
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -16,6 +19,8 @@ ERRORS_OK = pd.DataFrame({"err_naive": [0.0, 1e-6, 0.5, 2.0], "err_fork": [1e-7,
                           "first_branch_before": [False, False, True, True]})
 GAPS = pd.DataFrame({"arch": ["gdn"], "group": ["rank1+"], "predicted": [0.4], "observed": [0.1]})
 CONT = pd.DataFrame({"predicted": [0.5, 0.7], "observed": [0.6, 1.0]})
+RULES_OK = pd.DataFrame({"rule": ["DDTree", "mine"], "passed": [True, True], "p_value": [0.4, 0.9],
+                         "temperature": [0.8, 0.8], "samples": [480, 480]})
 
 # id: (check, right arguments, wrong arguments); a check returning several claims is indexed
 CASES = {
@@ -82,6 +87,9 @@ CASES = {
     "07-budget-shrinks-ties": (claims.best_budget_shrinks, ("gdn", s({1: 16, 16: 4}), pd.Series({1: (8, 16), 16: (4,)}, dtype=object)),
                                ("gdn", s({1: 16, 16: 4}), pd.Series({1: (8, 16), 16: (4, 8)}, dtype=object))),  # a tie reaching 8: not outside the noise
     "07-auto-near-best": (claims.auto_near_best, ("gdn", s({1: 0.95, 16: 0.91})), ("gdn", s({1: 0.95, 16: 0.896}))),
+    "09-rules-lossless": (claims.rules_lossless, (RULES_OK,), (RULES_OK.assign(passed=[True, False]),)),
+    "09-rules-lossless-none": (claims.rules_lossless, (RULES_OK,), (RULES_OK.iloc[:0],)),
+    "09-biased-caught": (claims.biased_walk_caught, (1e-9,), (0.2,)),
 }
 
 
@@ -103,7 +111,9 @@ def test_every_claims_function_has_a_mutant_case():
                                                                                           "monotone")}
     covered = {c[0].__name__ for c in CASES.values()} | {"leakage_per_node", "precision_exact",
                                                          "modes_exact_in_float64", "as_goal",
-                                                         "drafter_grid_goals"}
+                                                         "drafter_grid_goals", "goal_count", "compiled_loop_goal"}
+    seed = re.search(r"^CASES = \{.*?^\}", (Path(__file__).parent / "test_seed_claims.py").read_text(), re.S | re.M)
+    covered |= set(re.findall(r"claims\.(\w+)", seed.group(0)))  # notebook 10's cases (right, wrong) live there
     assert public <= covered, sorted(public - covered)
 
 
@@ -189,3 +199,72 @@ def test_drafter_grid_goals_are_met_by_a_better_drafter_and_missed_by_a_worse_on
     goals = claims.drafter_grid_goals(worse, previous, 1.42, 41)
     assert len(goals) == 5 and not any(g.met for g in goals)
     assert "41 HumanEval prompts" in goals[0].goal and goals[3].target == ">= 1.42"
+
+
+# ----------------------------------------------------------------------------- issue 60: no verdict on a rounding
+
+def test_a_goal_whose_interval_holds_its_target_is_not_told_apart(capsys):
+    """08's GDN goal read 'met' at '0.83 / 0.97 = 0.8501' while its table printed 0.826 / 0.972
+    = 0.8498: the rates now carry the digits that divide to the ratio shown, with its interval."""
+    c = claims.sibling_collapse_closed("gdn", 57 / 69, 0.971751, 69, interval={"lo": 0.65, "hi": 1.01})
+    assert c.got == "0.8261 / 0.9718 = 0.8501 [0.65, 1.01] (69 nodes)"
+    assert round(0.8261 / 0.9718, 4) == 0.8501                     # the digits shown divide to the ratio shown
+    assert not c.ok and not c.decided
+    record = claims.Record()
+    record.goal(c)
+    assert "met:    not told apart (the 95% interval holds the target)" in capsys.readouterr().out
+    assert "[not told apart] gdn" in record.goal_list() and "0 of 1 met, 1 not told apart" in record.goal_list()
+    apart = claims.sibling_collapse_closed("mla", 0.6838, 0.9557, 117, interval={"lo": 0.60, "hi": 0.83})
+    assert apart.decided and not apart.ok                        # the interval lies below 0.85: missed
+
+
+def test_the_conditional_gain_goal_shows_four_digits_and_its_interval():
+    """08: '1.15x: conditional trees win' (6 prompts) stood beside '1.141, below the 1.15x goal' (164)."""
+    c = claims.as_goal(claims.conditional_tree_gain("gdn", 4.4850, 3.9298, interval={"lo": 1.11, "hi": 1.17}))
+    assert c.got == "4.4850 / 3.9298 = 1.1413 [1.11, 1.17]" and c.verdict == "not told apart"
+    assert claims.as_goal(claims.conditional_tree_gain("gdn", 4.7, 3.9, interval={"lo": 1.16, "hi": 1.25})).verdict == "met"
+    assert claims.as_goal(claims.conditional_tree_gain("gdn", 4.2, 3.9, interval={"lo": 1.02, "hi": 1.12})).verdict == "missed"
+
+
+def test_the_published_after_sibling_gap_at_its_own_bound_is_not_told_apart(capsys):
+    """06: GDN was 'NOT reproduced' at 0.753 against the 0.75 bound."""
+    c = claims.after_sibling_gap("gdn", 0.98128, 0.73913, 69, interval={"lo": 0.65, "hi": 0.86})
+    assert not c.decided and not c.ok and "0.7532 [0.65, 0.86]" in c.got
+    record = claims.Record()
+    record.compare(c, why="the interval holds the bound")
+    out = capsys.readouterr().out
+    assert "reproduced: not told apart" in out and "reproduced: False" not in out
+    from ddtree_lab.app.reading import conclusion
+    text = conclusion(record)
+    assert "not told apart here" in text and "NOT reproduced" not in text
+    shown = claims.after_sibling_gap("mla", 0.9624, 0.5455, 110, interval={"lo": 0.50, "hi": 0.64})
+    assert shown.ok and shown.decided
+
+
+def test_the_after_sibling_numbers_are_attributed_to_the_engines_not_to_caddtree():
+    """06: '22% vs 65-84%' was attached both to CaDDTree's claim and to the engines' measurement."""
+    gaps = pd.DataFrame({"arch": ["gdn"], "predicted": [0.04], "observed": [0.02]})
+    assert "22%" not in claims.branches_overpredicted(gaps).claim and "CaDDTree" in claims.branches_overpredicted(gaps).claim
+    assert "22% vs 65-84%" in claims.after_sibling_gap("gdn", 0.9, 0.5, 40).claim
+    assert "CaDDTree" not in claims.after_sibling_gap("gdn", 0.9, 0.5, 40).claim
+
+
+def test_auto_near_best_with_intervals_is_met_missed_or_not_told_apart():
+    """07: 0.903 (c=4) beside a 0.90 floor: the verdict reads the interval, not the rounding."""
+    r, lo, hi = s({1: 0.921, 4: 0.903}), s({1: 0.91, 4: 0.83}), s({1: 0.95, 4: 1.01})
+    c = claims.auto_near_best("gdn", r, lo=lo, hi=hi)
+    assert not c.decided and not c.ok and "0.903 [0.83, 1.01] (c=4)" in c.got
+    assert claims.auto_near_best("gdn", r, lo=lo.clip(lower=0.91), hi=hi).ok
+    below = claims.auto_near_best("gdn", s({1: 0.92, 16: 0.853}), lo=s({1: 0.91, 16: 0.84}), hi=s({1: 0.95, 16: 0.86}))
+    assert below.decided and not below.ok
+
+
+def test_the_compiled_loop_goal_reads_its_slowest_loop_with_its_interval():
+    """05: 'got 1.29x' against a 1.30x goal, interval [1.18, 1.36]: not told apart."""
+    loops = pd.DataFrame({"method": ["ddtree", "ddtree", "dflash"], "budget": [16, 64, 1],
+                          "compiled/eager": [1.37, 1.2906, 1.52], "compiled/eager_lo": [1.23, 1.18, 1.41],
+                          "compiled/eager_hi": [1.52, 1.36, 1.81], "graph_breaks": [0, 0, 0]})
+    g = claims.compiled_loop_goal("gdn", loops)
+    assert g.verdict == "not told apart" and "1.291x [1.18, 1.36] at its slowest loop (ddtree 64)" in g.got
+    assert claims.compiled_loop_goal("gdn", loops.assign(**{"compiled/eager_hi": [1.52, 1.29, 1.81]})).verdict == "missed"
+    assert claims.compiled_loop_goal("gdn", loops.assign(graph_breaks=[0, 2, 0])).verdict == "missed"

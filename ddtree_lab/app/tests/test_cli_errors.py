@@ -92,26 +92,30 @@ def test_a_refused_target_is_one_line_before_any_work(command, tmp_path, monkeyp
 
 def test_a_drafter_of_another_target_advises_a_command_that_runs(tmp_path, monkeypatch, capsys):
     """The advice of an attention-only target with another target's drafter is `train-drafter
-    --target T --out DIR`; that command parses, loads the target and reaches training."""
+    --target T --out DIR --tokenizer TOK` (the tokenizer the failed command was given); that
+    command parses, loads the target and its tokenizer and reaches training."""
     monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path / "results")
     target = saved_target(tmp_path / "target")
     drafter_dir = tmp_path / "drafter"
     cfg = DrafterConfig.for_target(target, mask_token_id=SHAPE["vocab_size"] - 1, num_layers=1, block_size=4)
     DFlashDrafter.from_config(cfg, target).model.save_pretrained(drafter_dir)
     write_manifest(drafter_dir, target_sha256="0" * 64)  # trained for another target
+    tokenizer = str(ROOT / "data" / "tokenizer.json")  # the target directory holds none
     code, err = exit_code_and_error(["bench", "--target", str(tmp_path / "target"), "--drafter", str(drafter_dir),
-                                     "--prompts", "1"], capsys)
+                                     "--tokenizer", tokenizer, "--prompts", "1"], capsys)
     # the last line (transformers' weight-loading bars come before it), and no traceback
     assert code == 2 and err[-1].startswith("ddtree-lab: error: ") and "Traceback" not in "".join(err), err
     assert "was trained for another target" in err[-1]
     advice = shlex.split(re.search(r"with `([^`]+)`", err[-1]).group(1))
     assert advice[:2] == ["ddtree-lab", "train-drafter"] and "--arch" not in advice
+    assert advice[advice.index("--tokenizer") + 1] == tokenizer
     calls = []
     monkeypatch.setattr(cli, "train_drafter", lambda *a, **kw: calls.append((a, kw)) or {})
     cli.main(advice[1:])
     (arch, preset), kwargs = calls[0]
     assert arch is None and preset == "default" and kwargs["target"].config.model_type == "qwen3"
-    assert kwargs["out"] == advice[advice.index("--out") + 1] and kwargs["out"] != str(drafter_dir)
+    assert kwargs["tok"].get_vocab_size() == 4096
+    assert str(kwargs["out"]) == advice[advice.index("--out") + 1] and str(kwargs["out"]) != str(drafter_dir)
 
 
 def _interrupting(rows: int):

@@ -17,7 +17,7 @@ NUMBER = re.compile(r"(?<![\w.\-])(?:(?:~|about |exactly )\s*)?-?\d+(?:\.\d+)?(?
                     re.IGNORECASE)
 ATTRIBUTION = re.compile(r"arXiv \d{4}\.\d{4,5}|\bpublished\b|\bPR \d+|\breports?\b", re.IGNORECASE)
 # numbers that name a thing, not a measurement: a section, a notebook, an issue, a paper's step
-NAMING = re.compile(r"(?:section|sections|notebook|notebooks|issue|Prop\.|PR|step|steps|cell|K2\.|V|Qwen|rank|T =|T=|"
+NAMING = re.compile(r"(?:section|sections|notebook|notebooks|issue|Prop\.|PR|step|steps|cell|K2\.|V|Qwen|RTX|rank|T =|T=|"
                     r"depth|budget|block|period|batch|concurrency|top-|width|#)\s*$", re.IGNORECASE)
 APPROXIMATE = ("~", "about ", "exactly ")   # a quantity stated as measured: must be rendered
 
@@ -119,3 +119,29 @@ def test_executed_notebooks_state_no_number_their_run_does_not(path):
         pytest.skip(f"no executed copy at {path} (run the notebook tests first: test_notebooks.py -m notebook)")
     flagged = unattributed_numbers(nbformat.read(path, as_version=4))
     assert not flagged, f"{path.name}: " + "; ".join(f"cell {i}: {w!r} in {s!r}" for i, w, s in flagged)
+
+
+# ----------------------------------------------------------------------------- issue 60: questions the notebooks answer
+
+def _markdown(number: str) -> str:
+    path = next(p for p in notebook_paths() if p.name.startswith(number))
+    return "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+
+
+def test_notebook_08_asks_only_what_it_checks_about_losslessness():
+    """08 asked 'does it stay lossless at T > 0?' and checked T = 0 only: it now says where the
+    T > 0 check lives, and that test exists."""
+    from ddtree_lab.common import ROOT
+    text = _markdown("08")
+    assert "stay lossless at T > 0?" not in text and "checks T = 0 only" in text
+    where = re.search(r"`(ddtree_lab/core/tests/test_\w+\.py)::(test_\w+)`", text)
+    assert where, "the T > 0 test is named"
+    assert f"def {where.group(2)}(" in (ROOT / where.group(1)).read_text()
+
+
+def test_notebook_06_attributes_22_vs_65_84_to_the_engines_measurement_only():
+    """06: '22% vs 65-84%' was attached both to CaDDTree's claim and to the engines' measurement."""
+    text = _markdown("06")
+    caddtree = text[text.index("**Claim tested (CaDDTree"):text.index("**Second measurement")]
+    engines = text[text.index("**Second measurement"):text.index("**Expected.**")]
+    assert "22%" not in caddtree and "22% after a sibling vs 65-84% on the main path" in engines

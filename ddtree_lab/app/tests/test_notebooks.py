@@ -14,7 +14,7 @@ NOTEBOOKS = notebook_paths()
 
 def test_there_are_notebooks():
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
-    assert len(NOTEBOOKS) == 9
+    assert len(NOTEBOOKS) == 11
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -79,6 +79,15 @@ def test_layout_problems_sees_reprs_long_and_wide_tables():
     assert layout_problems("gdn: surrogate expects 2.36 accepted tokens per round, observed 4.00 " * 3) == []
 
 
+def test_a_table_of_ratios_and_intervals_too_wide_for_the_column_is_seen():
+    """05's compiled-loop table (issue 60): ratios with intervals, 230 characters a line, wrapped."""
+    line = ("   gdn                      lab DDTree 16 5.18         378            489       1.37x [1.23, 1.52]"
+            "       2.41x [1.33, 2.87] 1.49x [0.92, 1.96] noise  1.34x [0.77, 52.96] noise      yes      0      10")
+    problems = layout_problems("\n".join([line] * 4))
+    assert problems == [f"prints a table {len(line)} characters wide (it wraps)"]
+    assert layout_problems("\n".join([line[:110]] * 4)) == []
+
+
 def test_layout_problems_see_the_issue_19_findings_in_an_executed_notebook():
     nb = nbformat.v4.new_notebook()
     table = "c  best  ratio\n" + "\n".join(f"{c}  16  0.9" for c in range(20))
@@ -104,6 +113,45 @@ def test_every_check_comes_from_the_package_and_smoke_never_downgrades_one(path)
     inline = re.findall(r"lab\.(?:check|compare|check_unless)\((?:f?[\"']|SMOKE and [^,]*, *f?[\"'])", source)
     assert not inline, f"{path.name}: a check written in the notebook: {inline}"
     assert "lab.compare if SMOKE" not in source and "if SMOKE else lab.check" not in source
+
+
+def _as_run_in_jupyterlab(nb) -> dict:
+    """A committed notebook as JupyterLab holds it after a run: outputs, execution counts, a
+    full language_info, widget state, cell metadata the UI adds."""
+    nb = json.loads(nbformat.writes(nb))
+    for i, cell in enumerate(nb["cells"]):
+        cell["metadata"]["scrolled"] = True
+        if cell["cell_type"] == "code":
+            cell["execution_count"] = i
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "tau 4.29\n"},
+                               {"output_type": "display_data", "metadata": {},
+                                "data": {"image/png": "iVBORw0KGgo=", "text/plain": "[figure]"}}]
+    nb["metadata"]["language_info"] = {"name": "python", "version": "3.12.3", "mimetype": "text/x-python"}
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    return nb
+
+
+def test_strip_notebook_leaves_the_committed_notebook():
+    from ddtree_lab.app.notebooks import strip_notebook
+    committed = nbformat.read(NOTEBOOKS[5], as_version=4)
+    run = _as_run_in_jupyterlab(committed)
+    assert any(c.get("outputs") for c in run["cells"])
+    assert nbformat.writes(nbformat.from_dict(strip_notebook(run))) == nbformat.writes(committed)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_jupyterlab_save_after_a_run_leaves_the_file_as_committed(path, tmp_path):
+    """The repository's jupyter_server_config.py (``bash scripts/lab.sh jupyter``) wires the
+    pre-save hook into Jupyter's own FileContentsManager: saving a run notebook (what autosave
+    does) writes exactly the committed bytes, so git status stays clean."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+    from traitlets.config.loader import PyFileConfigLoader
+    from ddtree_lab.common import ROOT
+    config = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT)).load_config()
+    manager = FileContentsManager(root_dir=str(tmp_path), config=config)
+    model = {"type": "notebook", "format": "json", "content": _as_run_in_jupyterlab(nbformat.read(path, as_version=4))}
+    manager.save(model, path.name)
+    assert (tmp_path / path.name).read_bytes() == path.read_bytes()
 
 
 def test_parameterize_injects_after_the_parameters_cell():

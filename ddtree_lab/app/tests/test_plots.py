@@ -182,14 +182,21 @@ def test_budget_figure_labels_never_collide_and_notes_stay_inside(lo, hi):
 
 
 def test_show_figure_saves_where_smoke_says_and_returns_nothing(tmp_path, monkeypatch):
+    """SMOKE: the smoke folder; figures/ only from the main job (MAIN_JOB_ENV, set by
+    notebooks.run_all at defaults); any other run (JupyterLab, a tweak): the ignored local folder."""
     import matplotlib.pyplot as plt
     monkeypatch.setattr(plots, "FIGURES_DIR", tmp_path / "figures")
     monkeypatch.setattr(plots, "SMOKE_FIGURES_DIR", tmp_path / "smoke")
+    monkeypatch.setattr(plots, "LOCAL_FIGURES_DIR", tmp_path / "figures" / "local")
+    monkeypatch.setenv(plots.MAIN_JOB_ENV, "1")
     fig = plots.plot_reliability([0.5], [0.5], [3])
     assert plots.show_figure(fig, "smoke_one", smoke=True) is None
     assert (tmp_path / "smoke" / "smoke_one.png").is_file() and not (tmp_path / "figures").exists()
     plots.show_figure(fig, "real_one", smoke=False)
     assert (tmp_path / "figures" / "real_one.png").read_bytes() == plots.figure_png(fig)
+    monkeypatch.delenv(plots.MAIN_JOB_ENV)   # a notebook run in JupyterLab, with PROMPT or BUDGET changed
+    plots.show_figure(fig, "tweaked", smoke=False)
+    assert (tmp_path / "figures" / "local" / "tweaked.png").is_file() and not (tmp_path / "figures" / "tweaked.png").exists()
     pyfig, _ = plt.subplots()
     plots.show_figure(pyfig, "pyplot_one", smoke=True)
     assert not plt.fignum_exists(pyfig.number)  # closed: the inline backend cannot show it twice
@@ -251,7 +258,7 @@ def test_error_scatter_and_reliability(figdir):
     y[:3] = 0.0  # exact zeros are drawn at the floor, marked and counted in the legend
     fig = plots.plot_error_scatter(x, y, hue=np.where(x % 2, "fork", "wy"), title="leakage")
     assert fig.axes[0].get_yscale() == "log" and len(fig.axes[0].collections) == 3
-    assert "exact 0 (drawn at the axis floor): 3" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "exact 0 (drawn at the axis floor): 3" in [t.get_text() for t in fig.legends[0].get_texts()]
     _saved_ok(fig, "errors")
     pred = np.linspace(0.05, 0.95, 10)
     fig = plots.plot_reliability(pred, pred, np.r_[np.zeros(1), np.full(9, 50)])
@@ -273,7 +280,8 @@ def _with_loop_tags(frame):
     def tag(m):
         m = dict(m)
         n = len(m["acceptance_lengths"])
-        m["round_in_loop"] = [i >= n // 2 for i in range(n)]
+        m["round_looping"] = [i >= n // 2 for i in range(n)]
+        m["round_copyable"] = [i >= n // 3 for i in range(n)]
         m["ends_in_loop"] = True
         return m
     return frame.assign(_metrics=frame["_metrics"].map(tag))
@@ -283,7 +291,7 @@ def test_loop_split_draws_all_rounds_outside_loops_and_t1(summary):
     s = summarize(_with_loop_tags(results_frame()))
     fig = plots.plot_loop_split(s, "gdn", block_size=4)
     ax_tau, ax_loop = fig.axes[:2]
-    labels = [line.get_label() for line in ax_tau.get_lines() if not line.get_label().startswith("_")]
+    labels = [line.get_label() for line in ax_tau.get_lines() if line.get_label().startswith("DDTree")]
     assert labels == ["DDTree, T = 0, all rounds", "DDTree, T = 0, outside loops", "DDTree, T = 1, all rounds"]
     shares = [line.get_ydata() for line in ax_loop.get_lines() if not line.get_label().startswith("_")]
     assert all(np.allclose(y, 0.5) for y in shares)  # half of every row's rounds were tagged
@@ -295,7 +303,7 @@ def test_loop_split_draws_every_stored_temperature(figdir):
     sampled = frame[frame.temperature == 1.0]
     frame = pd.concat([frame] + [sampled.assign(temperature=t) for t in (0.3, 0.6)], ignore_index=True)
     fig = plots.plot_loop_split(summarize(_with_loop_tags(frame)), "gdn", block_size=4)
-    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if line.get_label().startswith("DDTree")]
     assert labels == ["DDTree, T = 0, all rounds", "DDTree, T = 0, outside loops", "DDTree, T = 0.3, all rounds",
                       "DDTree, T = 0.6, all rounds", "DDTree, T = 1, all rounds"]
     assert "T = 0, 0.3, 0.6, 1" in fig._suptitle.get_text()
@@ -336,7 +344,8 @@ def test_teacher_forced_figure_puts_real_text_beside_free_running(summary):
                          for b, t in [(1, 1.1), (3, 1.3), (7, 1.5)]])
     fig = plots.plot_teacher_forced(tf, summary, block_size=4)
     labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
-    assert labels == ["mla: real text, teacher-forced (9 positions)", "mla: free-running, T = 0"]
+    assert labels == ["mla: real text, teacher-forced (9 positions)", "mla: DFlash, real text, teacher-forced",
+                      "mla: free-running, T = 0"]   # the dashed DFlash level named in the legend
     assert len(plots.figure_png(fig)) < MAX_PNG_BYTES
 
 
@@ -383,3 +392,103 @@ def test_lenses_look_different_in_the_legend():
     assert solid.get_linestyle() == "-" and dashed.get_linestyle() != "-"
     assert solid.get_linewidth() > dashed.get_linewidth() and dashed.get_markerfacecolor() == "white"
     assert fig.legends[0].handlelength >= 3 and "offset" in fig.legends[0].get_title().get_text()
+
+
+# ----------------------------------------------------------------------------- issue 60: figures as listed
+
+def test_figures_outside_the_main_job_go_to_an_ignored_folder():
+    """figures/local/ (every run but the main job at defaults) is git-ignored: a tweak and rerun
+    leaves git status clean."""
+    import shutil
+    import subprocess
+    from ddtree_lab.common import ROOT
+    assert plots.LOCAL_FIGURES_DIR == plots.FIGURES_DIR / "local"
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout")
+    out = subprocess.run(["git", "check-ignore", "-q", "figures/local/00_quickstart_tree.png"], cwd=ROOT)
+    assert out.returncode == 0, "figures/local/ is not git-ignored"
+
+
+def test_run_all_marks_only_the_main_job(monkeypatch):
+    """run_all at defaults runs each notebook as the main job (figures/); a SMOKE run does not."""
+    from ddtree_lab.app import notebooks
+    calls = []
+    monkeypatch.setattr(notebooks, "run_notebook", lambda p, **kw: calls.append(kw) or __import__("nbformat").v4.new_notebook())
+    notebooks.run_all(smoke=False, only=("00",))
+    notebooks.run_all(smoke=True, only=("00",))
+    assert calls == [{"main_job": True, "SMOKE": False}, {"main_job": False, "SMOKE": True}]
+
+
+def test_a_token_with_no_text_is_drawn_by_its_id():
+    """00's tree: a token that decodes to '' was an edge to nothing."""
+    torch.manual_seed(0)
+    tree = tree_mod.build_tree(torch.randn(3, 12) * 2, root_token=3, budget=7)
+    labels = [""] * len(tree.tokens)
+    fig = plots.draw_tree(tree, labels=labels)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert len(texts) == len(tree.tokens) and all(texts)
+    assert texts[0] == f"#{int(tree.tokens[0])}"
+
+
+def test_training_curves_give_each_drafter_kind_its_panel():
+    """00: DFlash 2's curves were drawn in DFlash's colour, under its label, in its panel."""
+    log = pd.DataFrame({"step": [0, 10], "tokens": [0, 1e6], "train_loss": [3.0, 2.0], "val_loss": [3.2, 2.4]})
+    curves = {f"{a}-{k}": log for a in ("gdn", "mla") for k in ("target", "drafter", "drafter2")}
+    fig = plots.plot_training_curves(curves)
+    assert [ax.get_title() for ax in fig.axes] == ["targets", "DFlash drafters", "DFlash 2 drafters"]
+    assert fig.axes[1].get_ylim() == fig.axes[2].get_ylim()   # the drafters compare: one y range
+    assert all(len(ax.lines) == 4 for ax in fig.axes)          # per target: train and held out
+
+
+def test_tied_budgets_draw_a_band_and_no_line_jumps_between_them():
+    """07: a line through the best budget alone jumped between budgets the noise cannot tell apart."""
+    table = pd.DataFrame([{"arch": "gdn", "temperature": 0.0, "concurrency": c, "best_budget": b, "tied_budgets": t}
+                          for c, b, t in ((1, 16, (4, 8, 16)), (2, 4, (4, 8, 16)), (4, 16, (4, 16)), (8, 4, (4,)))])
+    fig = plots.plot_best_budget(table)
+    ax = fig.axes[0]
+    joined = [l for l in ax.lines if len(l.get_xdata()) > 1 and l.get_linestyle() not in ("None", "none", "")]
+    assert joined == []                                         # the best budgets are markers, never joined
+    bars = ax.collections[0].get_segments()
+    assert [(seg[0][1], seg[1][1]) for seg in bars] == [(4, 16), (4, 16), (4, 16), (4, 4)]   # the tied budgets
+
+
+def test_verify_cost_draws_naive_apart_from_wy_and_names_each_mode_once():
+    """04: the naive line hidden under wy, and 'fork' twice in the legend."""
+    cost = pd.DataFrame({"budget": [1, 16, 64, 256], "naive_ms": [7.3, 8.6, 14.1, 50.9], "fork_ms": [8.1, 10.5, 16.1, 50.1],
+                         "wy_ms": [7.0, 8.6, 13.8, 47.7], "stock_ms": [10.3, 11.5, 17.2, 37.4],
+                         "fork_state_bytes": [2e5, 2e6, 6e6, 2.5e7], "wy_nxn_bytes": [5e3, 6e4, 4e5, 6e6]})
+    fig = plots.plot_verify_cost(cost)
+    names = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert sum("fork" in n for n in names) == 1 and sum("wy" in n for n in names) == 1
+    lines = {l.get_label(): l.get_xdata() for l in fig.axes[0].lines}
+    assert not np.allclose(lines["naive"], lines["wy"])          # offset sideways: both visible
+
+
+def test_sibling_gap_writes_every_bar_value_on_a_log_axis():
+    """06: rank-1+ bars of a few percent were unreadable beside rank-0 bars near 1."""
+    gaps = pd.DataFrame([{"arch": a, "group": g, "predicted": p, "observed": o}
+                         for a in ("gdn", "mla") for g, p, o in (("rank0", 0.63, 0.85), ("rank1+", 0.043, 0.024))])
+    ax = plots.plot_sibling_gap(gaps).axes[0]
+    assert ax.get_yscale() == "log"
+    assert {"0.024", "0.043", "0.85", "0.63"} <= {t.get_text() for t in ax.texts}
+
+
+def test_dflash2_panels_share_one_y_range():
+    """08: six panels, each with its own y range."""
+    rows = [{"arch": a, "temperature": t, "method": "ddtree", "drafter": "dflash", "tree": "unary", "budget": b,
+             "tau": 2 + b / 64 + t + (a == "mla"), "speedup": 1.0} for a in ("gdn", "mla") for t in (0.0, 1.0)
+            for b in (4, 64)]
+    fig = plots.plot_dflash2_budgets(pd.DataFrame(rows), "tau")
+    assert len({ax.get_ylim() for ax in fig.axes}) == 1
+
+
+def test_loop_share_axis_is_cut_to_its_data():
+    """The loop-share panels plotted about 0.05 on a 0-1 axis."""
+    from matplotlib.figure import Figure
+    ax = Figure().subplots()
+    ax.plot([1, 2, 4], [0.05, 0.04, 0.06])
+    plots.share_top(ax)
+    assert ax.get_ylim() == (0, pytest.approx(0.075))
+    ax.plot([1, 2], [0.9, 0.95])
+    plots.share_top(ax)
+    assert ax.get_ylim()[1] == 1.0

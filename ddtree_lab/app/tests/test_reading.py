@@ -10,8 +10,10 @@ import pytest
 from ddtree_lab.app.notebooks import notebook_paths
 from ddtree_lab.app import claims
 from ddtree_lab.app.reading import (best_budget_why, bf16_reading, branches_why, calibration_reading, conclusion,
-                                    concurrency_reading, exact_nodes_reading, loop_reading, naive_peak_why,
-                                    sibling_gap_why, table_text)
+                                    concurrency_reading, dflash2_winners, ece_reading, entropy_note,
+                                    exact_nodes_reading, loop_reading, naive_above_exact, naive_peak_why,
+                                    sampled_reading, sibling_gap_why, sweep_reading, table_text, winners)
+from ddtree_lab.app.verdicts import prompt_sums
 
 GAPS = pd.DataFrame({"arch": ["gdn", "gdn"], "group": ["rank0", "rank1+"], "predicted": [0.528, 0.038],
                      "observed": [0.742, 0.028], "count": [1092, 7178]})
@@ -84,16 +86,19 @@ def test_conclusion_names_what_reproduced_what_did_not_and_why(capsys):
 def test_loop_reading_says_when_the_generation_loops_and_gives_tau_outside():
     prompt = list(range(100, 160))
     clean = list(range(200, 264))
-    assert loop_reading(prompt, clean, [4] * 16).startswith("No repetition loop")
+    text = loop_reading(prompt, clean, [4] * 16)
+    assert text.startswith("No repetition loop") and "0% of its rounds accepted a block" in text
+    assert "tau over the 16 clean rounds (neither looping nor copyable) is 4.00" in text
     loop = list(range(200, 216)) + [7, 8, 9] * 40                         # falls into a period-3 loop
-    lengths = [4] * 4 + [8] * 15              # rounds start at 16 + 8k: looping once 48 loop tokens are in
+    lengths = [4] * 4 + [8] * 15              # rounds start at 0, 4, 8, 12, 16, 24, ...: the loop counts at 24
     text = loop_reading(prompt, loop, lengths)
-    assert "repetition loop (period 3 tokens" in text and "inflated" in text and "47% of 19 rounds" in text
-    assert "tau outside the loop is 6.40 over 10 rounds" in text and "No repetition" not in text
-    starting = list(range(200, 244)) + [5, 6] * 10                # 20 repeating tokens at the end: below the window
-    text = loop_reading(prompt, starting, [4] * 16)
-    assert text.startswith("The generation ends repeating a 2-token pattern, but fewer than 48 periodic tokens")
-    assert "No repetition" not in text
+    assert "repetition loop (period 3 tokens" in text and "inflated" in text and "74% of 19 rounds" in text
+    assert "tau outside the loop is 4.80 over 5 rounds" in text and "No repetition" not in text
+    assert "68% of its rounds accepted a block that occurs earlier" in text   # every round from 32 on copies
+    copying = list(range(100, 110)) + list(range(200, 254))  # repeats the prompt's first ten tokens, then new text
+    text = loop_reading(prompt, copying, [5, 5] + [6] * 9)   # round 1 copies (its lead 102-104 is the prompt's too)
+    assert text.startswith("No repetition loop") and "9% of its rounds accepted a block" in text
+    assert "tau over the 10 clean rounds" in text
 
 
 def test_naive_peak_why_follows_the_curve():
@@ -113,7 +118,7 @@ def test_exact_nodes_reading_never_says_fewer_when_the_count_holds():
 def test_sibling_and_branch_reasons_render_the_numbers():
     assert "too few to decide" in sibling_gap_why("gdn", 0.8, 0.7, 5)
     text = sibling_gap_why("gdn", 0.80, 0.62, 120)
-    assert "0.62 vs 0.80" in text and "0.78x" not in text and "0.77x" in text and "120 nodes" in text
+    assert "0.6200 vs 0.8000" in text and "0.7750x" in text and "120 nodes" in text and "above the published" in text
     assert "accepted 4% and they are accepted 3%" in branches_why(
         pd.DataFrame({"arch": ["gdn"], "predicted": [0.038], "observed": [0.028]}))
 
@@ -126,9 +131,9 @@ T0 = pd.DataFrame({"best_budget": [16, 16, 4, 8, 16], "best_speedup": [1.35, 1.4
 def test_concurrency_reading_says_which_way_each_went():
     text = concurrency_reading("gdn", T0)
     assert "best budget goes 16, 16, 4, 8, 16 (ends where it started" in text
-    assert "1.35 -> 1.48 (widens)" in text and "0.70-0.96" in text
+    assert "1.35x -> 1.48x from c=1 to c=16, the gap widens" in text and "0.70-0.96" in text
     falls = concurrency_reading("gdn", T0.assign(best_budget=[16, 8, 8, 4, 4], best_speedup=[1.5, 1.4, 1.3, 1.2, 1.1]))
-    assert "(falls from c=1 to c=16)" in falls and "(narrows)" in falls
+    assert "(falls from c=1 to c=16)" in falls and "the gap narrows" in falls
     assert "16 (c=1), 16 (c=2), 4 (c=4), 8 (c=8), 16 (c=16)" in best_budget_why("gdn", T0)
 
 
@@ -143,3 +148,161 @@ def test_why_the_best_budget_did_not_shrink_is_read_from_the_ties_and_the_speedu
     assert text.endswith("at c=16 the best tree runs at 0.85x batched AR")
     apart = best_budget_why("gdn", T0.assign(best_budget=[16, 16, 4, 8, 32]))
     assert "the best at c=16 (32) is not below every best at c=1 (16)" in apart and "1.48x" in apart
+
+
+# ----------------------------------------------------------------------------- issue 60: conclusions that say what the numbers say
+
+def test_two_readings_agree_on_the_tie_or_the_winner():
+    """A difference inside its interval is a tie, whichever side its point estimate falls on."""
+    from ddtree_lab.app.verdicts import axis_verdict
+    tie = axis_verdict("tokens/s", "DDTree-31", "DFlash", "1.86x AR", "1.87x AR", {"ratio": 0.997, "lo": 0.85, "hi": 1.15})
+    assert tie.startswith("tokens/s: a tie (") and "0.997x [0.85, 1.15]; the interval holds 1" in tie
+    chain = axis_verdict("tokens/s", "DDTree-32", "DFlash", "1.78x AR", "2.04x AR", {"ratio": 0.872, "lo": 0.82, "hi": 0.92})
+    assert chain.startswith("tokens/s: DFlash wins (")                        # the chain beats the tree: said
+
+
+def test_exact_nodes_do_not_move_with_the_budget_because_pop_order_is_one_order():
+    """02: 'as the budget grows, a sibling can appear earlier' stood beside '16: 1.88, 64: 1.88'.
+    A larger budget appends nodes to the same pop order, so the chain before the first branch
+    cannot move; the reading says so, and the tree builder holds it."""
+    import torch
+    from ddtree_lab.core.tree import build_tree
+    torch.manual_seed(0)
+    logits = torch.randn(6, 40) * 2
+    small, big = build_tree(logits, root_token=3, budget=16), build_tree(logits, root_token=3, budget=64)
+    assert big.tokens.tolist()[:17] == small.tokens.tolist() and big.parents.tolist()[:17] == small.parents.tolist()
+    text = exact_nodes_reading(s({16: 1.88, 64: 1.88}))
+    assert "16: 1.88, 64: 1.88" in text and "only appends nodes to the same order" in text and "earlier" not in text
+    source = "\n".join(c.source for c in nbformat.read(notebook_paths()[2], as_version=4).cells)
+    assert "a sibling can appear earlier" not in source and "appends nodes to the same order" in source
+
+
+def test_naive_above_exact_is_said_and_why():
+    """04: naive tau (4.344) above exact (4.290) at budget 8, with no comment."""
+    tau_naive, tau_exact = s({4: 2.607, 8: 4.344, 16: 2.576}), s({4: 3.435, 8: 4.290, 16: 4.916})
+    text = naive_above_exact(tau_naive, tau_exact, s({4: 0.375, 8: 0.125, 16: 0.0}))
+    assert "at 1 budget (budget 8: 4.344 vs 4.290, naive equal to AR on 12% of the prompts)" in text
+    assert "no acceptance gain" in text
+    assert naive_above_exact(tau_exact - 1, tau_exact, s({4: 0, 8: 0, 16: 0})) == "naive tau is at or below exact tau at every budget"
+
+
+def _frame(rows):
+    """A results frame: per row (config columns, prompt, acc: accepted lengths, seconds) -> _metrics."""
+    out = []
+    for r in rows:
+        acc, secs = r.pop("acc"), r.pop("seconds")
+        out.append({**r, "_metrics": {"acceptance_lengths": acc, "tokens": list(range(int(sum(acc)))),
+                                      "timings": {"total": secs}}})
+    return pd.DataFrame(out)
+
+
+def _sweep(chain_seconds: float, jitter: float = 0.0):
+    """gdn block 16, T = 0, 6 prompts: DFlash tau 4, trees 16 (tau 5) and 64 (tau 6); ``jitter``:
+    the chain's seconds swing by that much, prompt to prompt (faster, slower, ...)."""
+    base = {"arch": "gdn", "block_size": 16, "temperature": 0.0}
+    rows = []
+    for p in range(6):
+        secs = chain_seconds + 0.01 * p + (jitter if p % 2 else -jitter)
+        rows.append({**base, "method": "dflash", "budget": 15, "prompt": p, "acc": [4] * 10, "seconds": secs})
+        rows.append({**base, "method": "ddtree", "budget": 16, "prompt": p, "acc": [5] * 8, "seconds": 0.20 + 0.01 * p})
+        rows.append({**base, "method": "ddtree", "budget": 64, "prompt": p, "acc": [6] * 7, "seconds": 0.30 + 0.02 * p})
+    frame = _frame(rows)
+    sums = prompt_sums(frame)
+    g = sums.groupby(["method", "budget"], sort=False).agg(acc=("acc_sum", "sum"), n=("acc_n", "sum"),
+                                                           tok=("tokens", "sum"), sec=("seconds", "sum")).reset_index()
+    ar_tps = 100.0
+    summary = pd.DataFrame({"arch": "gdn", "block_size": 16, "temperature": 0.0, "method": g.method,
+                            "budget": g.budget.astype(object), "n_prompts": 6, "tau": g.acc / g.n,
+                            "tokens_per_s": g.tok / g.sec, "speedup": g.tok / g.sec / ar_tps, "mean_tree_size": g.budget})
+    return summary, sums
+
+
+def test_the_sweep_reading_names_the_chain_when_it_wins_tokens_per_s():
+    """05: the DFlash chain was 1.87x / 2.05x over AR, the best tree 1.86x / 1.78x, and the
+    conclusion said only where tokens/s peaks."""
+    summary, sums = _sweep(chain_seconds=0.12)          # the chain: 40 tokens in 0.12 s, faster than any tree
+    text = sweep_reading("gdn", 16, summary, sums)
+    assert "tau: DDTree-64 wins (DDTree-64 6.00 vs DFlash 4.00" in text
+    assert "tokens/s: DFlash wins (DDTree-16" in text
+    assert "tokens/s peaks at budget 16" in text or "not told apart among budgets" in text
+
+
+def test_the_sweep_reading_calls_an_overlapping_interval_a_tie():
+    summary, sums = _sweep(chain_seconds=0.225, jitter=0.08)   # as fast as the best tree, give or take: noise
+    text = sweep_reading("gdn", 16, summary, sums)
+    assert "tokens/s: a tie (" in text and "the interval holds 1" in text
+
+
+def test_entropy_at_t0_is_said_to_be_computed_at_t1_where_it_is_shown():
+    """05: the entropy column read 2.268 at T = 0 and 0.297 at T = 0.3, because T = 0 is computed at T = 1."""
+    table = pd.DataFrame({"arch": "gdn", "temperature": [0.0, 0.3, 1.0], "method": "dflash", "entropy": [2.268, 0.297, 3.626]})
+    note = entropy_note(table)
+    assert "the T = 0 rows (greedy) report it at T = 1" in note and "2.268 above its 0.297 at T = 0.3" in note
+    source = "\n".join(c.source for c in nbformat.read(notebook_paths()[5], as_version=4).cells)
+    assert "print(entropy_note(at))" in source
+
+
+def test_the_ece_and_the_per_round_miss_are_read_together():
+    """06: the titles show 'ECE 0.051' while observed / predicted accepted tokens per round is 1.82."""
+    text = ece_reading("gdn", 0.051, 5995, 0.63, 0.85, 1.82)
+    assert "ECE 0.051 is a mean over 5995 reached nodes" in text and "predicts 0.63 and the target accepts 0.85" in text
+    assert "1.82x too few" in text
+
+
+def test_why_the_after_sibling_gap_is_not_told_apart_names_no_drafter_size():
+    """06: GDN 'NOT reproduced' at 0.753 against 0.75, blamed on the tiny drafter, while the
+    equally tiny MLA reproduces it."""
+    text = sibling_gap_why("gdn", 0.9813, 0.7391, 69, interval={"lo": 0.65, "hi": 0.86}, shown_on=("mla",))
+    assert "0.7532x [0.65, 0.86]" in text and "holds the published 0.75 bound" in text
+    assert "the gap does show on mla" in text and "27B" not in text and "tiny drafter" not in text
+
+
+T_EDGE = pd.DataFrame({"best_budget": [16, 8, 4], "best_speedup": [2.41, 1.38, 0.92], "dflash_speedup": [2.64, 1.41, 0.94],
+                       "auto_vs_best": [0.92, 0.90, 0.85], "best_over_dflash": [0.91, 0.95, 0.98],
+                       "best_over_dflash_lo": [0.85, 0.90, 0.95], "best_over_dflash_hi": [0.97, 0.99, 1.02]},
+                      index=pd.Index([1, 4, 16], name="concurrency"))
+
+
+def test_the_concurrency_reading_says_dflash_wins_when_the_ratio_stays_below_one():
+    """07: 'the best tree's speedup over DFlash's goes 0.91 -> 0.98 (widens)' while below 1 at every load."""
+    text = concurrency_reading("gdn", T_EDGE)
+    assert "DFlash wins at c=1, 4; a tie at c=16" in text
+    assert "0.91x [0.85, 0.97] -> 0.98x [0.95, 1.02] from c=1 to c=16, the gap narrows; below 1 at every load" in text
+    assert "widens" not in text
+
+
+def test_the_sampled_reading_says_every_method_runs_below_batched_ar():
+    """07 at T = 1: every method at 0.29-0.79x batched AR, and no sentence said so."""
+    t1 = pd.DataFrame({"dflash_speedup": [0.73, 0.29], "dflash_speedup_hi": [0.74, 0.29], "best_speedup": [0.78, 0.33],
+                       "best_speedup_hi": [0.91, 0.34], "auto_speedup": [0.76, 0.30], "auto_speedup_hi": [0.82, 0.31],
+                       "best_over_dflash": [1.11, 1.17], "best_over_dflash_lo": [0.95, 1.15],
+                       "best_over_dflash_hi": [1.25, 1.18]}, index=pd.Index([1, 16], name="concurrency"))
+    text = sampled_reading("gdn", t1, 1.0)
+    assert text.startswith("gdn, T = 1: every method runs below batched AR at every load, every interval below 1")
+    assert "DFlash 0.29-0.73x" in text and "the best tree wins at c=16; a tie at c=1" in text
+
+
+def test_the_dflash2_winners_name_the_linear_draft_when_it_is_faster():
+    """08: the DFlash 2 linear draft beats every tree on MLA in tokens/s (2.45x vs 2.18x)."""
+    rows = []
+    for p in range(6):
+        at = {"arch": "mla", "temperature": 0.0, "prompt": p}
+        rows.append({**at, "method": "dflash", "drafter": "dflash2", "tree": "conditional", "budget": 7,
+                     "acc": [5] * 10, "seconds": 0.10 + 0.005 * p})
+        rows.append({**at, "method": "ddtree", "drafter": "dflash2", "tree": "conditional", "budget": 16,
+                     "acc": [6] * 9, "seconds": 0.16 + 0.005 * p})
+    frame = _frame(rows)
+    sums = prompt_sums(frame)
+    summary = pd.DataFrame({"arch": "mla", "temperature": 0.0, "method": ["dflash", "ddtree"], "drafter": "dflash2",
+                            "tree": "conditional", "budget": [7, 16], "n_prompts": 6, "tau": [5.0, 6.0],
+                            "speedup": [2.45, 2.18]})
+    (line,) = dflash2_winners(summary, sums)
+    assert "tau: DDTree-16 DFlash 2 conditional wins" in line and "tokens/s: DFlash 2 linear wins" in line
+
+
+def test_winners_name_both_axes():
+    summary, sums = _sweep(chain_seconds=0.12)
+    rows = summary.set_index("budget")
+    text = winners(sums, {"method": "ddtree", "budget": 64}, {"method": "dflash"}, "DDTree-64", "DFlash",
+                   rows.loc[64], rows.loc[15])
+    assert text.startswith("tau: DDTree-64 wins") and "; tokens/s: DFlash wins" in text

@@ -130,9 +130,20 @@ def test_splice_replaces_only_the_block():
 
 
 def test_the_readme_python_example_runs():
+    """The quick start, shortened to 8 new tokens: it decodes, prints, and asserts DDTree equals AR."""
     code = re.search(r"```python\n(.*?)```", TEXT, re.S).group(1)
-    assert "from ddtree_lab import load_pair, generate" in code
-    exec(compile(code.replace('budget=16', 'budget=16, max_new_tokens=8'), "README.md", "exec"), {})
+    assert "from ddtree_lab import load_pair, generate" in code and "assert out.tokens == ar.tokens" in code
+    assert code.count("max_new_tokens=64") == 3
+    exec(compile(code.replace("max_new_tokens=64", "max_new_tokens=8"), "README.md", "exec"), {})
+
+
+def test_the_readme_tree_rule_example_runs():
+    """"Your own tree": the rule decodes, and check_lossless runs on it (48 runs of 2 tokens
+    here; the README's default count is the slow test of core/tests/test_lossless.py)."""
+    section = TEXT[TEXT.index("## Your own tree"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "tree=two_chains" in code and "check_lossless(" in code and len(code.strip().splitlines()) <= 11
+    exec(compile(code.replace("temperature=0.8)", "temperature=0.8, samples=48, positions=2)"), "README.md", "exec"), {})
 
 
 def _greedy_trees() -> pd.DataFrame:
@@ -230,6 +241,26 @@ def test_temperature_block_shows_every_stored_temperature(tmp_path, monkeypatch)
     assert first[8] == "1.33 / **1.33**"                          # DDTree-64 / DFlash tau: all / outside loops
     assert first[9] == "1.50x [0.90, 1.80] noise"                 # the interval holds 1: labelled noise
     assert lines[0].split(" | ")[9] == "1.50x [1.20, 1.80]"
+
+
+def test_the_copy_baseline_shows_once_the_bench_holds_it():
+    """Without lookup rows the speed row and the copy-baseline block say "not measured yet"; with
+    them (a stateful target's rows not timed) they show tau, the speedup or "tau only", and each
+    method's tau by copying and over prompt lookup's."""
+    cols = {"tau_copyable": 5.0, "tau_not_copyable": 2.0, "copyable_share": 0.4, "tau_clean": 2.5, "matches_ar": 1.0,
+            "tokens_per_s": 100.0}
+    rows = [{**r, **cols} for r in _bench_rows() if r["temperature"] == 0]
+    assert readme.lookup_row(pd.DataFrame(rows)) == ["prompt lookup", readme.NOT_YET, "", "", "", ""]
+    assert readme.render_copy_baseline(pd.DataFrame(rows)).endswith("not measured yet (`ddtree-lab recompute bench`).")
+    lookup = [{**rows[0], "arch": arch, "method": "lookup", "budget": "7", "tau": 2.0,
+               "tokens_per_s": float("nan") if arch == "gdn" else 90.0, "speedup_paired": 2.1} for arch in ("gdn", "mla")]
+    t = pd.DataFrame(rows + lookup)
+    assert readme.lookup_row(t) == ["prompt lookup (7)", "2.00", "tau only", "", "2.00", "2.10x [1.20, 1.80]"]
+    md = readme.render_copy_baseline(t)
+    print(md)
+    assert "gdn: equal to AR on 100% of the prompts" in md
+    assert "| gdn | dflash | 3.00 | 5.00 / 2.00 | 40% | 2.50 | 1.50x |" in md
+    assert "| mla | ddtree 64 | 4.00 | 5.00 / 2.00 | 40% | 2.50 | 2.00x |" in md
 
 
 def test_verify_cost_block_shows_every_ratio_with_its_interval(tmp_path, monkeypatch):

@@ -1,9 +1,12 @@
 """widgets.py: the explorer's plain functions (spec, select, render) and its wiring, with
 no browser: setting a control's value must redraw the Output."""
 import ipywidgets as w
+import pandas
 import pytest
 from matplotlib.figure import Figure
 
+from ddtree_lab import load_pair
+from ddtree_lab.core.rules import from_rank_paths
 from ddtree_lab.experiments.plumbing.summary import summarize
 from ddtree_lab.app import widgets
 from helpers import results_frame
@@ -140,3 +143,20 @@ def test_temperature_control_offers_every_stored_temperature(frame):
     png = _find(box, w.Output).outputs[0]["data"]["image/png"]
     assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (1, 15),
                                                                    prompt="all", max_new_tokens=8))["data"]["image/png"]
+
+
+def test_the_rule_explorer_takes_rule_objects_and_built_in_names():
+    """Notebook 09's widget: a rule of one's own and "unary" (DDTree) side by side; choosing a
+    rule or a budget draws that rule's tree on a real round (the shipped MLA pair)."""
+    def two_first(draft, root_token, budget):
+        return from_rank_paths(draft.logits, root_token, [(0,), (1,), (0, 0), (1, 0)][:budget])
+    summary = pandas.DataFrame({"arch": "mla", "method": ["ar", "ddtree", "ddtree", "ddtree", "ddtree"],
+                            "rule": ["AR", "DDTree", "DDTree", "two_first", "two_first"],
+                            "budget": [0, 2, 4, 2, 4], "tau": [1.0, 2.0, 2.5, 1.8, 2.1]})
+    box = widgets.rule_explorer(summary, ["unary", two_first], {"mla": load_pair("mla")}, rule="two_first", budget=4)
+    rule, budget = box.children[0].children[1], box.children[0].children[2]
+    assert list(rule.options) == ["DDTree", "two_first"] and list(budget.options) == [2, 4]
+    first = box.children[-1].outputs[0]["data"]["image/png"]
+    rule.value = "DDTree"
+    budget.value = 2
+    assert box.children[-1].outputs[0]["data"]["image/png"] != first

@@ -19,15 +19,15 @@ import dataclasses
 import pytest
 import torch
 
-from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, sampling
+from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, lossless, sampling
 from ddtree_lab.core.cache import append_rows, batch_of_rows, commit, held_batch, hold_rows
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.verify import batch_buffers, full_forward_logits, prefill, verify, verify_batch
-from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, biased_accept, chi_square_pvalue,
-                     exact_first_two, generate_reference, generator, no_residual, precision, random_tree, root_path,
-                     sharp_drafter, toy_dflash2, toy_pair)
+from helpers import (LOGIT_TOL, BatchHintedDrafter, assert_close, assert_same_cache, exact_first_two,
+                     generate_reference, generator, no_residual, precision, random_tree, root_path, sharp_drafter,
+                     toy_dflash2, toy_pair)
 
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -495,20 +495,22 @@ def _first_two_counts_batch(target, drafter, prompts, n, temperature, accept_rul
 @pytest.mark.slow
 @pytest.mark.parametrize("accept_rule", ["rejection", "target"])
 def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch, accept_rule):
-    """T > 0, both acceptance rules: each sequence's first two tokens fit its own exact
-    distribution (chi-square); a deliberately biased rule is rejected by the same test."""
+    """T > 0, both acceptance rules, a batch of two prompts with their own budgets: each
+    sequence's first two tokens fit its own exact distribution (``check_lossless``'s
+    chi-square, ``lossless.chi_square``); a deliberately biased rule is rejected by the same
+    test (target-only: ``lossless.biased_walk``; rejection: no residual update)."""
     target, drafter = PAIRS["gdn-toy", torch.float32]
     drafter = sharp_drafter(drafter)
     prompts, T = [torch.tensor([5, 9, 2]), torch.tensor([7])], 0.5
     exact = [exact_first_two(target, p, T) for p in prompts]
     fair = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
     if accept_rule == "target":
-        monkeypatch.setattr(decode.tree_mod, "accept", biased_accept)
+        accept_rule = lossless.biased_walk(1.0)
     else:
         monkeypatch.setattr(sampling, "_renormalised", no_residual)
     biased = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
-    p_fair = [chi_square_pvalue(fair[b, i], exact[b][i]) for b in range(2) for i in range(2)]
-    p_biased = [chi_square_pvalue(biased[b, i], exact[b][i]) for b in range(2) for i in range(2)]
+    p_fair = [lossless.chi_square(fair[b, i].double(), 200 * exact[b][i])[2] for b in range(2) for i in range(2)]
+    p_biased = [lossless.chi_square(biased[b, i].double(), 200 * exact[b][i])[2] for b in range(2) for i in range(2)]
     print(f"p-values fair {p_fair}, biased {p_biased}")
     assert min(p_fair) > 1e-3
     assert all(min(p_biased[2 * b:2 * b + 2]) < 1e-3 for b in range(len(prompts)))  # every sequence

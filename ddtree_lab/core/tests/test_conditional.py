@@ -149,7 +149,7 @@ def test_tree_choice_is_checked():
     target, drafter = toy_pair()
     with pytest.raises(ValueError, match="tree='conditional' needs a DFlash 2 drafter"):
         generate(target, drafter, [3, 4, 5], method="ddtree", tree="conditional", max_new_tokens=4)
-    with pytest.raises(ValueError, match=r"tree must be one of \('unary', 'conditional'\)"):
+    with pytest.raises(ValueError, match=r"tree must be a rule .* one of \('unary', 'conditional'\)"):
         generate(target, drafter, [3, 4, 5], method="ddtree", tree="marginal", max_new_tokens=4)
 
 
@@ -160,7 +160,7 @@ def test_conditional_trees_differ_from_unary_trees():
     from ddtree_lab.core.tree import build_tree
     target, d2 = _toy_dflash2()
     draft = d2.draft(d2.new_state(), torch.randn(5, d2.cfg.feature_size), 3, 8)
-    cond = tree_rule(d2, None).tree(draft, 3, "ddtree", 32)
+    cond = tree_rule(d2, None)(draft, 3, 32)
     assert tree_rule(d2, None).name == "conditional"
     assert cond.tokens.tolist() != build_tree(draft.logits, 3, 32).tokens.tolist()
 

@@ -2,12 +2,12 @@
 import pytest
 import torch
 
-from ddtree_lab.core import allocate, decode, sampling
+from ddtree_lab.core import allocate, decode, lossless, sampling
+from ddtree_lab.core.lossless import check_lossless
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.models import build_target
 from helpers import HintedDrafter, assert_close, toy_pair
-from helpers import biased_accept as _biased_accept, chi_square_pvalue as _chi_square_pvalue
-from helpers import exact_first_two as _exact_first_two, no_residual as _no_residual, sharp_drafter as _sharp
+from helpers import no_residual as _no_residual, sharp_drafter as _sharp
 
 PAIRS = {p: toy_pair(p) for p in ("gdn-toy", "mla-toy")}
 CASES = [("gdn-toy", "wy"), ("gdn-toy", "fork"), ("mla-toy", "wy")]
@@ -45,15 +45,10 @@ def test_naive_mode_is_measured_not_hidden():
     assert len(g.tokens) == 16  # runs; whether it matches AR is what the notebooks measure
 
 
-def _first_two_counts(target, drafter, prompt, n, temperature, method="ddtree", accept_rule="rejection"):
-    V = target.config.vocab_size
-    counts = torch.zeros(2, V)
-    for seed in range(n):
-        g = decode.generate(target, drafter, prompt, method=method, budget=6, block_size=4,
-                            max_new_tokens=2, temperature=temperature, seed=seed, accept_rule=accept_rule)
-        counts[0, g.tokens[0]] += 1
-        counts[1, g.tokens[1]] += 1
-    return counts
+def _check(target, drafter, prompt, temperature, method="ddtree", accept_rule="rejection"):
+    """``check_lossless`` of the first two tokens over 400 seeded runs (DDTree-6 / a chain, block 4)."""
+    return check_lossless(target, drafter, [prompt], method=method, budget=6, block_size=4, temperature=temperature,
+                          accept_rule=accept_rule, samples=400, positions=2)
 
 
 @pytest.mark.slow
@@ -61,23 +56,21 @@ def _first_two_counts(target, drafter, prompt, n, temperature, method="ddtree", 
 @pytest.mark.parametrize("accept_rule", ["rejection", "target"])
 def test_sampling_is_lossless_and_the_test_has_power(monkeypatch, method, accept_rule):
     """T>0, both acceptance rules, chain and tree: the first two tokens fit the target's exact
-    distribution (chi-square); a deliberately biased rule is rejected by the same test
-    (target-only: accept the first child on a mismatch; rejection: no residual update)."""
+    distribution (``check_lossless``); a deliberately biased rule is rejected by the same check
+    (target-only: ``lossless.biased_walk``, accept the first child on a mismatch; rejection: no
+    residual update)."""
     target, drafter = PAIRS["gdn-toy"]
     drafter = _sharp(drafter)
-    prompt, T, n = torch.tensor([5, 9, 2]), 0.5, 400
-    p1, p2 = _exact_first_two(target, prompt, T)
-    fair = _first_two_counts(target, drafter, prompt, n, T, method, accept_rule)
+    prompt, T = [5, 9, 2], 0.5
+    fair = _check(target, drafter, prompt, T, method, accept_rule)
     if accept_rule == "target":
-        monkeypatch.setattr(decode.tree_mod, "accept", _biased_accept)
+        biased = _check(target, drafter, prompt, T, method, lossless.biased_walk(1.0))
     else:
         monkeypatch.setattr(sampling, "_renormalised", _no_residual)
-    biased = _first_two_counts(target, drafter, prompt, n, T, method, accept_rule)
-    p_fair = [_chi_square_pvalue(fair[i], p) for i, p in enumerate((p1, p2))]
-    p_biased = [_chi_square_pvalue(biased[i], p) for i, p in enumerate((p1, p2))]
-    print(f"{method} {accept_rule}: p-values fair {p_fair}, biased {p_biased}")
-    assert min(p_fair) > 1e-3
-    assert min(p_biased) < 1e-3
+        biased = _check(target, drafter, prompt, T, method, accept_rule)
+    print(f"{method} {accept_rule}: fair {fair.text()}; biased {biased.text()}")
+    assert fair.passed
+    assert biased.p_value < 1e-3
 
 
 @pytest.mark.slow
@@ -85,23 +78,20 @@ def test_sampling_is_lossless_and_the_test_has_power(monkeypatch, method, accept
 def test_dflash2_conditional_sampling_is_lossless_at_T08_and_a_biased_rule_fails(monkeypatch, method, mutant):
     """T = 0.8, a DFlash 2 drafter (conditional trees, the selector's path as the chain, q
     given the parent token): the first two tokens fit the target's exact distribution. On the
-    tree the rejection walk without the residual update fails the same test; on the chain
+    tree the rejection walk without the residual update fails the same check; on the chain
     this toy drafter's q barely overlaps p, so that mutant moves little and is not asserted
     (the parent-ignored walk is tested in test_conditional.py)."""
     from helpers import toy_dflash2
     target, drafter = toy_dflash2("gdn-toy")
-    prompt, T, n = torch.tensor([5, 9, 2]), 0.8, 400
-    p1, p2 = _exact_first_two(target, prompt, T)
-    fair = _first_two_counts(target, drafter, prompt, n, T, method)
-    p_fair = [_chi_square_pvalue(fair[i], p) for i, p in enumerate((p1, p2))]
-    print(f"dflash2 {method}: p-values fair {p_fair}")
-    assert min(p_fair) > 1e-3
+    prompt, T = [5, 9, 2], 0.8
+    fair = _check(target, drafter, prompt, T, method)
+    print(f"dflash2 {method}: {fair.text()}")
+    assert fair.passed
     if mutant:
         monkeypatch.setattr(sampling, "_renormalised", _no_residual)
-        biased = _first_two_counts(target, drafter, prompt, n, T, method)
-        p_biased = [_chi_square_pvalue(biased[i], p) for i, p in enumerate((p1, p2))]
-        print(f"dflash2 {method}: p-values biased {p_biased}")
-        assert min(p_biased) < 1e-3
+        biased = _check(target, drafter, prompt, T, method)
+        print(f"dflash2 {method}: biased {biased.text()}")
+        assert biased.p_value < 1e-3
 
 
 BAD = [

@@ -29,7 +29,8 @@ def test_seed_must_be_a_non_negative_int(seed, temperature):
     ("budget", (4, "auto"), r"one int per prompt, or 'auto'"),
     ("block_size", 1, r"block_size must be an int >= 2"),
     ("max_new_tokens", 0, r"max_new_tokens must be an int >= 1"),
-    ("tree", "wide", r"tree must be one of \('unary', 'conditional'\)"),
+    ("tree", "wide", r"tree must be a rule .* one of \('unary', 'conditional'\) or None"),
+    ("tree", 3, r"tree must be a rule \(a callable rule\(draft, root_token, budget\)"),
     ("gdn_mode", "exact", r"gdn_mode must be one of \('naive', 'fork', 'wy'\)"),
 ], ids=lambda x: str(x)[:20])
 def test_a_bad_field_names_itself_and_its_range(field, value, message):
@@ -40,7 +41,7 @@ def test_a_bad_field_names_itself_and_its_range(field, value, message):
 @pytest.mark.parametrize("field,value,message", [
     ("temperature", -0.1, r"temperature must be a finite number >= 0"),
     ("temperature", float("nan"), r"temperature must be a finite number >= 0"),
-    ("accept_rule", "greedy", r"accept_rule must be one of \('rejection', 'target'\)"),
+    ("accept_rule", "greedy", r"accept_rule must be a walk .* or one of \('rejection', 'target'\)"),
 ])
 def test_a_bad_sampling_field_names_itself(field, value, message):
     with pytest.raises(ValueError, match=message):

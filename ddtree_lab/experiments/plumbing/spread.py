@@ -91,3 +91,28 @@ def format_ratio_columns(row, name: str, percent: bool = False) -> str:
     interval left out when the row has no such columns: an older stored file)."""
     return format_ratio(float(row[name]), float(row.get(f"{name}_lo", math.nan)),
                         float(row.get(f"{name}_hi", math.nan)), percent)
+
+
+def pooled_ratio(num_sum, num_n, den_sum, den_n, level: float = LEVEL, draws: int = 4000,
+                 seed: int = 0) -> dict:
+    """A ratio of two pooled rates, (sum num_sum / sum num_n) / (sum den_sum / sum den_n), over
+    prompts (array-likes [P], aligned by prompt: a prompt's two sides are a pair), with the
+    percentile interval of that same pooled ratio over prompts drawn with replacement (``draws``
+    resamples, a fixed ``seed``: the same numbers give the same interval). Tau ratios (accepted
+    lengths over rounds), tokens/s ratios (tokens over seconds), continuation-rate ratios (nodes
+    going on over nodes) are all this shape. -> {ratio, lo, hi, prompts} (lo = hi = NaN with
+    fewer than 2 prompts)."""
+    parts = [np.asarray(v, dtype=float) for v in (num_sum, num_n, den_sum, den_n)]
+    if len({p.shape for p in parts}) != 1 or parts[0].ndim != 1:
+        raise ValueError(f"the four arrays must be 1-D of one length, got {[p.shape for p in parts]}")
+    a, n, b, m = parts
+    ratio = (a.sum() / n.sum()) / (b.sum() / m.sum()) if n.sum() and m.sum() and b.sum() else math.nan
+    if len(a) < 2:
+        return {"ratio": float(ratio), "lo": math.nan, "hi": math.nan, "prompts": len(a)}
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(len(a), np.full(len(a), 1 / len(a)), size=draws)   # [draws, P] prompt multiplicities
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (w @ a / (w @ n)) / (w @ b / (w @ m))
+    r = r[np.isfinite(r)]
+    lo, hi = np.quantile(r, [(1 - level) / 2, (1 + level) / 2]) if len(r) else (math.nan, math.nan)
+    return {"ratio": float(ratio), "lo": float(lo), "hi": float(hi), "prompts": len(a)}

@@ -52,25 +52,43 @@ def _row_stats(frame: pd.DataFrame) -> pd.DataFrame:
                       "_div": mnt if div is None else div,  # identical: counts as diverging after the last token
                       **_loop_stats(m)})
     columns = ["_n_tokens", "_seconds", "_size_sum", "_size_n", "_match", "_div", "_acc_sum", "_acc_n",
-               "_out_sum", "_out_n", "_ends_in_loop", "_entropy"]
+               *TAG_SUMS, "_ends_in_loop", "_entropy"]
     return pd.DataFrame(stats, index=frame.index, columns=columns)
 
 
+# The rounds each tag split pools (``loops.round_tags``): not looping, copyable, neither (clean).
+TAG_GROUPS = {"_out": lambda f, c: not f, "_copy": lambda f, c: c, "_clean": lambda f, c: not f and not c}
+TAG_SUMS = [f"{g}_{s}" for g in TAG_GROUPS for s in ("sum", "n")]
+# Beside every tau: the rounds outside loops, the loop and copy shares, tau by copying, the clean tau.
+TAG_COLUMNS = ["tau_outside_loops", "loop_round_share", "copyable_share", "tau_copyable", "tau_not_copyable",
+               "tau_clean"]
+
+
+def tag_sums(acc: list, looping: list | None, copyable: list | None) -> dict:
+    """Accepted-length sums and round counts of one generation's rounds per tag group
+    (``TAG_SUMS``); NaN for a row stored without its round tags."""
+    if looping is None or copyable is None:
+        return dict.fromkeys(TAG_SUMS, np.nan)
+    out = {}
+    for group, keep in TAG_GROUPS.items():
+        kept = [a for a, f, c in zip(acc, looping, copyable) if keep(f, c)]
+        out |= {f"{group}_sum": float(sum(kept)), f"{group}_n": len(kept)}
+    return out
+
+
 def _loop_stats(m: dict) -> dict:
-    """Per row: acceptance sums over all rounds and over rounds outside loops (rows stored
-    before rounds were loop-tagged give NaN), whether the text ends in a loop, mean entropy."""
-    acc, flags = m["acceptance_lengths"], m.get("round_in_loop")
-    out = [a for a, f in zip(acc, flags or []) if not f]
-    known = flags is not None
+    """Per row: acceptance sums over all rounds and per tag group (``tag_sums``), whether the
+    text ends in a loop, mean entropy."""
+    acc = m["acceptance_lengths"]
     return {"_acc_sum": float(sum(acc)), "_acc_n": len(acc),
-            "_out_sum": float(sum(out)) if known else np.nan, "_out_n": len(out) if known else np.nan,
+            **tag_sums(acc, m.get("round_looping"), m.get("round_copyable")),
             "_ends_in_loop": float(m["ends_in_loop"]) if "ends_in_loop" in m else np.nan,
             "_entropy": m.get("entropy", np.nan)}
 
 
 def _sort_summary(summary: pd.DataFrame) -> pd.DataFrame:
-    """Order rows arch, method (ar, dflash, ddtree), gdn_mode, block, T, length, budget ('auto' last)."""
-    order = {"ar": 0, "official": 1, "dflash": 2, "ddtree": 3}
+    """Order rows arch, method (ar, lookup, official, dflash, ddtree), gdn_mode, block, T, length, budget ('auto' last)."""
+    order = {"ar": 0, "lookup": 0.5, "official": 1, "dflash": 2, "ddtree": 3}
     keys = summary.assign(_m=summary["method"].map(order),
                           _b=[math.inf if b == "auto" else float(b) for b in summary["budget"]])
     keys = keys.sort_values(["arch", "_m", "gdn_mode", "block_size", "temperature", "max_new_tokens", "_b"])
@@ -90,21 +108,50 @@ def check_one_run(frame: pd.DataFrame) -> None:
                              f"one run (run_sweep(..., run=...) returns them)")
 
 
+def tag_rates(out: pd.DataFrame) -> pd.DataFrame:
+    """``out`` (per-config sums: ``_acc_sum``, ``_acc_n``, ``TAG_SUMS``) with tau and the
+    ``TAG_COLUMNS``."""
+    out = out.copy()
+    rate = lambda s, n: s / n.where(n > 0)  # noqa: E731
+    rounds = out["_acc_n"].clip(lower=1)
+    out["tau"] = out["_acc_sum"] / rounds
+    out["tau_outside_loops"] = rate(out["_out_sum"], out["_out_n"])
+    out["loop_round_share"] = 1 - out["_out_n"] / rounds
+    out["copyable_share"] = out["_copy_n"] / rounds
+    out["tau_copyable"] = rate(out["_copy_sum"], out["_copy_n"])
+    out["tau_not_copyable"] = rate(out["_acc_sum"] - out["_copy_sum"], out["_acc_n"] - out["_copy_n"])
+    out["tau_clean"] = rate(out["_clean_sum"], out["_clean_n"])
+    return out
+
+
+def tag_columns(metrics) -> dict:
+    """The ``TAG_COLUMNS`` pooled over stored rows' metrics (one generation each: a study's
+    own table beside ``summarize``'s)."""
+    sums = [{"_acc_sum": float(sum(m["acceptance_lengths"])), "_acc_n": len(m["acceptance_lengths"]),
+             **tag_sums(m["acceptance_lengths"], m.get("round_looping"), m.get("round_copyable"))} for m in metrics]
+    total = pd.DataFrame(sums, columns=["_acc_sum", "_acc_n", *TAG_SUMS]).sum(min_count=1).to_frame().T
+    return tag_rates(total).iloc[0][TAG_COLUMNS].to_dict()
+
+
 def pooled(out: pd.DataFrame, ref_key: list[str]) -> pd.DataFrame:
     """The pooled columns of a summary from its per-config sums (``_acc_sum`` / ``_acc_n``:
-    accepted lengths over every round, ``_out_*`` over the rounds outside loops, ``_n_tokens``
-    / ``_seconds``): tau, tau_outside_loops, loop_round_share, tokens_per_s, and speedup over
-    the AR row of the same ``ref_key`` (NaN without one). Shared by ``summarize`` and the
-    concurrency summary (one tau, one speedup everywhere)."""
-    out = out.copy()
-    out["tau"] = out["_acc_sum"] / out["_acc_n"].clip(lower=1)
-    out["tau_outside_loops"] = out["_out_sum"] / out["_out_n"].where(out["_out_n"] > 0)
-    out["loop_round_share"] = 1 - out["_out_n"] / out["_acc_n"].clip(lower=1)
+    accepted lengths over every round, ``TAG_SUMS`` per tag group, ``_n_tokens`` /
+    ``_seconds``): tau, the ``TAG_COLUMNS`` (tau outside loops, the looping and copyable shares
+    of rounds, tau in copyable rounds and in the others, tau in clean rounds: neither looping
+    nor copyable), tokens_per_s, and speedup over the AR row of the same ``ref_key`` (NaN
+    without one). Shared by ``summarize`` and the concurrency summary (one tau, one speedup
+    everywhere)."""
+    out = tag_rates(out)
     out["tokens_per_s"] = out["_n_tokens"] / out["_seconds"].clip(lower=1e-12)
     ar = out[out["method"] == "ar"].set_index(ref_key)["tokens_per_s"]
     ar_tps = [ar.get(tuple(k), np.nan) for k in out[ref_key].itertuples(index=False)]
     out["speedup"] = out["tokens_per_s"] / np.asarray(ar_tps, dtype=float)
     return out
+
+
+def _sum_or_nan(values: pd.Series) -> float:
+    """A sum that stays NaN when a value is (a row stored without a time: no tokens/s for its config)."""
+    return values.sum(skipna=False)
 
 
 def summarize(frame: pd.DataFrame, axes: tuple = AXES) -> pd.DataFrame:
@@ -118,24 +165,25 @@ def summarize(frame: pd.DataFrame, axes: tuple = AXES) -> pd.DataFrame:
     total seconds over prompts), speedup (tokens_per_s over the AR config with the same
     arch, temperature and max_new_tokens; NaN without one), matches_ar (fraction of prompts
     whose tokens equal AR's for that prompt), first_divergence (mean first differing
-    position, max_new_tokens when identical), mean_tree_size (draft nodes per round),
-    tau_outside_loops (pooled over the rounds whose
-    context was not looping, ``loops.round_loop_flags``), loop_round_share (share of rounds
-    in loops), loop_prompts (share of prompts whose text ends in a loop), entropy (mean
-    target entropy per new token, nats).
+    position, max_new_tokens when identical), mean_tree_size (draft nodes per round), the
+    ``TAG_COLUMNS`` by the rounds' tags (``loops.round_tags``; ``pooled``): tau_outside_loops
+    (over the rounds whose output was not looping), loop_round_share, copyable_share,
+    tau_copyable, tau_not_copyable, tau_clean (the headline "clean" tau: rounds neither
+    looping nor copyable); loop_prompts (share of prompts whose text ends in a loop), entropy
+    (mean target entropy per new token, nats).
     """
     frame = with_axes(frame)
     check_one_run(frame)
     rows = pd.concat([frame, _row_stats(frame)], axis=1)
     out = rows.groupby(list(axes), sort=False, dropna=False).agg(
         n_prompts=("prompt", "nunique"), tau_prompt_mean=("tau", "mean"), _n_tokens=("_n_tokens", "sum"),
-        _seconds=("_seconds", "sum"), _size_sum=("_size_sum", "sum"), _size_n=("_size_n", "sum"),
+        _seconds=("_seconds", _sum_or_nan), _size_sum=("_size_sum", "sum"), _size_n=("_size_n", "sum"),
         matches_ar=("_match", "mean"), first_divergence=("_div", "mean"), _acc_sum=("_acc_sum", "sum"),
-        _acc_n=("_acc_n", "sum"), _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"),
+        _acc_n=("_acc_n", "sum"), **{c: (c, "sum") for c in TAG_SUMS},
         loop_prompts=("_ends_in_loop", "mean"), entropy=("_entropy", "mean")).reset_index()
     out = pooled(out, ["arch", "temperature", "max_new_tokens"])
     out["mean_tree_size"] = out["_size_sum"] / out["_size_n"].where(out["_size_n"] > 0)
     cols = list(axes) + ["n_prompts", "tau", "tokens_per_s", "speedup", "matches_ar",
-                         "first_divergence", "mean_tree_size", "tau_prompt_mean", "tau_outside_loops",
-                         "loop_round_share", "loop_prompts", "entropy"]
+                         "first_divergence", "mean_tree_size", "tau_prompt_mean", *TAG_COLUMNS,
+                         "loop_prompts", "entropy"]
     return _sort_summary(out[cols])

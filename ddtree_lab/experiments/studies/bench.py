@@ -1,4 +1,4 @@
-"""``ddtree-lab bench``: AR vs DFlash vs DDTree, side by side, HumanEval prompts, T = 0, 0.3, 0.6 and 1.
+"""``ddtree-lab bench``: AR vs DFlash vs DDTree beside the copy baseline (prompt lookup), HumanEval prompts, T = 0, 0.3, 0.6 and 1.
 
 One run interleaves every config per prompt (so machine noise hits them alike) and prints
 tokens/s, tau, speedup over AR and the share of tree building in a round, for both targets
@@ -31,8 +31,9 @@ SAMPLED_BUDGETS = (1, 4, 16, 64)         # sampling shortens acceptance: small t
 
 def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_new_tokens: int = 128,
                sampled_budgets=SAMPLED_BUDGETS, temperatures=SAMPLED_TEMPERATURES) -> list[dict]:
-    """T = 0: AR, DFlash, the reference loop ("official", ``dflash_generate``, at every T), DDTree
-    at ``budgets`` + auto (GDN: naive, fork, wy; auto wy only);
+    """T = 0: AR, DFlash, the reference loop ("official", ``dflash_generate``, at every T), the
+    copy baseline ("lookup": transformers' prompt-lookup decoding, drafting as many tokens as
+    DFlash, ``lookup.py``), DDTree at ``budgets`` + auto (GDN: naive, fork, wy; auto wy only);
     every T > 0 of ``temperatures``: AR, DFlash, DDTree (exact wy) at ``sampled_budgets``,
     under both acceptance rules (``core.sampling.ACCEPT_RULES``)."""
     common = dict(max_new_tokens=[max_new_tokens], block_size=[block_size])
@@ -42,6 +43,7 @@ def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_n
         modes = ["naive", "fork", "wy"] if names_mode(arch) else [EXACT_MODE]
         grid += expand_grid(arch=[arch], method=["ar", "dflash", "official"], budget=[0], gdn_mode=["wy"],
                             temperature=[0.0] + temps, accept_rule=list(ACCEPT_RULES), **common)
+        grid += expand_grid(arch=[arch], method=["lookup"], budget=[0], gdn_mode=["wy"], temperature=[0.0], **common)
         grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(budgets) + ["auto"],
                             gdn_mode=modes, temperature=[0.0], **common)
         grid += expand_grid(arch=[arch], method=["ddtree"], budget=list(sampled_budgets), gdn_mode=["wy"],
@@ -50,8 +52,10 @@ def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_n
 
 
 def wall_rate(metrics: dict) -> float:
-    """A row's tokens/s: its new tokens over its wall seconds, prefill included."""
-    return len(metrics["tokens"]) / max(1e-12, metrics["timings"]["total"])
+    """A row's tokens/s: its new tokens over its wall seconds, prefill included (NaN for a row
+    stored without a time: ``lookup.lookup_reference``'s)."""
+    total = metrics["timings"]["total"]
+    return len(metrics["tokens"]) / max(1e-12, total) if total == total else float("nan")
 
 
 def paired_speedups(frame: pd.DataFrame, over: str = "ar", name: str = "speedup_paired",
@@ -87,6 +91,20 @@ def bench_table(frame: pd.DataFrame) -> pd.DataFrame:
     share = frame.groupby(keys, dropna=False)["tree_share"].mean()
     return (table.join(share, on=keys).merge(paired_speedups(frame), on=list(AXES), how="left")
             .merge(paired_speedups(frame, "official", "vs_official"), on=list(AXES), how="left"))
+
+
+def copy_table(table: pd.DataFrame, temperature: float = 0.0) -> pd.DataFrame:
+    """Copying beside each method (a ``bench_table`` or ``summarize`` frame, one T, the exact
+    mode): tau over all rounds, in copyable rounds and in the others, the copyable and looping
+    shares of rounds, tau in clean rounds, and tau over the copy baseline's (method "lookup",
+    same arch; NaN without it)."""
+    t = table[(table.temperature == temperature) & (table.gdn_mode == EXACT_MODE)]
+    t = t[t.budget.astype(str) != "auto"]
+    lookup = t[t.method == "lookup"].set_index("arch").tau
+    out = t[["arch", "method", "budget", "tau", "tau_copyable", "tau_not_copyable", "copyable_share",
+             "loop_round_share", "tau_clean"]].copy()
+    out["over_lookup"] = out.tau / out.arch.map(lookup)
+    return out.reset_index(drop=True)
 
 
 def goals(table: pd.DataFrame) -> list[str]:
@@ -133,22 +151,24 @@ def _goal(name: str, value: float, target: float, below: bool = False) -> str:
 
 
 def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, directory=RESULTS_DIR,
-              **grid_kwargs) -> pd.DataFrame:
-    """The bench on ``pairs`` ({arch: Pair}); prints the table and the goals, saves
-    ``directory``/bench.csv (``directory``: data/results for the shipped pair, a folder of its
-    own for any other pair, so the README never reads another pair's rows)."""
+              score_goals: bool = True, **grid_kwargs) -> pd.DataFrame:
+    """The bench on ``pairs`` ({arch: Pair}); prints the table with every config column and,
+    with ``score_goals`` (the shipped pairs: the goals are their issues'), PASS / MISS lines;
+    saves ``directory``/bench.csv (``directory``: data/results for the shipped pair, a folder of
+    its own for any other pair, so the README never reads another pair's rows)."""
     store = ResultsStore("bench", directory)
     if fresh and store.path.is_file():
         store.path.unlink()
     frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs,
                       runner=run_with_official, run="bench")
     table = bench_table(frame[frame.prompt < num_prompts])
-    cols = ["arch", "temperature", "method", "gdn_mode", "budget", "block_size", "tau", "tokens_per_s",
-            "speedup", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share", "tau_outside_loops",
-            "loop_round_share", "entropy", "n_prompts"]
+    cols = ["arch", "temperature", "accept_rule", "method", "gdn_mode", "budget", "block_size", "max_new_tokens",
+            "tau", "tokens_per_s", "speedup", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share",
+            "tau_outside_loops", "loop_round_share", "copyable_share", "tau_clean", "entropy", "n_prompts"]
     with pd.option_context("display.width", 200, "display.max_rows", 200, "display.precision", 3):
         print(table[[c for c in cols if c in table]].to_string(index=False))
-    for line in goals(table):
+        print(copy_table(table).to_string(index=False))
+    for line in goals(table) if score_goals else []:
         print(line)
     write_timing_table(table, Path(directory) / "bench.csv")
     return table

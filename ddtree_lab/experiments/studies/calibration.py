@@ -6,8 +6,8 @@ marginals along u's path, and assumes a node given its parent is accepted with p
 q_cond(u) = q(u) / q(parent), the drafter's marginal of u's token at u's depth. The
 marginals ignore siblings: a rank-1 branch is only tried where the rank-0 token failed,
 so its real accept rate can sit far below q_cond. ``RoundRecorder`` logs every draft node of
-every round of ``decode.generate(..., on_round=recorder)``, tagged by whether the round's
-context was looping when it started (``loops.is_looping``); the tables compare prediction
+every round of ``decode.generate(..., on_round=recorder)``, tagged by whether the output
+before the round was looping (``loops.is_looping``); the tables compare prediction
 and observation by depth, by sibling rank and in reliability bins, and
 ``continuation_table`` measures how often the walk goes on after a sibling, outside loops.
 """
@@ -19,6 +19,7 @@ import pandas as pd
 from ...core.decode import generate
 from ...core.sampling import Marginal
 from ..plumbing.loops import is_looping
+from ..plumbing.spread import pooled_ratio
 
 COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",
            "in_loop")
@@ -44,9 +45,9 @@ class RoundRecorder:
     depth's marginal, softmax of the round's draft logits; DFlash 2 conditional trees: the
     selector's q(token | parent token, depth), ``Round.proposal``), q_path: product of q_cond along the path (= exp(log weight) for
     a DDTree tree), main_path: the node and all its ancestors are rank 0, reached: the
-    parent is on the accepted path, accepted: the node is, in_loop: the round's context
-    (prompt + tokens committed so far) was looping when the round started (None when the
-    recorder was not told the prompt: call ``start(prompt_ids, **labels)`` before each run).
+    parent is on the accepted path, accepted: the node is, in_loop: the output committed so far
+    was looping when the round started (``loops.is_looping``; None when the recorder was not
+    told the prompt: call ``start(prompt_ids, **labels)`` before each run).
     ``labels`` (a dict) is copied into every row, e.g. ``rec.labels = {"prompt": 3}``.
     """
 
@@ -55,10 +56,11 @@ class RoundRecorder:
         self.rows: list[dict] = []
         self.rounds = 0
         self.context: list[int] | None = None
+        self.prompt_len = 0
 
     def start(self, prompt_ids, **labels) -> None:
-        """A new generation from ``prompt_ids``: rounds are loop-tagged from its context on."""
-        self.labels, self.context = labels, [int(t) for t in prompt_ids]
+        """A new generation from ``prompt_ids``: rounds are loop-tagged from its output on."""
+        self.labels, self.context, self.prompt_len = labels, [int(t) for t in prompt_ids], len(prompt_ids)
 
     def __call__(self, rnd) -> None:
         tree = rnd.tree
@@ -74,7 +76,7 @@ class RoundRecorder:
         for i in range(1, len(tree)):
             main[i] = main[parents[i]] and ranks[i] == 0
         on_path = set(rnd.path)
-        in_loop = None if self.context is None else is_looping(self.context)
+        in_loop = None if self.context is None else is_looping(self.context[self.prompt_len:])
         for i in range(1, len(tree)):
             self.rows.append({**self.labels, "round": self.rounds, "node": i, "parent": parents[i],
                               "depth": depths[i],
@@ -185,6 +187,24 @@ def continuation_summary(table: pd.DataFrame) -> pd.DataFrame:
     out = t.groupby("group").agg(_p=("_p", "sum"), _o=("_o", "sum"), count=("count", "sum")).reset_index()
     out["predicted"], out["observed"] = out["_p"] / out["count"], out["_o"] / out["count"]
     return out[["group", "predicted", "observed", "count"]]
+
+
+def continuation_ratio(frame: pd.DataFrame) -> dict:
+    """The after-sibling continuation rate over the main path's, pooled over prompts as
+    ``continuation_summary`` pools it, with its 95% interval over prompts (``spread.pooled_ratio``:
+    nodes of one prompt are not independent, so prompts are what is resampled). frame:
+    ``record_rounds`` rows of one run (already ``outside_loops`` where wanted) with ``prompt``.
+    -> {ratio, lo, hi, prompts} (NaN where a group has no node)."""
+    sums = []
+    for _, g in frame.groupby("prompt"):
+        t = continuation_table(g).set_index("group")
+        went = (t["observed"] * t["count"]).groupby(level=0).sum()
+        n = t["count"].groupby(level=0).sum()
+        sums.append([went.get("after_sibling", 0.0), n.get("after_sibling", 0), went.get("main_path", 0.0),
+                     n.get("main_path", 0)])
+    if not sums or not sum(s[1] for s in sums) or not sum(s[3] for s in sums):
+        return {"ratio": float("nan"), "lo": float("nan"), "hi": float("nan"), "prompts": len(sums)}
+    return pooled_ratio(*np.asarray(sums, dtype=float).T)
 
 
 def record_rounds(pair, prompt_ids, *, budget: int, block_size: int, max_new_tokens: int,

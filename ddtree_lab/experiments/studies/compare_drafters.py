@@ -21,7 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ...core.decode import generate
-from ..plumbing.loops import loop_split, round_loop_flags
+from ..plumbing.loops import loop_split, round_tags
 from ..plumbing.measure import timed
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 
@@ -42,18 +42,21 @@ def spread_prompts(count: int, total: int = 164) -> list[int]:
 
 def decode_once(target, drafter, prompt_ids: Sequence[int], method: str, budget: int | None, *,
                 block_size: int = BLOCK, max_new_tokens: int = 128, clock=time.perf_counter) -> dict:
-    """One timed generation -> {tokens, acceptance_lengths, loop_flags (one per round), seconds}."""
+    """One timed generation -> {tokens, acceptance_lengths, seconds, loop_flags, copy_flags (one per
+    round: ``loops.round_tags``' looping and copyable)}."""
     spec = {"method": method, "max_new_tokens": max_new_tokens}
     if method != "ar":
         spec |= {"block_size": block_size, **({"budget": budget} if budget is not None else {})}
     seconds, g = timed(lambda: generate(target, drafter, list(prompt_ids), **spec), clock)
+    tags = round_tags(prompt_ids, g.tokens, g.acceptance_lengths)
     return {"tokens": g.tokens, "acceptance_lengths": g.acceptance_lengths, "seconds": seconds,
-            "loop_flags": round_loop_flags(prompt_ids, g.tokens, g.acceptance_lengths)}
+            "loop_flags": tags["round_looping"], "copy_flags": tags["round_copyable"]}
 
 
 def pooled_tau(runs: Sequence[dict]) -> dict:
     """``loop_split`` over every round of ``runs`` (``decode_once`` results) together."""
-    return loop_split([a for r in runs for a in r["acceptance_lengths"]], [f for r in runs for f in r["loop_flags"]])
+    every = lambda key: [x for r in runs for x in r[key]]  # noqa: E731
+    return loop_split(every("acceptance_lengths"), every("loop_flags"), every("copy_flags"))
 
 
 def compare_drafters(target, drafters: dict, prompts: dict, *, methods=METHODS, block_size: int = BLOCK,
@@ -81,7 +84,8 @@ def compare_drafters(target, drafters: dict, prompts: dict, *, methods=METHODS, 
 
 def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (drafter, method) of a ``compare_drafters`` frame: tau (all rounds, outside
-    loops), loop round share, lossless count, speed over AR and over the first drafter."""
+    loops, clean: neither looping nor copyable), the looping and copyable shares of rounds,
+    lossless count, speed over AR and over the first drafter."""
     ar = frame[frame.method == "ar"].set_index("prompt").seconds
     spec = frame[frame.method != "ar"]
     first = spec.drafter.iloc[0]
@@ -91,6 +95,7 @@ def compare_table(frame: pd.DataFrame) -> pd.DataFrame:
         split = pooled_tau(rows.to_dict("records"))
         row = {"drafter": name, "method": method, "prompts": len(rows), "tau": split["tau"],
                "tau_outside_loops": split["tau_outside_loops"], "loop_round_share": split["loop_round_share"],
+               "copyable_share": split["copyable_share"], "tau_clean": split["tau_clean"],
                "lossless": f"{int(rows.equals_ar.sum())}/{len(rows)}",
                **ratio_columns("speed_over_ar", ar[rows.index].values, rows.seconds.values)}
         if name != first:
@@ -107,6 +112,8 @@ def compare_display(table: pd.DataFrame) -> pd.DataFrame:
         "drafter": table.drafter, "method": table.method, "tau": table.tau.round(2),
         "tau outside loops": table.tau_outside_loops.round(2),
         "rounds in loops": (100 * table.loop_round_share).round(1).astype(str) + "%",
+        "copyable rounds": (100 * table.copyable_share).round(1).astype(str) + "%",
+        "clean tau": table.tau_clean.round(2),
         "lossless": table.lossless,
         "speed over AR": [format_ratio_columns(r, "speed_over_ar") for _, r in table.iterrows()],
         f"speed over {first}": ["-" if r.drafter == first else format_ratio_columns(r, f"speed_over_{first}")

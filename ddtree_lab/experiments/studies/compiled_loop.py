@@ -149,3 +149,38 @@ def loop_display(summary: pd.DataFrame) -> pd.DataFrame:
              "compiled == eager tokens": "yes" if r.equals_eager else "**no**", "graph breaks": int(r.graph_breaks),
              "compile s": f"{r.compile_s:.0f}"} for _, r in summary.iterrows()]
     return pd.DataFrame(rows)
+
+
+def loop_tables(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``loop_display`` as two tables that fit a notebook column (one of 230 characters wraps):
+    the timings and facts of each loop, then its ratios against AR and the reference loop."""
+    shown = loop_display(summary).assign(loop=lambda d: d.loop.str.replace(" (`dflash_generate`)", "", regex=False))
+    shown = shown.rename(columns={"compiled == eager tokens": "same tokens", "graph breaks": "breaks"})
+    first = ["target", "loop", "tau", "eager tok/s", "compiled tok/s", "compiled / eager", "same tokens", "breaks"]
+    return shown[first], shown[["target", "loop", "eager vs AR", "compiled vs AR", "compiled vs reference loop"]]
+
+
+def stalled_runs(rows: pd.DataFrame, floor: float = 0.2) -> pd.DataFrame:
+    """The (target, loop, prompt) whose compiled run went below ``floor`` x its own eager run: a
+    recompile (or another stall) inside the timed run, not the loop's speed. Columns arch,
+    method, budget, prompt_id, eager, compiled."""
+    wide = rows.pivot_table(index=["arch", "method", "budget", "prompt_id"], columns="kind",
+                            values="tokens_per_s").reset_index()
+    return wide[wide.compiled < floor * wide.eager][["arch", "method", "budget", "prompt_id", "eager", "compiled"]]
+
+
+def stall_note(rows: pd.DataFrame, floor: float = 0.2) -> str:
+    """One sentence per stalled loop (``stalled_runs``): which prompts, how slow, and what it does
+    to the tables: a median over prompts (tok/s) counts the stall, the median of per-prompt ratios
+    barely moves, and an interval of a ratio paired with it spans it. Empty without a stall."""
+    stalls = stalled_runs(rows, floor)
+    lines = []
+    for (arch, method, budget), g in stalls.groupby(["arch", "method", "budget"], sort=False):
+        n = rows[(rows.arch == arch) & (rows.method == method) & (rows.budget == budget)].prompt_id.nunique()
+        name = LOOP_LABELS[method] + (f" {budget}" if method == "ddtree" else "")
+        runs = ", ".join(f"prompt {r.prompt_id}: {r.compiled:.1f} tok/s compiled vs {r.eager:.0f} eager" for r in g.itertuples())
+        lines.append(f"{arch} {name}: {len(g)} of {n} prompts ran compiled below {floor}x their eager run ({runs}), a "
+                     "stall inside the timed run (a recompile), not the loop's speed: its median compiled tok/s counts "
+                     "them, its compiled / eager (a median of per-prompt ratios) does not, and every ratio paired with "
+                     "it has an interval spanning the stall")
+    return "\n".join(lines)

@@ -44,11 +44,11 @@ import pandas as pd
 from ...common import RESULTS_DIR
 from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
-from ..plumbing.loops import is_looping, round_loop_flags
+from ..plumbing.loops import generation_tags
 from ..plumbing.measure import model_clock, model_seconds
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns
-from ..plumbing.summary import pooled
+from ..plumbing.summary import TAG_COLUMNS, TAG_SUMS, pooled, tag_sums
 from ..plumbing.sweep import AXES, normalise, run_rows, spec_of
 
 C_AXES = AXES + ("concurrency",)
@@ -156,12 +156,15 @@ def run_group(cfg: dict, group: int, pair, grid: ConcurrencyGrid, prompts=humane
 
 
 def _metrics(pids: list[int], ids: list, gens: list) -> dict:
+    """A group's row: per-sequence lists (tokens, acceptance lengths, tree sizes, the loop tags of
+    ``loops.generation_tags``), the batch's timings and its pooled tau."""
     seconds = gens[0].timings["total"]  # the batch's wall time (shared by every Generation)
     acc = [a for g in gens for a in g.acceptance_lengths]
+    tags = [generation_tags(i, g.tokens, g.acceptance_lengths) for i, g in zip(ids, gens)]
     return {"prompts": pids, "tokens": [g.tokens for g in gens],
             "acceptance_lengths": [g.acceptance_lengths for g in gens], "tree_sizes": [g.tree_sizes for g in gens],
-            "round_in_loop": [round_loop_flags(i, g.tokens, g.acceptance_lengths) for i, g in zip(ids, gens)],
-            "ends_in_loop": [is_looping(g.tokens) for g in gens], "timings": gens[0].timings,
+            **{k: [t[k] for t in tags] for k in ("round_looping", "round_copyable", "ends_in_loop")},
+            "timings": gens[0].timings,
             "seconds": seconds, "tokens_per_s": sum(len(g.tokens) for g in gens) / max(seconds, 1e-12),
             "tau": sum(acc) / max(1, len(acc)), "rounds": max(len(g.acceptance_lengths) for g in gens)}
 
@@ -217,13 +220,12 @@ def grid_frame(store: ResultsStore, grid: ConcurrencyGrid, pairs: dict | None = 
 
 def _row_stats(m: dict) -> dict:
     """Sums of one (config, group) row over its sequences: tokens, rounds, accepted lengths
-    (all rounds and outside loops), draft nodes."""
-    acc = [a for seq in m["acceptance_lengths"] for a in seq]
-    out = [a for seq, flags in zip(m["acceptance_lengths"], m["round_in_loop"]) for a, f in zip(seq, flags) if not f]
-    sizes = [s for seq in m["tree_sizes"] for s in seq]
+    (all rounds and per tag group, ``summary.tag_sums``), draft nodes."""
+    flat = lambda key: [x for seq in m[key] for x in seq]  # noqa: E731
+    acc, sizes = flat("acceptance_lengths"), flat("tree_sizes")
     return {"_n_tokens": sum(len(t) for t in m["tokens"]), "_seconds": m["seconds"], "_acc_sum": float(sum(acc)),
-            "_acc_n": len(acc), "_out_sum": float(sum(out)), "_out_n": len(out), "_size_sum": float(sum(sizes)),
-            "_n_seq": len(m["tokens"]), "_ends_in_loop": float(sum(m["ends_in_loop"]))}
+            "_acc_n": len(acc), **tag_sums(acc, flat("round_looping"), flat("round_copyable")),
+            "_size_sum": float(sum(sizes)), "_n_seq": len(m["tokens"]), "_ends_in_loop": float(sum(m["ends_in_loop"]))}
 
 
 def _matches(frame: pd.DataFrame) -> list[float]:
@@ -284,8 +286,9 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     token over every unit's seconds); speedup, speedup_lo, speedup_hi, speedup_p (the median of
     the per-unit tokens/s ratios over batched AR timed in the same unit, its 95% interval and
     sign test); latency_s (mean wall seconds of a unit = of its slowest sequence); ms_per_token
-    (latency per new token of a sequence); tau (accepted tokens per target forward),
-    tau_outside_loops, loop_round_share (pooled over every sequence's rounds); loop_sequences
+    (latency per new token of a sequence); tau (accepted tokens per target forward) and the
+    ``summary.TAG_COLUMNS`` (tau_outside_loops, loop_round_share, copyable_share, tau_copyable,
+    tau_not_copyable, tau_clean; pooled over every sequence's rounds); loop_sequences
     (share ending in a loop); mean_tree_size; matches_ar (share of sequences equal to batched
     AR's); ceiling, ceiling_lo, ceiling_hi (the speedup of the models' work alone, ``_paired_speedup``);
     _units (the per-unit tokens/s, for ``concurrency_table``'s paired comparisons).
@@ -295,7 +298,7 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     out = rows.groupby(list(C_AXES), sort=False).agg(
         n_groups=("prompt", "nunique"), _n_rows=("prompt", "size"), _n_seq=("_n_seq", "sum"),
         _n_tokens=("_n_tokens", "sum"), _seconds=("_seconds", "sum"), _acc_sum=("_acc_sum", "sum"),
-        _acc_n=("_acc_n", "sum"), _out_sum=("_out_sum", "sum"), _out_n=("_out_n", "sum"),
+        _acc_n=("_acc_n", "sum"), **{c: (c, "sum") for c in TAG_SUMS},
         _size_sum=("_size_sum", "sum"), _match=("_match", "sum"), _loops=("_ends_in_loop", "sum")).reset_index()
     out = pooled(out, ["arch", "temperature", "max_new_tokens", "concurrency"]).drop(columns="speedup")
     units = {k: g for k, g in _unit_rates(frame).groupby(list(C_AXES), sort=False)}
@@ -311,8 +314,8 @@ def summarize_concurrency(frame: pd.DataFrame) -> pd.DataFrame:
     out["matches_ar"] = out._match / out._n_seq
     cols = list(C_AXES) + ["n_groups", "n_sequences", "n_pairs", "tokens_per_s", "speedup", "speedup_lo",
                            "speedup_hi", "speedup_p", "ceiling", "ceiling_lo", "ceiling_hi", "latency_s",
-                           "ms_per_token", "tau", "tau_outside_loops",
-                           "loop_round_share", "loop_sequences", "mean_tree_size", "matches_ar", "_units"]
+                           "ms_per_token", "tau", *TAG_COLUMNS, "loop_sequences", "mean_tree_size", "matches_ar",
+                           "_units"]
     order = {"ar": 0, "dflash": 1, "ddtree": 2}
     ordered = out.assign(_m=out.method.map(order), _b=[math.inf if b == "auto" else float(b) for b in out.budget])
     return ordered.sort_values(["arch", "temperature", "concurrency", "_m", "_b"])[cols].reset_index(drop=True)
@@ -344,7 +347,9 @@ def _table_row(g: pd.DataFrame) -> dict:
     best = fixed.loc[fixed.speedup.idxmax()]
     ar, dflash, auto = (g[sel].iloc[0] if sel.any() else None
                         for sel in (g.method == "ar", g.method == "dflash", g.budget == "auto"))
-    vs = paired_over(auto, best) if auto is not None else {"median": math.nan, "lo": math.nan, "hi": math.nan}
+    none = {"median": math.nan, "lo": math.nan, "hi": math.nan}
+    vs = paired_over(auto, best) if auto is not None else none
+    edge = paired_over(best, dflash) if dflash is not None else none   # the best tree's tokens/s over DFlash's
     tied = tied_with(best, fixed.drop(index=best.name))
     top = fixed.loc[fixed.ceiling.idxmax()] if fixed.ceiling.notna().any() else None
     return {**_spread(top, "best_ceiling", "ceiling"),
@@ -353,7 +358,8 @@ def _table_row(g: pd.DataFrame) -> dict:
             "best_clear": len(tied) == 1, **_spread(best, "best_speedup"), "best_tau": best.tau,
             "best_tau_outside_loops": best.tau_outside_loops, "best_loop_round_share": best.loop_round_share,
             **_spread(auto, "auto_speedup"), "auto_vs_best": vs["median"], "auto_vs_best_lo": vs["lo"],
-            "auto_vs_best_hi": vs["hi"], "auto_mean_tree_size": auto.mean_tree_size if auto is not None else math.nan}
+            "auto_vs_best_hi": vs["hi"], "auto_mean_tree_size": auto.mean_tree_size if auto is not None else math.nan,
+            "best_over_dflash": edge["median"], "best_over_dflash_lo": edge["lo"], "best_over_dflash_hi": edge["hi"]}
 
 
 def tied_of(row) -> tuple:
@@ -374,7 +380,8 @@ def concurrency_table(summary: pd.DataFrame) -> pd.DataFrame:
     tied with it (``tied_budgets``; ``best_clear``: none), its speedup, tau (all rounds, outside
     loops) and loop share; auto's speedup, its paired tokens/s over the best fixed budget's
     (``auto_vs_best``, with its interval), and its mean tree size; the highest ceiling of a fixed
-    budget (``best_ceiling``, with its interval, and ``best_ceiling_budget``)."""
+    budget (``best_ceiling``, with its interval, and ``best_ceiling_budget``); the best budget's
+    paired tokens/s over DFlash's (``best_over_dflash``, with its interval: who wins, or a tie)."""
     key = ["arch", "temperature", "max_new_tokens", "concurrency"]
     rows = [{**dict(zip(key, k)), **_table_row(g)} for k, g in summary.groupby(key, sort=True)
             if ((g.method == "ddtree") & (g.budget != "auto")).any()]

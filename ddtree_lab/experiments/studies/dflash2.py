@@ -10,7 +10,7 @@ rows of the DFlash 2 configs that the goals read (lossless against the quality s
 tau outside loops against its DFlash DDTree-64).
 
 A config holds the sweep's AXES plus ``drafter`` ("dflash" | "dflash2") and ``tree``
-("unary" | "conditional", a ``decode.TreeRule`` name: the DFlash drafter's own is "unary"):
+("unary" | "conditional", a built-in tree rule's name, ``rules.TREES``: the DFlash drafter's own is "unary"):
 ``D_AXES``.
 """
 from __future__ import annotations
@@ -22,14 +22,15 @@ import torch
 
 from ...core.decode import first_draft
 from ..plumbing.results import ResultsStore
-from ..plumbing.summary import ar_divergence, equals_ar, summarize
+from ..plumbing.spread import pooled_ratio
+from ..plumbing.summary import ar_divergence, equals_ar, summarize, tag_columns
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_config, run_sweep
 from ...train.pair import load_pair, pairs_of_one_target
 from ...common import RESULTS_DIR
 from .teacher_forced import run_teacher_forced
 from ...train.checkpoints import check_manifest, ckpt_path
 from .calibration import record_rounds
-from .calibration import continuation_summary, continuation_table, outside_loops, tau_cost
+from .calibration import continuation_ratio, continuation_summary, continuation_table, outside_loops, tau_cost
 from ...core.sampling import Conditional, Marginal
 from .teacher_forced import humaneval_texts, positions_in
 from tqdm.auto import tqdm
@@ -137,30 +138,51 @@ def summary(frame: pd.DataFrame) -> pd.DataFrame:
     return summarize(frame, D_AXES)
 
 
-def pooled_tau(rows: pd.DataFrame, outside_loops: bool = False) -> float:
-    """Accepted tokens per target forward pooled over every round of ``rows`` (a results
-    frame); ``outside_loops``: over the rounds whose context was not looping."""
-    acc = n = 0
-    for m in rows["_metrics"]:
-        flags = m.get("round_in_loop")
+def prompt_tau_sums(rows: pd.DataFrame, outside_loops: bool = False) -> pd.DataFrame | None:
+    """Per row of ``rows`` (a results frame, one prompt a row): ``prompt``, ``acc`` (accepted
+    lengths summed over its rounds) and ``n`` (its rounds); ``outside_loops``: over the rounds
+    whose output was not looping (``loops.round_tags``; None when a row was stored without loop tags)."""
+    out = []
+    for p, m in zip(rows["prompt"] if "prompt" in rows else range(len(rows)), rows["_metrics"]):
+        flags = m.get("round_looping")
         if flags is None:
             if outside_loops:
-                return float("nan")  # a row stored without loop tags: no outside-loops figure
+                return None  # a row stored without loop tags: no outside-loops figure
             flags = [False] * len(m["acceptance_lengths"])
-        for a, looping in zip(m["acceptance_lengths"], flags):
-            if not (outside_loops and looping):
-                acc, n = acc + a, n + 1
-    return acc / n if n else float("nan")
+        kept = [a for a, looping in zip(m["acceptance_lengths"], flags) if not (outside_loops and looping)]
+        out.append({"prompt": p, "acc": float(sum(kept)), "n": len(kept)})
+    return pd.DataFrame(out, columns=["prompt", "acc", "n"])
+
+
+def pooled_tau(rows: pd.DataFrame, outside_loops: bool = False) -> float:
+    """Accepted tokens per target forward pooled over every round of ``rows`` (a results
+    frame); ``outside_loops``: over the rounds whose output was not looping."""
+    sums = prompt_tau_sums(rows, outside_loops)
+    return float(sums.acc.sum() / sums.n.sum()) if sums is not None and sums.n.sum() else float("nan")
+
+
+def tau_ratio(a: pd.DataFrame, b: pd.DataFrame, outside_loops: bool = False) -> dict:
+    """Pooled tau of rows ``a`` over rows ``b`` (results frames), paired by prompt (the prompts
+    both hold), with its 95% interval over prompts (``spread.pooled_ratio``)."""
+    sa, sb = prompt_tau_sums(a, outside_loops), prompt_tau_sums(b, outside_loops)
+    if sa is None or sb is None:
+        return {"ratio": float("nan"), "lo": float("nan"), "hi": float("nan"), "prompts": 0}
+    both = sa.merge(sb, on="prompt", suffixes=("_a", "_b"))
+    return pooled_ratio(both.acc_a, both.n_a, both.acc_b, both.n_b)
 
 
 def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
     """Per arch, T = 0, block 8, 164 prompts: DDTree-64 tau (all rounds / outside loops) over
     DFlash 2 conditional trees (``lossless`` rows) against over DFlash 1 marginals
     (the quality store's rows), DFlash 1 / 2 linear, and the share of prompts equal to AR (the
-    quality store's AR). Tau only: no timing crosses the two runs. Empty without rows."""
+    quality store's AR), and the loop lens's columns beside (``summary.TAG_COLUMNS``: the looping
+    and copyable shares, tau in clean rounds...). Tau only: no timing crosses the two runs. The conditional row also
+    holds ``gain`` (its tau outside loops over DDTree-64 over the marginals', paired by prompt)
+    and ``gain_lo`` / ``gain_hi``, its 95% interval over prompts. Empty without rows."""
     rows = []
     if quality.empty or lossless.empty:
-        return pd.DataFrame(columns=["arch", "config", "prompts", "matches_ar", "tau", "tau_outside_loops"])
+        return pd.DataFrame(columns=["arch", "config", "prompts", "matches_ar", "tau", "tau_outside_loops", "gain",
+                                     "gain_lo", "gain_hi"])
     quality = quality[(quality.temperature == 0) & (quality.max_new_tokens.isin(set(lossless.max_new_tokens)))]
     for arch in sorted(set(lossless.arch)):
         picks = {"dflash": quality[(quality.arch == arch) & (quality.method == "dflash") & (quality.block_size == 8)],
@@ -169,11 +191,15 @@ def goal_table(lossless: pd.DataFrame, quality: pd.DataFrame) -> pd.DataFrame:
         mine = lossless[lossless.arch == arch]
         picks |= {"dflash2": mine[mine.method == "dflash"],
                   "ddtree64_conditional": mine[(mine.method == "ddtree") & (mine.tree == "conditional")]}
+        gain = tau_ratio(picks["ddtree64_conditional"], picks["ddtree64"], outside_loops=True)
         for name, r in picks.items():
             same = [equals_ar(d) for d in ar_divergence(r, quality, key=("arch", "max_new_tokens"))]
             rows.append({"arch": arch, "config": name, "prompts": len(r),
                          "matches_ar": float(pd.Series(same, dtype=float).mean()),
-                         "tau": pooled_tau(r), "tau_outside_loops": pooled_tau(r, outside_loops=True)})
+                         "tau": pooled_tau(r), "tau_outside_loops": pooled_tau(r, outside_loops=True),
+                         **{k: v for k, v in tag_columns(r["_metrics"]).items() if k != "tau_outside_loops"},
+                         **({"gain": gain["ratio"], "gain_lo": gain["lo"], "gain_hi": gain["hi"]}
+                            if name == "ddtree64_conditional" else {})})
     return pd.DataFrame(rows)
 
 
@@ -237,15 +263,17 @@ def sibling_table(nodes: pd.DataFrame) -> pd.DataFrame:
     """Per (arch, proposal), outside loops, pooled over depths: the observed chance to go on
     right after a rank >= 1 sibling and on the main path, their ratio, the surrogate's
     expected and the observed accepted tokens per round (calibration). nodes: ``record_rounds``
-    rows with ``arch`` and ``proposal`` labels."""
+    rows with ``arch`` and ``proposal`` labels. ``ratio_lo`` / ``ratio_hi``: the ratio's 95%
+    interval over prompts (``calibration.continuation_ratio``)."""
     rows = []
     for (arch, proposal), g in nodes.groupby(["arch", "proposal"], sort=False):
         out = outside_loops(g)
+        spread = continuation_ratio(out)
         pooled = continuation_summary(continuation_table(out)).set_index("group")
         main, sib = (pooled.observed.get(k, float("nan")) for k in ("main_path", "after_sibling"))
         cost = tau_cost(out)
         rows.append({"arch": arch, "proposal": proposal, "main_path": main, "after_sibling": sib,
-                     "ratio": sib / main if main else float("nan"),
+                     "ratio": sib / main if main else float("nan"), "ratio_lo": spread["lo"], "ratio_hi": spread["hi"],
                      "after_sibling_nodes": int(pooled["count"].get("after_sibling", 0)),
                      "predicted_per_round": cost["predicted"], "observed_per_round": cost["observed"],
                      "observed_over_predicted": cost["ratio"]})
@@ -265,43 +293,68 @@ def tau_grid(summary_frame: pd.DataFrame, temperature: float) -> pd.DataFrame:
         dict.fromkeys(v for v in name.values() if v in set(s.proposal)))]
 
 
-def _temperature_ratios(study: pd.DataFrame, budget: int = 64) -> list[dict]:
-    """Per (arch, T) of the run: DDTree-``budget`` tau over DFlash 2 conditional and DFlash marginals."""
+def _temperature_ratios(study: pd.DataFrame, budget: int = 64, frame: pd.DataFrame | None = None) -> list[dict]:
+    """Per (arch, T) of the run: DDTree-``budget`` tau over DFlash 2 conditional and DFlash
+    marginals, with its 95% interval over prompts when the run's rows (``frame``) are given."""
     out = []
     for (arch, t), r in study[(study.method == "ddtree") & (study.budget == budget)].groupby(["arch", "temperature"]):
         cond, marg = r[r.tree == "conditional"], r[r.drafter == "dflash"]
         if len(cond) and len(marg):
+            spread = {"lo": float("nan"), "hi": float("nan")}
+            if frame is not None:
+                pick = frame[(frame.arch == arch) & (frame.temperature == t) & (frame.method == "ddtree")
+                             & (frame.budget == budget)]
+                spread = tau_ratio(pick[pick.tree == "conditional"], pick[pick.drafter == "dflash"])
             out.append({"arch": arch, "temperature": t, "conditional": float(cond.tau.iloc[0]),
-                        "marginal": float(marg.tau.iloc[0]), "ratio": float(cond.tau.iloc[0] / marg.tau.iloc[0])})
+                        "marginal": float(marg.tau.iloc[0]), "ratio": float(cond.tau.iloc[0] / marg.tau.iloc[0]),
+                        "lo": spread["lo"], "hi": spread["hi"], "prompts": int(cond.n_prompts.iloc[0])})
     return out
 
 
-def reading(sib: pd.DataFrame, goals: pd.DataFrame, study: pd.DataFrame | None = None) -> str:
+def _verdict(lo: float, hi: float, threshold: float = 1.0) -> str:
+    """'above' / 'below' / 'tie' (no interval, or it holds ``threshold``)."""
+    if pd.isna(lo) or pd.isna(hi) or lo <= threshold <= hi:
+        return "tie"
+    return "above" if lo > threshold else "below"
+
+
+def reading(sib: pd.DataFrame, goals: pd.DataFrame, study: pd.DataFrame | None = None,
+            frame: pd.DataFrame | None = None) -> str:
     """The notebook's reading, written from the numbers it printed (never typed in by hand);
-    ``study``: the run's ``summary``, for DDTree-64 conditional vs marginal at every temperature."""
+    ``study``: the run's ``summary``, for DDTree-64 conditional vs marginal at every temperature,
+    with intervals over prompts from the run's rows (``frame``); every ratio unrounded enough,
+    with its interval, and a ratio whose interval holds its threshold called a tie."""
     lines = []
-    for r in [] if study is None else _temperature_ratios(study):
-        lines.append(f"{r['arch']}, T = {r['temperature']:g}: DDTree-64 tau {r['conditional']:.2f} conditional vs "
-                     f"{r['marginal']:.2f} marginal ({r['ratio']:.2f}x: conditional trees "
-                     f"{'win' if r['ratio'] > 1 else 'lose'} here).")
+    for r in [] if study is None else _temperature_ratios(study, frame=frame):
+        side = _verdict(r["lo"], r["hi"])
+        spread = "" if pd.isna(r["lo"]) else f" [{r['lo']:.2f}, {r['hi']:.2f}]"
+        word = {"above": "conditional trees win here", "below": "conditional trees lose here",
+                "tie": "a tie: the interval holds 1"}[side]
+        lines.append(f"{r['arch']}, T = {r['temperature']:g} ({r['prompts']} prompts, all rounds): DDTree-64 tau "
+                     f"{r['conditional']:.3f} conditional vs {r['marginal']:.3f} marginal ({r['ratio']:.3f}x{spread}: {word}).")
     for arch in dict.fromkeys(sib.arch):
         s = sib[sib.arch == arch].set_index("proposal")
         if {"DFlash marginal", "DFlash 2 conditional"} <= set(s.index):
             m, c = s.loc["DFlash marginal"], s.loc["DFlash 2 conditional"]
-            lines.append(f"{arch}: after a sibling the walk goes on {c.after_sibling:.2f} of the time with conditional "
-                         f"trees against {m.after_sibling:.2f} with marginal ones (main path {c.main_path:.2f} / "
-                         f"{m.main_path:.2f}; ratio {c.ratio:.2f} vs {m.ratio:.2f}); the surrogate's accepted tokens "
+            lines.append(f"{arch}: after a sibling the walk goes on {c.after_sibling:.4f} of the time with conditional "
+                         f"trees against {m.after_sibling:.4f} with marginal ones (main path {c.main_path:.4f} / "
+                         f"{m.main_path:.4f}; ratio {c.ratio:.4f} vs {m.ratio:.4f}); the surrogate's accepted tokens "
                          f"per round are {c.observed_over_predicted:.2f}x observed/predicted (marginal "
                          f"{m.observed_over_predicted:.2f}x).")
     if len(goals):
         for arch, g in goals.groupby("arch"):
             t = g.set_index("config")
             if {"ddtree64", "ddtree64_conditional"} <= set(t.index):
-                r = t.loc["ddtree64_conditional"].tau_outside_loops / t.loc["ddtree64"].tau_outside_loops
-                verdict = "helps" if r >= 1.15 else ("helps, below the 1.15x goal" if r > 1 else "does not help")
-                lines.append(f"{arch}: DDTree-64 outside loops at T = 0, conditional over DFlash 2 vs marginal over "
-                             f"DFlash: {t.loc['ddtree64_conditional'].tau_outside_loops:.2f} vs "
-                             f"{t.loc['ddtree64'].tau_outside_loops:.2f} ({r:.2f}x): the selector {verdict}.")
+                c = t.loc["ddtree64_conditional"]
+                r = c.tau_outside_loops / t.loc["ddtree64"].tau_outside_loops
+                lo, hi = c.get("gain_lo", float("nan")), c.get("gain_hi", float("nan"))
+                helps = {"above": "helps", "below": "does not help", "tie": "is not told apart from no gain"}[_verdict(lo, hi)]
+                goal = {"above": "above the 1.15x goal", "below": "below the 1.15x goal",
+                        "tie": "the 1.15x goal inside its interval: not told apart"}[_verdict(lo, hi, 1.15)]
+                spread = "" if pd.isna(lo) else f" [{lo:.2f}, {hi:.2f}]"
+                lines.append(f"{arch} ({int(c.prompts)} prompts): DDTree-64 outside loops at T = 0, conditional over "
+                             f"DFlash 2 vs marginal over DFlash: {c.tau_outside_loops:.4f} vs "
+                             f"{t.loc['ddtree64'].tau_outside_loops:.4f} ({r:.4f}x{spread}): the selector {helps}, {goal}.")
     return "Reading.\n" + "\n".join(lines) if lines else "Reading: nothing to read (no rows)."
 
 
@@ -379,7 +432,7 @@ def tree_shapes(drafters: dict, problem_ids, *, budget: int = 64, block_size: in
             for name, tree in (("DFlash marginal", None), ("DFlash 2 unary", "unary"), ("DFlash 2 conditional", "conditional")):
                 pair = d.pairs["dflash" if tree is None else "dflash2"]
                 o = first_draft(pair.target, pair.drafter, t[:p + 1], block_size)
-                built = tree_rule(pair.drafter, tree).tree(o.draft, o.root, "ddtree", budget)
+                built = tree_rule(pair.drafter, tree)(o.draft, o.root, budget)
                 rows.append({"arch": arch, "proposal": name, "root_children": len(built.children[0]),
                              "max_depth": int(built.depths.max())})
     return pd.DataFrame(rows).groupby(["arch", "proposal"], sort=False).mean().reset_index()

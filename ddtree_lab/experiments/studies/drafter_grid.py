@@ -108,15 +108,17 @@ def labels_of(training: tuple, labels: str) -> tuple:
 
 
 def decode_lens(pair, prompts=DECODE_PROMPTS, max_new_tokens: int = DECODE_MAX_NEW) -> dict:
-    """DFlash (block 8) and DDTree-16 on ``prompts`` at T = 0: tau pooled over rounds, all and
-    outside loops, and the share of rounds in loops; plus whether both equal each other."""
+    """DFlash (block 8) and DDTree-16 on ``prompts`` at T = 0: tau pooled over rounds, all,
+    outside loops and clean (neither looping nor copyable), the shares of rounds in loops and
+    copyable; plus whether both equal each other."""
     out, tokens = {}, {}
     for method, budget in METHODS:
         runs = [decode_once(pair.target, pair.drafter, pair.prompt_ids(i), method, budget, block_size=BLOCK,
                             max_new_tokens=max_new_tokens) for i in prompts]
         split, key = pooled_tau(runs), method if budget is None else f"{method}{budget}"
         out |= {f"decode_{key}_tau": split["tau"], f"decode_{key}_tau_outside_loops": split["tau_outside_loops"],
-                f"decode_{key}_loop_round_share": split["loop_round_share"]}
+                f"decode_{key}_loop_round_share": split["loop_round_share"],
+                f"decode_{key}_copyable_share": split["copyable_share"], f"decode_{key}_tau_clean": split["tau_clean"]}
         tokens[method] = [r["tokens"] for r in runs]
     out["decode_outputs_equal"] = tokens["dflash"] == tokens["ddtree"]
     return out

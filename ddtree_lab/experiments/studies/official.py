@@ -23,9 +23,10 @@ from transformers import DynamicCache
 from ...core.adapter import loop_ready
 from ...core.compiled import compiled_module
 from ...core.decode import PHASES, generate, start
-from ..plumbing.loops import is_looping, round_loop_flags
+from ..plumbing.loops import generation_tags
 from ..plumbing.summary import ar_divergence
 from ..plumbing.sweep import run_config
+from .lookup import run_lookup
 
 
 @torch.no_grad()
@@ -121,7 +122,8 @@ def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_token
                      temperature: float, seed: int) -> dict:
     """One results-store row of the reference loop (``sweep.run_config`` for method
     "official"): tokens, round lengths, wall seconds (no phase split: the loop is timed whole),
-    loop tags. Its first token comes from the prefill, so its rounds start after it."""
+    loop tags (``loops.generation_tags``). Its first token comes from the prefill, so its rounds
+    start after it."""
     t0 = time.perf_counter()
     out = official_generate(pair.target, pair.drafter, prompt_ids, max_new_tokens, block_size, temperature, seed=seed)
     total = time.perf_counter() - t0
@@ -130,8 +132,7 @@ def official_metrics(pair, prompt_ids: list[int], block_size: int, max_new_token
     return {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [block_size - 1] * len(acc),
             "timings": timings, "tau": sum(acc) / max(1, len(acc)), "tokens_per_s": len(tokens) / max(total, 1e-12),
             "rounds": len(acc), "prompt_len": len(prompt_ids), "entropy": float("nan"),
-            "round_in_loop": round_loop_flags(list(prompt_ids) + tokens[:1], tokens[1:], acc),
-            "ends_in_loop": is_looping(tokens)}
+            **generation_tags(prompt_ids, tokens, acc, committed=1)}
 
 
 def chain_divergence(frame):
@@ -146,8 +147,11 @@ def chain_divergence(frame):
 
 
 def run_with_official(cfg: dict, prompt_id: int, pair) -> dict:
-    """``sweep.run_config``, plus method "official": the field's reference loop
-    (``official_metrics``), for grids that hold it (``run_sweep(..., runner=run_with_official)``)."""
+    """``sweep.run_config``, plus the field's loops beside the lab's: method "official", the
+    reference loop (``official_metrics``), and method "lookup", transformers' prompt-lookup
+    decoding (``lookup.run_lookup``), for grids that hold them (``run_sweep(..., runner=run_with_official)``)."""
+    if cfg["method"] == "lookup":
+        return run_lookup(cfg, prompt_id, pair)
     if cfg["method"] != "official":
         return run_config(cfg, prompt_id, pair)
     ids = pair.prompt_ids(prompt_id)

@@ -55,9 +55,9 @@ def accepted_at(target, drafter, context: torch.Tensor, budgets: Sequence[int], 
     rule = tree_rule(drafter, tree)
     cache, root, draft = _draft_at(target, drafter, context, block_size)
     out = {}
-    chain = rule.tree(draft, root, "dflash", block_size - 1)
+    chain = rule.chain(draft, root, block_size - 1)
     out["dflash"] = len(tree_mod.accept(chain, verify(target, cache.snapshot(), chain, gdn_mode).logits.argmax(-1))[0])
-    full = rule.tree(draft, root, "ddtree", max(budgets))
+    full = rule(draft, root, max(budgets))
     choice = verify(target, cache, full, gdn_mode).logits.argmax(-1)  # [N+1]
     for b in budgets:
         small = tree_mod.truncate(full, min(b, full.num_nodes))
@@ -71,8 +71,8 @@ def accepted_at_reference(target, drafter, context: torch.Tensor, budgets: Seque
     """``accepted_at``'s plain twin: every budget's tree built and verified on its own."""
     rule = tree_rule(drafter, tree)
     cache, root, draft = _draft_at(target, drafter, context, block_size)
-    trees = {"dflash": rule.tree(draft, root, "dflash", block_size - 1)}
-    trees.update({b: rule.tree(draft, root, "ddtree", b) for b in budgets})
+    trees = {"dflash": rule.chain(draft, root, block_size - 1)}
+    trees.update({b: rule(draft, root, b) for b in budgets})
     return {k: len(tree_mod.accept(t, verify(target, cache.snapshot(), t, gdn_mode).logits.argmax(-1))[0])
             for k, t in trees.items()}
 

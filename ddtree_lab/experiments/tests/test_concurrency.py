@@ -205,7 +205,8 @@ def fake_timing(seconds, forwards=None):
         n, wall = len(pids), seconds(cfg, group, len(calls))
         fwd = {} if forwards is None else {"forwards": {"target": forwards(cfg, wall), "drafter": 0.0}}
         return {"prompts": pids, "tokens": [[1] * 6] * n, "acceptance_lengths": [[3, 3]] * n,
-                "tree_sizes": [[4, 4]] * n, "round_in_loop": [[False, False]] * n, "ends_in_loop": [False] * n,
+                "tree_sizes": [[4, 4]] * n, "round_looping": [[False, False]] * n,
+                "round_copyable": [[False, False]] * n, "ends_in_loop": [False] * n,
                 "timings": {}, "seconds": wall, "tokens_per_s": 0.0, "tau": 3.0, "rounds": 2, **fwd}
     return run
 

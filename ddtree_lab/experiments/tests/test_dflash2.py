@@ -29,7 +29,8 @@ def test_study_grid_has_every_proposal_at_every_budget_and_one_shared_ar():
 
 def _metrics(tokens, acc, flags):
     return {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [1] * len(acc), "timings": {"total": 1.0},
-            "tau": sum(acc) / len(acc), "round_in_loop": flags, "ends_in_loop": False, "entropy": 0.1}
+            "tau": sum(acc) / len(acc), "round_looping": flags, "round_copyable": [False] * len(acc),
+            "ends_in_loop": False, "entropy": 0.1}
 
 
 def test_the_run_uses_each_configs_own_drafter_and_keys_rows_by_both(tmp_path):
@@ -79,7 +80,8 @@ def test_goal_table_reads_tau_and_losslessness_against_the_quality_store():
     assert g.loc["ddtree64_conditional", "matches_ar"] == 0.5  # prompt 1 departs from AR: seen, not hidden
     assert g.loc["ddtree64", "matches_ar"] == 1.0
     text = d2.reading(pd.DataFrame(columns=["arch"]), g.reset_index())
-    assert "2.00x): the selector helps." in text
+    assert g.loc["ddtree64_conditional", "gain"] == pytest.approx(2.0)      # paired by prompt, with its interval
+    assert "(2.0000x [2.00, 2.00]): the selector helps, above the 1.15x goal." in text
     worse = d2.goal_table(*_quality_and_lossless([1])).reset_index(drop=True)
     assert "the selector does not help" in d2.reading(pd.DataFrame(columns=["arch"]), worse)
 

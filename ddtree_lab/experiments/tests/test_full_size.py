@@ -146,3 +146,6 @@ def test_gpu_check_script_tiny(tmp_path):
         assert (tmp_path / f"gdn_cost-{dtype}.png").is_file()
     compiled = pd.read_csv(tmp_path / "compile-default.csv")  # the compiled verify ran, on the toy GDN target
     assert list(compiled.budget) == [1] and compiled.max_rel_err.iloc[0] < 1e-4
+    measured = pd.read_csv(tmp_path / "verify_projection-bfloat16.csv")  # issue 61: measured beside projected
+    assert list(measured.budget) == [1, 4] and (measured.measured_ms > 0).all() and (measured.projected_ms > 0).all()
+    assert {"git", "machine", "date"} <= set(measured.columns)   # a stamped timing table

@@ -1,4 +1,4 @@
-"""summarize's loop split: pooled tau over all rounds and over rounds outside loops."""
+"""summarize's loop split: pooled tau over all rounds, outside loops, by copying and clean."""
 import math
 
 import pandas as pd
@@ -7,12 +7,13 @@ import pytest
 from ddtree_lab.experiments.plumbing.summary import summarize
 
 
-def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5):
+def _row(method, prompt, tokens, acc, flags, ends, entropy=0.5, copyable=None):
     cfg = {"arch": "mla", "method": method, "gdn_mode": "wy", "budget": 0 if method == "ar" else 7,
            "block_size": 0 if method == "ar" else 8, "temperature": 0.0, "max_new_tokens": len(tokens),
            "accept_rule": "rejection"}
     m = {"tokens": tokens, "acceptance_lengths": acc, "tree_sizes": [7] * len(acc), "timings": {"total": 1.0},
-         "tau": sum(acc) / len(acc), "round_in_loop": flags, "ends_in_loop": ends, "entropy": entropy}
+         "tau": sum(acc) / len(acc), "round_looping": flags, "ends_in_loop": ends, "entropy": entropy,
+         "round_copyable": [False] * len(acc) if copyable is None else copyable}
     return {**cfg, "prompt": prompt, "tau": m["tau"], "_metrics": m}
 
 
@@ -31,11 +32,23 @@ def test_tau_outside_loops_pools_the_untagged_rounds():
     assert s.loc["ar", "loop_round_share"] == pytest.approx(6 / 24) and s.loc["ar", "tau_outside_loops"] == 1
 
 
+def test_copyable_and_clean_tau_pool_their_rounds():
+    """Copyable share and tau in copyable rounds and the others; the clean tau: rounds neither
+    looping nor copyable."""
+    toks = list(range(12))
+    frame = pd.DataFrame([_row("dflash", 0, toks, [2, 2, 8], [False, False, True], True, copyable=[False, True, True]),
+                          _row("dflash", 1, toks, [4, 8], [False, False], False, copyable=[False, True])])
+    s = summarize(frame).iloc[0]
+    assert s.copyable_share == pytest.approx(3 / 5) and s.tau_copyable == pytest.approx(18 / 3)
+    assert s.tau_not_copyable == pytest.approx(6 / 2) and s.tau_clean == pytest.approx(6 / 2)
+    assert s.tau_outside_loops == pytest.approx(16 / 4) and s.loop_round_share == pytest.approx(1 / 5)
+
+
 def test_rows_stored_before_loop_tags_give_nan_not_a_number():
     row = _row("ar", 0, [1, 2], [1, 1], None, False)
-    del row["_metrics"]["round_in_loop"], row["_metrics"]["ends_in_loop"]
+    del row["_metrics"]["round_looping"], row["_metrics"]["round_copyable"], row["_metrics"]["ends_in_loop"]
     s = summarize(pd.DataFrame([row]))
-    assert math.isnan(s.tau_outside_loops[0]) and math.isnan(s.loop_prompts[0])
+    assert math.isnan(s.tau_outside_loops[0]) and math.isnan(s.loop_prompts[0]) and math.isnan(s.tau_clean[0])
 
 
 def test_quality_tables_merge_per_target(tmp_path):

@@ -92,6 +92,8 @@ def test_the_decoding_commands_run_on_the_directory_pair(qwen3_dir, drafter_dir,
     main(["--threads", "1", *command, *pair, *(pair[2:] if command[0] == "compare-drafters" else [])])
     out = capsys.readouterr().out
     assert ("attention" in out) if command[0] != "compare-drafters" else ("1/1" in out)
+    assert out.strip().splitlines()[-1].startswith("wrote ")   # what it wrote, and where
+    assert "PASS" not in out and "MISS" not in out              # no goal of the shipped pairs scores this one
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +267,7 @@ def test_the_dflash2_study_runs_on_the_directory_pair_and_keeps_its_rows_apart(q
     main(["--threads", "1", "dflash2", "--target", str(qwen3_dir), "--drafter", str(drafter_dir),
           "--drafter2", str(drafter2_dir), "--study-prompts", "1", "--lossless-prompts", "2", "--tf-problems", "1"])
     out = capsys.readouterr().out
-    written = Path(out.rsplit("rows -> ", 1)[1].strip())
+    written = Path(out.rsplit("wrote the DFlash 2 study's rows to ", 1)[1].strip())
     assert "pairs" in written.parts and written.name.startswith("attention-")   # never the README's stores
     rows = ResultsStore(d2.STORE, written).frame()
     assert set(rows.arch) == {"attention"} and set(rows.drafter) == {"dflash", "dflash2"}
