@@ -303,7 +303,7 @@ def test_recipe_knobs_are_range_checked(flag, value, capsys):
 def test_quality_runs_on_the_directory_pair_and_keeps_its_rows_apart(qwen3_dir, drafter_dir, capsys):
     main(["--threads", "1", "quality", "--prompts", "1", "--target", str(qwen3_dir), "--drafter", str(drafter_dir)])
     out = capsys.readouterr().out
-    written = Path(out.rsplit("tables -> ", 1)[1].strip())
+    written = Path(out.rsplit("tables -> ", 1)[1].splitlines()[0].strip())
     assert written.name == "quality.json" and "pairs" in written.parts            # never the README's stores
     tables = json.loads(written.read_text())
     assert [r["arch"] for r in tables["targets"]] == ["attention"] and "params_total" not in tables["targets"][0]
