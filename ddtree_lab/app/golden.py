@@ -42,11 +42,16 @@ def _group(cfg, unit, pair):
 
 @dataclass(frozen=True)
 class Kind:
-    """How a store's row is recomputed: ``load(arch)`` the models (their ``.digests`` name
-    them), ``runner(cfg, unit, models) -> metrics``, ``fields`` compared (None: every list)."""
+    """How a store's row is recomputed: ``load(arch)`` the models, shared by every kind with
+    the same loader; ``part(models)`` the pair a row ran with (None: all of them; its
+    ``.digests`` name it), ``runner(cfg, unit, pair) -> metrics``, ``fields`` compared (None: every list)."""
     load: object
     runner: object
     fields: tuple | None
+    part: object = None
+
+    def of(self, loaded):
+        return loaded if self.part is None else self.part(loaded)
 
 
 LOOP_FIELDS = ("round_looping", "round_copyable")  # the loop lens's round tags (``plumbing.loops``): a lens change shows
@@ -55,7 +60,7 @@ KINDS = {"generation": Kind(load_pair, run_with_official, GEN_FIELDS),
          "study": Kind(load_drafters, run_study_config, GEN_FIELDS),
          "group": Kind(load_pair, _group, ("tokens", "acceptance_lengths", "tree_sizes") + LOOP_FIELDS),
          "teacher_forced": Kind(load_pair, tf_runner, None),
-         "teacher_forced_dflash2": Kind(lambda arch: load_drafters(arch).pairs["dflash2"], tf_runner, None)}
+         "teacher_forced_dflash2": Kind(load_drafters, tf_runner, None, part=lambda d: d.pairs["dflash2"])}
 
 
 @dataclass
@@ -124,9 +129,9 @@ def check_store(name: str, kind: Kind, models: dict, directory=RESULTS_DIR) -> S
     rows = ResultsStore(name, directory).current_rows()
     for arch in sorted({r["config"]["arch"] for r in rows} - {a for k, a in models if k is kind.load}):
         models[kind.load, arch] = kind.load(arch)
-    shipped = [r for r in rows if r["models"] == models[(kind.load, r["config"]["arch"])].digests]
+    shipped = [r for r in rows if r["models"] == kind.of(models[(kind.load, r["config"]["arch"])]).digests]
     for row in sample(shipped):
-        now = kind.runner(row["config"], row["prompt"], models[(kind.load, row["config"]["arch"])])
+        now = kind.runner(row["config"], row["prompt"], kind.of(models[(kind.load, row["config"]["arch"])]))
         result.checked += 1
         result.moved += [f"{row['config']} prompt {row['prompt']}: {m}" for m in compare(row["metrics"], now, kind.fields)]
     return result

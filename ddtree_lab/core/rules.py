@@ -217,15 +217,24 @@ class PluginRule(TreeRule):
 def as_rule(tree) -> TreeRule | None:
     """``tree`` as a ``TreeRule``: None (the drafter's own, ``drafters_own``) stays None, a
     built-in's name (``TREES``) is its object, a callable is wrapped (``PluginRule``)."""
-    if tree is None or isinstance(tree, TreeRule):
-        return tree
-    if isinstance(tree, str):
-        if tree in TREE_RULES:
-            return TREE_RULES[tree]
-    elif callable(tree):
-        return PluginRule(tree)
-    raise ValueError(f"tree must be a rule (a callable rule(draft, root_token, budget) -> DraftTree), one of "
-                     f"{TREES} or None (the drafter's own), got {tree!r}")
+    if tree is None:
+        return None
+    return _resolve(tree, TreeRule, TREE_RULES, PluginRule,
+                    f"tree must be a rule (a callable rule(draft, root_token, budget) -> DraftTree), one of "
+                    f"{TREES} or None (the drafter's own), got {tree!r}")
+
+
+def _resolve(value, kind: type, builtins: dict, wrap, error: str):
+    """``value`` as a ``kind``: itself, a built-in's object by name, or a callable wrapped;
+    ValueError(``error``) otherwise (an unknown name included)."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        if value in builtins:
+            return builtins[value]
+    elif callable(value):
+        return wrap(value)
+    raise ValueError(error)
 
 
 def drafters_own(drafter) -> TreeRule:
@@ -405,15 +414,9 @@ class PluginWalk(Walk):
 def as_walk(walk) -> Walk:
     """``walk`` as a ``Walk``: a built-in's name (``ACCEPT_RULES``) is its object, a callable is
     wrapped (``PluginWalk``)."""
-    if isinstance(walk, Walk):
-        return walk
-    if isinstance(walk, str):
-        if walk in WALKS:
-            return WALKS[walk]
-    elif callable(walk):
-        return PluginWalk(walk)
-    raise ValueError(f"accept_rule must be a walk (a callable walk(tree, target_logits, proposal, temperature, "
-                     f"generator) -> (path, bonus)) or one of {ACCEPT_RULES}, got {walk!r}")
+    return _resolve(walk, Walk, WALKS, PluginWalk,
+                    f"accept_rule must be a walk (a callable walk(tree, target_logits, proposal, temperature, "
+                    f"generator) -> (path, bonus)) or one of {ACCEPT_RULES}, got {walk!r}")
 
 
 # ----------------------------------------------------------------------------- keys

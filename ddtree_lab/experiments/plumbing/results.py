@@ -13,6 +13,7 @@ reused or shown.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -42,6 +43,7 @@ def stamp_path(table: Path) -> Path:
     return Path(table).with_name(Path(table).name.split(".")[0] + ".stamp.json")
 
 
+@functools.cache  # once per process: the revision of the code this process runs (not per stored row)
 def git_revision() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -55,6 +57,7 @@ def versions() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__}
 
 
+@functools.cache  # once per process
 def machine() -> str:
     """This machine in words: CPU model, cores, architecture (e.g. 'Intel Xeon ... x2, x86_64')."""
     model = platform.processor() or platform.machine()
