@@ -40,7 +40,8 @@ import transformers
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.core.adapter import loop_ready
-from ddtree_lab.core.gdn_layer import tree_layer_batch, tree_layer_batch_reference
+from ddtree_lab.core import naive
+from ddtree_lab.core.gdn_layer import tree_layer_batch
 from ddtree_lab.core.harness import timed_calls
 from ddtree_lab.core import verify as vmod
 from ddtree_lab.core.models import build_target, count_parameters
@@ -211,7 +212,8 @@ def node_rows(model, mode: str, prefix: int, repeats: int, budgets=(16, 64, 256)
 
 def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
     """Median ms per batched verify spent in each piece, and the rest of the forward
-    (gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its per-sequence twin)."""
+    (gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its per-sequence twin
+    ``naive.tree_layer_batch``, recorded as "naive.tree_layer_batch")."""
     layer = gdn_layer or tree_layer_batch
     caches, trees = caches_and_trees(model, B, budget, prefix)
     rows = []
@@ -224,7 +226,8 @@ def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, 
         rows.append(totals)
     frame = pd.DataFrame(rows[1:]).fillna(0.0).median()
     frame["rest_of_forward"] = frame["total"] - frame.drop("total").sum()
-    return {"B": B, "budget": budget, "mode": mode, "gdn_layer": layer.__name__,
+    name = layer.__name__ if layer is tree_layer_batch else f"{layer.__module__.rsplit('.', 1)[-1]}.{layer.__name__}"
+    return {"B": B, "budget": budget, "mode": mode, "gdn_layer": name,
             **{f"{k}_ms": v for k, v in frame.items()}}
 
 
@@ -269,7 +272,7 @@ def _tables(model, arch: str, args) -> dict[str, pd.DataFrame]:
     nodes = [r for m in modes for r in node_rows(model, m, args.prefix, args.repeats)]
     parts = [breakdown(model, max(args.batches), args.budget, args.prefix, m, args.repeats) for m in modes]
     parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
-                        tree_layer_batch_reference)] if arch == "gdn" else []
+                        naive.tree_layer_batch)] if arch == "gdn" else []
     memory = memory_rows(model, max(args.batches), 64, args.prefix, modes)
     packed = [packed_row(model, B, args.prefix, m, args.repeats) for m in modes for B in args.batches if B > 1]
     return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts),

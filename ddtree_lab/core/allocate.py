@@ -20,12 +20,11 @@ expectation (G_b: the sum of sequence b's first n_b gains). A batched round cost
   maximises (B + sum of the v largest marginals) / seconds[v - 1]; trees differ in size.
 
 ``allocate_budgets`` does either in one pass (O(N log N)); its twin
-``allocate_budgets_reference`` scores every budget vector (tiny cases only), the test oracle.
+``naive.allocate_budgets`` scores every budget vector (tiny cases only), the test oracle.
 ``auto_trees`` applies it to a batch's trees.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import torch
@@ -82,21 +81,6 @@ def _allocate_packed(gains: list[torch.Tensor], seconds: torch.Tensor) -> list[i
     for _, b, _ in rest[:int(rate.argmax())]:
         budgets[b] += 1
     return budgets
-
-
-def allocate_budgets_reference(gains: list[torch.Tensor], seconds: torch.Tensor, padded: bool = True) -> list[int]:
-    """``allocate_budgets``' plain twin: every budget vector (1..N_b each) scored as
-    (B + sum of each sequence's first budget_b gains) / seconds[verify tokens - 1]; the best
-    one (among equal rates the fewest verify tokens, then the first in product order)."""
-    _check_allocation_args(gains, seconds, padded)
-    best, best_key = None, None
-    for budgets in itertools.product(*(range(1, g.numel() + 1) for g in gains)):
-        tokens = len(gains) + sum(math.fsum(g[:k].tolist()) for g, k in zip(gains, budgets))
-        v = _verify_tokens(budgets, padded)
-        key = (tokens / float(seconds[v - 1]), -v)
-        if best_key is None or key > best_key:
-            best, best_key = list(budgets), key
-    return best
 
 
 def auto_trees(full: list[tree_mod.DraftTree], cost_model, padded: bool = True) -> list[tree_mod.DraftTree]:

@@ -6,11 +6,11 @@ sequences and no ``torch.vmap``; its plain twin, named in its docstring, does it
 (core/tests/test_batched.py tests each pair equal):
 
 - ``batch_masks``: the tokens, positions, attention and GDN ancestor masks and conv windows of
-  B trees (``verify.batch_buffers`` wraps it; twin: ``verify.batch_buffers_reference``);
+  B trees (``verify.batch_buffers`` wraps it; twin: ``naive.batch_buffers``);
 - ``gated_delta_wy``: the tree WY pass (W1-W3) over any leading batch dims
   (``gdn_layer.gated_delta_wy_batch``; twin: ``gdn_tree.gated_delta_wy`` per tree);
 - ``tree_conv``: the tree conv of B trees through one ``index_select`` over the flattened rows
-  (``gdn_layer.tree_conv_batch``; twin: ``gdn_layer.tree_conv_batch_reference``);
+  (``gdn_layer.tree_conv_batch``; twin: ``naive.tree_conv_batch``);
 - ``wy_states``: the accepted nodes' recurrent states (W1) of every sequence of one layer in
   one matmul, and ``conv_states_at`` their conv windows, from one ``path_rows`` index
   (``cache.commit_batch`` runs them once over every layer of the batch; twins:

@@ -11,7 +11,7 @@ leaves every GDN layer exactly as an AR prefill of the committed sequence would:
 - naive mode with a path that is not nodes 0..k: the leaked hidden states corrupt K/V and GDN
   inputs, so the accepted path is re-scored as a chain (exact in naive mode) first.
 
-``commit_reference`` is the plain twin: the GDN state by replaying the accepted path one
+``naive.commit`` (``core/naive.py``) is the plain twin: the GDN state by replaying the accepted path one
 token at a time from the pre-verify state (``replay_gdn``).
 """
 from __future__ import annotations
@@ -299,19 +299,6 @@ def _commit_layer_each(caches: list[TreeCache], i: int, records: list, idxs: lis
     for c, rec, idx in zip(caches, records, idxs):
         c.conv[i] = gdn_tree.commit_conv_state(c.conv[i], rec.x[idx.to(rec.x.device)])
         c.rec[i] = mode.state(rec, idx.tolist()).to(c.rec[i].dtype).clone()
-
-
-@torch.no_grad()
-def commit_reference(model, cache: TreeCache, tree: DraftTree, path) -> None:
-    """``commit``'s plain twin: each GDN layer's state replayed token by token along the path."""
-    idx = _accept_rows(model, cache, tree, path)
-    mods = adapter.gdn_modules(model)
-    for i, rec in cache.pending.gdn.items():
-        at = idx.to(rec.x.device)
-        cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec.x[at], rec.a[at], rec.b[at],
-                                                 cache.conv[i], cache.rec[i])
-    cache.length += idx.numel()
-    cache.pending = None
 
 
 def replay_gdn(m, x_path, a_path, b_path, conv_state, S0):

@@ -16,14 +16,13 @@ node's children ranked by its own q. Every q the search (and the T > 0 proposal,
 a node of depth d >= 1 holds one of depth d's K candidates, so its children's scores are a
 row of the [K, K] transition table of depth d + 1 (``ConditionalDraft.transitions``; only
 the root's row is computed on its own); each (parent, depth) is ranked once;
-``build_conditional_tree_reference`` enumerates every path (tiny K and L only). Both share
+``naive.build_conditional_tree`` enumerates every path (tiny K and L only). Both share
 the tie rule of ``tree``: children by (log q descending, token id ascending), paths by (log
 weight descending, rank path ascending).
 """
 from __future__ import annotations
 
 import heapq
-import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -50,9 +49,11 @@ class ConditionalDraft:
     def depth(self) -> int:
         return self.candidates.shape[0]
 
-    def scores_reference(self, parent_token: int, depth: int) -> torch.Tensor:
+    def scores_alone(self, parent_token: int, depth: int) -> torch.Tensor:
         """[K] float64: s_d(candidates[depth - 1] | parent_token), the selector's scores, one
-        (parent, depth) at a time (the plain twin of ``scores``)."""
+        (parent, depth) computed on its own, no table: the root's row (or a parent outside depth
+        d - 1's candidates), which ``scores`` falls back to; its plain twin ``naive.scores``
+        computes every row this way."""
         d = depth - 1
         return selector_scores(self.unary[d].double(), self.hidden[d].double(),
                                self.predecessor[parent_token].double(), self.successor[self.candidates[d]].double())
@@ -69,12 +70,12 @@ class ConditionalDraft:
 
     def scores(self, parent_token: int, depth: int) -> torch.Tensor:
         """[K] float64: s_d(candidates[depth - 1] | parent_token): a row of ``transitions`` when
-        the parent is one of depth d - 1's candidates, else (the root) ``scores_reference``."""
+        the parent is one of depth d - 1's candidates, else (the root) ``scores_alone``."""
         if depth >= 2:
             i = self.transitions[1][depth - 2].get(parent_token)
             if i is not None:
                 return self.transitions[0][depth - 2, i]
-        return self.scores_reference(parent_token, depth)
+        return self.scores_alone(parent_token, depth)
 
     def child_log_probs(self, parent_token: int, depth: int) -> torch.Tensor:
         """[K] float64: log q(candidates[depth - 1] | parent_token, depth) at T = 1."""
@@ -96,11 +97,6 @@ class ConditionalDraft:
             logq = self.child_log_probs(parent_token, depth).tolist() if i is None else self._log_q[1][depth - 2][i]
             self._ranked[key] = _ranked(self._log_q[0][depth - 1], logq)
         return self._ranked[key]
-
-    def ranked_children_reference(self, parent_token: int, depth: int) -> tuple[list[int], list[float]]:
-        """``ranked_children`` from ``scores_reference`` (no table, no memo)."""
-        return _ranked(self.candidates[depth - 1].tolist(),
-                       torch.log_softmax(self.scores_reference(parent_token, depth), -1))
 
 
 def _ranked(tokens: list[int], logq) -> tuple[list[int], list[float]]:
@@ -169,24 +165,6 @@ def conditional_chain(draft: ConditionalDraft, root_token: int) -> DraftTree:
         weights.append(weights[-1] + logq[0])
     n = len(tokens)
     return _tree(tokens, list(range(-1, n - 1)), list(range(n)), weights)
-
-
-def build_conditional_tree_reference(draft: ConditionalDraft, root_token: int, budget: int) -> DraftTree:
-    """Brute-force twin: every path of up to L ranks (K^L of them), weighed by the product of
-    its conditional q (each computed on its own, ``scores_reference``), sorted by (-log weight,
-    rank path), the first ``budget`` kept."""
-    _check(draft, root_token, budget)
-    k = draft.candidates.shape[1]
-    paths = {(): (root_token, 0.0)}  # rank path -> (token, log weight)
-    for depth in range(1, draft.depth + 1):
-        for path in itertools.product(range(k), repeat=depth):
-            token, weight = paths[path[:-1]]
-            tokens, logq = draft.ranked_children_reference(token, depth)
-            paths[path] = (tokens[path[-1]], weight + logq[path[-1]])
-    best = sorted((-w, path) for path, (_, w) in paths.items() if path)[:budget]
-    index = {(): 0} | {path: i for i, (_, path) in enumerate(best, start=1)}
-    return _tree([root_token] + [paths[p][0] for _, p in best], [-1] + [index[p[:-1]] for _, p in best],
-                 [0] + [len(p) for _, p in best], [0.0] + [-n for n, _ in best])
 
 
 def _tree(tokens, parents, depths, weights) -> DraftTree:

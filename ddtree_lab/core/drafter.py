@@ -19,7 +19,7 @@ and gives the lab's two calls on it, both through ``DFlashDraftModel.forward``:
   the model's attention layers update: it appends each sequence's new context rows to its
   state and returns the [context ; block] keys and values, masked per sequence.
   ``draft`` is the batch of one. -> one ``Draft`` per sequence, logits [block_size - 1, V],
-  row d-1 = depth d. ``propose_reference`` is their plain twin (``dflash_generate``'s step);
+  row d-1 = depth d. ``naive.propose`` is their plain twin (``dflash_generate``'s step);
 - ``block_logits`` (training): all anchors of a sequence in one forward through an attention
   mask (block of anchor a sees context rows < a and its own block), used by ``drafter_loss``
   with the position weights exp(-(k-1)/gamma).
@@ -396,22 +396,6 @@ class DFlashDrafter(nn.Module):
         """True when the published attention layers add no mask of their own to a None mask."""
         return all(not getattr(layer.self_attn, "is_causal", True) and getattr(layer.self_attn, "sliding_window", 1)
                    is None for layer in self.model.layers)
-
-    @torch.no_grad()
-    def propose_reference(self, cache, new_features: torch.Tensor, last_token: int,
-                          block_size: int) -> torch.Tensor:
-        """Twin of ``draft`` (its logits): ``dflash_generate``'s own drafting step. The published model runs
-        on a transformers ``DynamicCache`` holding the context K/V (``cache``), which is cropped
-        back to the context after the block. -> logits [block_size - 1, V]."""
-        block_size = self._check_block_size(block_size)
-        dev, past = self.device, cache.get_seq_length()
-        context = past + new_features.shape[0]
-        ids = self._block_ids(torch.tensor([last_token], device=dev), block_size)  # [1, bs]
-        hidden = self.model(position_ids=torch.arange(past, context + block_size, device=dev)[None],
-                            noise_embedding=self.embed(ids), past_key_values=cache, use_cache=True,
-                            target_hidden=new_features.to(dev, self.model.fc.weight.dtype)[None])
-        cache.crop(context - cache.get_seq_length())  # a negative crop, as dflash_generate's
-        return self.logits(hidden[0, 1:])
 
     # ------------------------------------------------------------------ training
 

@@ -13,8 +13,9 @@ between the three ways of running a GDN layer on a tree (docs/background.md sect
   inputs, so the commit re-verifies the path as a chain first.
 
 ``tree_layer`` / ``tree_layer_batch`` run one layer (``Qwen3_5GatedDeltaNet``'s weights,
-through ``adapter``) on one tree / on B padded trees; ``tree_layer_batch_reference`` is the
-plain twin (``tree_layer`` per sequence). Each returns the layer output and one
+through ``adapter``) on one tree / on B padded trees; ``tree_layer_per_tree`` runs
+``tree_layer`` per sequence (what a mode with no batched form, fork, runs; also the body of
+the plain twin ``naive.tree_layer_batch``). Each returns the layer output and one
 ``GdnRecord`` per sequence, what ``cache.commit`` needs.
 """
 from __future__ import annotations
@@ -25,7 +26,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from . import adapter, batched, gdn_tree
 from .batched import gated_delta_wy as gated_delta_wy_batch, tree_conv as tree_conv_batch
@@ -184,9 +184,9 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.T
     (padding rows: never read), a record per sequence, as ``tree_layer`` makes it).
     Projections, gates and the output norm over all rows of h at once; the conv and the
     recurrence over the padded [B, T] (``batched.unpack``). A mode without a batched form (fork:
-    ``GdnMode.batched``) runs ``tree_layer`` per sequence (the reference loop) before any batched work."""
+    ``GdnMode.batched``) runs ``tree_layer`` per sequence (``tree_layer_per_tree``) before any batched work."""
     if not mode.batched:
-        return tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode)
+        return tree_layer_per_tree(m, h, conv_state, S0, bufs, mode)
     B, T, D = len(bufs.sizes), max(bufs.sizes), h.shape[-1]
     padded = (lambda t: t) if bufs.rows is None else (
         lambda t: batched.unpack(t[None], bufs.rows, B, T, 1).reshape(B * T, *t.shape[1:]))
@@ -203,36 +203,17 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode: GdnMode) -> tuple[torch.T
     return out, [whole.row(i, n) for i, n in enumerate(bufs.sizes)]
 
 
-def tree_layer_batch_reference(m, h, conv_state, S0, bufs, mode: GdnMode):
-    """Plain twin of ``tree_layer_batch``: ``tree_layer`` per sequence (h packed: unpacked
-    first, the output packed back)."""
+def tree_layer_per_tree(m, h, conv_state, S0, bufs, mode: GdnMode):
+    """``tree_layer_batch`` by ``tree_layer`` per sequence (h packed: unpacked first, the output
+    packed back): the fast layer's path for a mode with no batched form (fork), and the body of
+    its plain twin ``naive.tree_layer_batch`` (kept here: ``naive`` imports this module)."""
     if bufs.rows is not None:
         B, T = len(bufs.sizes), max(bufs.sizes)
-        out, records = tree_layer_batch_reference(m, batched.unpack(h, bufs.rows, B, T, 1), conv_state, S0,
-                                                  dataclasses.replace(bufs, rows=None), mode)
+        out, records = tree_layer_per_tree(m, batched.unpack(h, bufs.rows, B, T, 1), conv_state, S0,
+                                           dataclasses.replace(bufs, rows=None), mode)
         return batched.pack(out, bufs.rows, 1), records
     out, records = torch.zeros_like(h), []
     for i, n in enumerate(bufs.sizes):
         out[i, :n], rec = tree_layer(m, h[i, :n], conv_state[i], S0[i], bufs.per_tree[i], mode)
         records.append(rec)
     return out, records
-
-
-def tree_conv_batch_reference(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
-                              windows: torch.Tensor) -> torch.Tensor:
-    """``tree_conv_batch``'s (``batched.tree_conv``) plain twin, a broadcast advanced index:
-    x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K] (``verify.BatchBuffers``)
-    -> silu(conv) [B, T, C]."""
-    rows = torch.cat([conv_state.transpose(1, 2), x], dim=1)  # [B, K+T, C]
-    batch_idx = torch.arange(x.shape[0], device=x.device)[:, None, None]
-    picked = rows[batch_idx, windows.to(x.device)]  # [B, T, K, C]
-    return F.silu((picked * weight.T).sum(2))  # a multiply-sum: einsum's bmm is ~5x slower at this shape
-
-
-def gated_delta_wy_batch_reference(q, k, v, g, beta, S0, *, anc):
-    """``gated_delta_wy_batch``'s (``batched.gated_delta_wy``) plain twin: ``gdn_tree.gated_delta_wy``
-    per tree. q, k [B, T, H, dk], v [B, T, H, dv], g, beta [B, T, H], S0 [B, H, dk, dv],
-    anc [B, T, T] -> (o [B, T, H, dv], aux {"U": [B, H, T, dv], "G": [B, T, H], "k": [B, H, T, dk]})."""
-    outs = [gdn_tree.gated_delta_wy(q[b], k[b], v[b], g[b], beta[b], None, S0=S0[b], anc=anc[b], return_aux=True)
-            for b in range(q.shape[0])]
-    return torch.stack([o for o, _ in outs]), {name: torch.stack([aux[name] for _, aux in outs]) for name in ("U", "G", "k")}

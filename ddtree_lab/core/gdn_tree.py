@@ -16,7 +16,7 @@ Conventions are those of transformers' Qwen3.5 ``Qwen3_5GatedDeltaNet`` (pinned 
   o_t = S_t^T q_t.
 
 Three exact ways to evaluate (R) on a tree, each with the plain per-path recurrence
-``gated_delta_reference`` as its oracle:
+``naive.gated_delta`` (``core/naive.py``, the plain twins; not the naive GDN mode) as its oracle:
 
 * fork (``gated_delta_fork``): each node's state is its parent's state after one step of (R);
   depth levels are batched. Memory O(N * H * dk * dv).
@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .tree import ancestor_mask_from_parents, tree_path
+from .tree import ancestor_mask_from_parents
 
 
 # ----------------------------------------------------------------------------- tree buffers
@@ -82,24 +82,6 @@ def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
     return F.silu((windows * weight.T).sum(1))  # K is 4: a multiply-sum beats einsum's bmm
 
 
-def tree_conv_reference(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
-                        parents: torch.Tensor) -> torch.Tensor:
-    """Plain twin of ``tree_conv``: per node, walk the parents and fill the window by hand."""
-    K = weight.shape[1]
-    out = torch.empty_like(x)
-    for i in range(x.shape[0]):
-        window, node, state_col = [], i, K - 1
-        for _ in range(K):  # newest first: self, parent, grandparent, ... then conv state
-            if node >= 0:
-                window.append(x[node])
-                node = int(parents[node])
-            else:
-                window.append(conv_state[:, state_col])
-                state_col -= 1
-        out[i] = F.silu(sum(weight[:, K - 1 - j] * window[j] for j in range(K)))
-    return out
-
-
 def commit_conv_state(conv_state: torch.Tensor, x_path: torch.Tensor) -> torch.Tensor:
     """Conv state after accepting a path: conv_state [C, K], x_path [L, C] -> [C, K]."""
     K = conv_state.shape[1]
@@ -142,20 +124,6 @@ def gated_delta_chain(q, k, v, g, beta, S0):
         o_t, S = delta_step(S, q[t], k[t], v[t], g[t], beta[t])
         outs.append(o_t)
     return torch.stack(outs) if outs else v.new_zeros(v.shape), S
-
-
-def gated_delta_reference(q, k, v, g, beta, parents, *, S0):
-    """Oracle: for each node run ``gated_delta_chain`` over its path root..i from S0.
-
-    Shapes as ``gated_delta_chain`` with L = N+1, plus parents [N+1]; -> o [N+1, H, dv].
-    O(N * depth) steps.
-    """
-    outs = []
-    for i in range(q.shape[0]):
-        path = tree_path(parents, i)
-        o_path, _ = gated_delta_chain(q[path], k[path], v[path], g[path], beta[path], S0)
-        outs.append(o_path[-1])
-    return torch.stack(outs)
 
 
 def gated_delta_fork(q, k, v, g, beta, parents, *, depths, S0):
@@ -205,7 +173,7 @@ def pairwise_decay(G: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> t
 def gated_delta_wy(q, k, v, g, beta, parents, *, S0, anc=None, return_aux=False):
     """Tree WY form (W1-W3): all node outputs in one parallel pass, one triangular solve.
 
-    Shapes as ``gated_delta_reference``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if
+    Shapes as ``naive.gated_delta``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if
     None). Returns o [N+1, H, dv]. No per-node state is formed: commit by replaying the
     accepted path with ``gated_delta_chain``.
     """

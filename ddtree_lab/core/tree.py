@@ -5,7 +5,7 @@ factorised surrogate under which the expected number of accepted draft tokens of
 the sum over its draft nodes u of q(u), the product of the marginals along u's path
 (Prop. 1). The best tree of B draft nodes is therefore the B most probable prefixes, which
 is prefix-closed; ``build_tree`` finds it by best-first search over the top-K ranks of each
-row (K = min(B, V)) in O(B log B), and ``build_tree_reference`` is its brute-force twin.
+row (K = min(B, V)) in O(B log B), and ``naive.build_tree`` is its brute-force twin.
 
 Tie rule (shared by both builders, so they agree exactly even with tied probabilities):
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import itertools
 import math
 import operator
 from dataclasses import dataclass
@@ -244,36 +243,6 @@ def _tree(ids: list[list[int]], top_log_probs: list[list[float]], root_token: in
     return _pack(root_token, tokens, parents, depths, weights)
 
 
-def build_tree_reference(draft_logits: torch.Tensor, root_token: int, budget: int) -> DraftTree:
-    """Brute-force twin of ``build_tree``: score all sum_d V^d prefixes, sort, keep ``budget``.
-
-    Only usable for tiny L and V (it enumerates V^L paths). Sorting by (-log weight, rank
-    path) is already topological (see the module docstring), so no reordering is needed.
-    """
-    logits = _check_logits(draft_logits)  # [L, V]
-    root_token = _check_int("root_token", root_token, 0, logits.shape[1] - 1)
-    budget = _check_int("budget", budget, 1)
-    log_probs = (logits.double() - _log_normaliser(logits)).tolist()  # [L][V]
-    ranked = [sorted(range(len(row)), key=lambda t, row=row: (-row[t], t)) for row in logits.tolist()]
-    prefixes = []  # (-log weight, rank path)
-    for depth in range(1, len(log_probs) + 1):
-        for path in itertools.product(range(len(ranked[0])), repeat=depth):
-            weight = 0.0
-            for d, rank in enumerate(path):
-                weight += log_probs[d][ranked[d][rank]]
-            prefixes.append((-weight, path))
-    best = sorted(prefixes)[:budget]
-    index = {path: i for i, (_, path) in enumerate(best, start=1)}
-    index[()] = 0
-    return _pack(
-        root_token,
-        tokens=[ranked[len(path) - 1][path[-1]] for _, path in best],
-        parents=[index[path[:-1]] for _, path in best],
-        depths=[len(path) for _, path in best],
-        weights=[-neg for neg, _ in best],
-    )
-
-
 def chain_tree(draft_tokens: torch.Tensor, root_token: int,
                log_probs: torch.Tensor | None = None) -> DraftTree:
     """A linear (DFlash) draft of L tokens as a degenerate tree: node i has parent i-1.
@@ -358,14 +327,6 @@ def tree_path(parents: torch.Tensor, node: int) -> list[int]:
     return path[::-1]
 
 
-def ancestor_mask_reference(tree: DraftTree) -> torch.Tensor:
-    """Plain twin of ``ancestor_mask``: mark each node's root path, one node at a time."""
-    mask = torch.zeros(len(tree), len(tree), dtype=torch.bool)
-    for node in range(len(tree)):
-        mask[node, tree.path_to(node)] = True
-    return mask
-
-
 def position_ids(tree: DraftTree, start: int) -> torch.Tensor:
     """LongTensor[N+1]: start + depth, start = the root's position in the sequence."""
     start = _check_int("start", start, 0)
@@ -403,16 +364,6 @@ def leading_rows(path: list[int]) -> bool:
     len(path) nodes 0 .. len - 1: a chain's path, or a tree's main path. Its rows of a
     per-node tensor are then a slice, not a gather."""
     return path[-1] == len(path) - 1
-
-
-def accept_reference(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int]:
-    """``accept``'s plain twin: the longest root path on which every node's token is the
-    target's choice at its parent, found among all root paths."""
-    choice = target_choice.tolist()
-    paths = [tree.path_to(i) for i in range(len(tree))]
-    valid = [p for p in paths if all(int(tree.tokens[c]) == choice[a] for a, c in zip(p, p[1:]))]
-    path = max(valid, key=len)
-    return path, int(choice[path[-1]])
 
 
 def truncate(tree: DraftTree, budget: int) -> DraftTree:

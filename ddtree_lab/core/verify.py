@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from . import adapter, batched, gdn_tree
+from . import adapter, batched
 from .cache import Pending, TreeCache, batch_of_rows, check_cache, empty_cache, held_batch, hold_rows
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
@@ -106,7 +106,7 @@ def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
     built for the batch at once (``batched.batch_masks``); each ``per_tree`` entry is a view
     into the batch tensors.
     One chain on an attention-only target builds no mask (``chain_buffers``).
-    Plain twin: ``batch_buffers_reference``."""
+    Plain twin: ``naive.batch_buffers``."""
     if conv_kernel is None and len(trees) == 1 and trees[0].is_chain:
         return chain_buffers(trees[0], lengths[0])
     gdn_parents = [as_mode(gdn_mode).parents(t) for t in trees]
@@ -129,66 +129,6 @@ def chain_buffers(chain: DraftTree, length: int) -> BatchBuffers:
     anc = batched.chain_masks([n], n)[0]
     buffers = TreeBuffers(chain, positions, anc, chain.parents, anc)
     return BatchBuffers([n], length, chain.tokens[None], positions[None], None, None, None, [buffers])
-
-
-def batch_buffers_reference(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
-                            conv_kernel: int | None = None, packed: bool = True) -> BatchBuffers:
-    """``batch_buffers``' plain twin: each tree's ``tree_buffers``, padded into the batch."""
-    per_tree = [tree_buffers(t, n, gdn_mode) for t, n in zip(trees, lengths)]
-    sizes = [len(t) for t in trees]
-    tokens, positions = _padded([t.tokens for t in trees]), _padded([buf.positions for buf in per_tree])
-    gdn = conv_kernel is not None
-    gdn_anc = _padded_masks([buf.gdn_anc for buf in per_tree], max(sizes)) if gdn else None
-    windows = conv_windows(per_tree, conv_kernel) if gdn else None
-    T = max(sizes)
-    rows = None if min(sizes) == T or not packed else torch.tensor([b * T + i for b, n in enumerate(sizes)
-                                                                    for i in range(n)])
-    return BatchBuffers(sizes, max(lengths), tokens, positions, batch_allowed(per_tree, lengths),
-                        gdn_anc, windows, per_tree, rows)
-
-
-def _padded(rows: list[torch.Tensor]) -> torch.Tensor:
-    """1-D LongTensors of lengths n_b -> [B, max n_b], zeros after each row."""
-    if len(rows) == 1:
-        return rows[0][None]
-    out = torch.zeros(len(rows), max(r.numel() for r in rows), dtype=torch.long)
-    for b, r in enumerate(rows):
-        out[b, :r.numel()] = r
-    return out
-
-
-def _padded_masks(masks: list[torch.Tensor], T: int) -> torch.Tensor:
-    """[n_b, n_b] bool masks -> [B, T, T]; padding rows see themselves only."""
-    if len(masks) == 1:
-        return masks[0][None]
-    out = torch.eye(T, dtype=torch.bool).repeat(len(masks), 1, 1)
-    for b, m in enumerate(masks):
-        out[b, :m.shape[0], :m.shape[0]] = m
-    return out
-
-
-def batch_allowed(per_tree: list[TreeBuffers], lengths: list[int]) -> torch.Tensor:
-    """BoolTensor[B, T, Pmax + T], every sequence's rows left-aligned (``TreeBatch``): row i of
-    sequence b sees b's committed columns 0 .. lengths[b] - 1 and, at lengths[b] + j, its tree
-    column j where j is i or an ancestor of i; a padding row sees only its own tree column."""
-    T, P = max(buf.anc.shape[0] for buf in per_tree), max(lengths)
-    allowed = torch.zeros(len(per_tree), T, P + T, dtype=torch.bool)
-    for b, (buf, length) in enumerate(zip(per_tree, lengths)):
-        n = buf.anc.shape[0]
-        allowed[b, :n, :length] = True
-        allowed[b, :n, length:length + n] = buf.anc
-        allowed[b, range(n, T), range(length + n, length + T)] = True
-    return allowed
-
-
-def conv_windows(per_tree: list[TreeBuffers], K: int) -> torch.Tensor:
-    """LongTensor[B, T, K]: ``gdn_tree.ancestor_windows`` of every tree (over the GDN parents),
-    padded; a padding node's window is itself K times."""
-    T = max(buf.gdn_parents.numel() for buf in per_tree)
-    out = (K + torch.arange(T))[None, :, None].repeat(len(per_tree), 1, K)
-    for b, buf in enumerate(per_tree):
-        out[b, :buf.gdn_parents.numel()] = gdn_tree.ancestor_windows(buf.gdn_parents.cpu(), K)
-    return out
 
 
 def attention_bias(bufs: BatchBuffers, dtype, device=None) -> torch.Tensor:
@@ -381,7 +321,7 @@ class TreeBatch:
     caches: list[TreeCache]
     bufs: BatchBuffers
     mode: GdnMode
-    layer: object = tree_layer_batch  # or its ``_reference`` twin
+    layer: object = tree_layer_batch  # or its plain twin ``naive.tree_layer_batch``
     records: list[dict] = field(init=False)
     _where: tuple | None = field(init=False)  # B > 1: (sequence, column) LongTensor[M] each, M = B x T or N packed
 
@@ -479,7 +419,7 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     Checks its arguments, then ``verify_batch_unchecked`` (what the decoding loop calls every
     round, its arguments checked once per generation). Writes no committed row: every cache
     keeps its tree rows as pending (``cache.Pending``) until ``commit``.
-    gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its ``_reference`` twin; forward:
+    gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its plain twin ``naive.tree_layer_batch``; forward:
     ``tree_forward`` or a compiled copy of it; packed: trees of different sizes run packed
     (False: padded to the largest tree, the layout packing is measured against).
     """
@@ -536,14 +476,6 @@ def tree_logits(model, prefix_ids, tree: DraftTree, gdn_mode: str = "wy") -> tor
     """[N+1, V]: row i = the target's next-token logits after prefix + path(root..i)."""
     cache, _ = prefill(model, prefix_ids)
     return verify(model, cache, tree, gdn_mode).logits
-
-
-def tree_logits_reference(model, prefix_ids, tree: DraftTree) -> torch.Tensor:
-    """``tree_logits``' plain twin [N+1, V]: row i = a stock forward (no cache, no mask) of
-    prefix + the tokens of root .. i, one forward per node."""
-    prefix, tokens = [int(t) for t in prefix_ids], tree.tokens.tolist()
-    return torch.stack([full_forward_logits(model, prefix + [tokens[j] for j in tree.path_to(i)])
-                        for i in range(len(tree))])
 
 
 def full_forward_logits(model, ids) -> torch.Tensor:

@@ -27,12 +27,12 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
-from ddtree_lab.core import adapter, harness
+from ddtree_lab.core import adapter, harness, naive
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
 from ddtree_lab.core.models import arch_of, build_target, layer_kinds, load_target
-from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify, verify_batch
+from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, verify, verify_batch
 from helpers import (LOGIT_TOL, HintedDrafter, assert_close, assert_same_cache, generator, precision, random_prefix,
                      random_tree, root_path)
 
@@ -131,7 +131,7 @@ def oracle(model_type: str, kind: str, dtype: torch.dtype):
     gen = generator(model_type, kind)
     prefix, tree = random_prefix(SHAPE["vocab_size"], gen), random_tree(kind, 24, SHAPE["vocab_size"], gen)
     with precision(dtype):
-        return prefix, tree, tree_logits_reference(target(model_type, dtype), prefix, tree)
+        return prefix, tree, naive.tree_logits(target(model_type, dtype), prefix, tree)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=DTYPE_ID.get)

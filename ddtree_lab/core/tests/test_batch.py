@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 import torch
 
-from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, lossless, sampling
+from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, lossless, naive, sampling
 from ddtree_lab.core.cache import append_rows, batch_of_rows, commit, held_batch, hold_rows
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
@@ -254,7 +254,7 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
         bufs, unpacked = dataclasses.replace(bufs, rows=None), (lambda x: x)
     with precision(dtype):
         out, recs = gdn_layer.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
-        ref, ref_recs = gdn_layer.tree_layer_batch_reference(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
+        ref, ref_recs = naive.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
     assert out.shape == h.shape and ref.shape == h.shape
     out, ref = unpacked(out), unpacked(ref)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):

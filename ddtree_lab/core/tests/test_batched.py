@@ -1,12 +1,12 @@
 """The one-pass pieces of the batched round (``core.batched``, and the loop functions built on
 them) against their plain per-tree twins:
 
-- ``verify.batch_buffers`` == ``verify.batch_buffers_reference``, field by field, bit for bit
+- ``verify.batch_buffers`` == ``naive.batch_buffers``, field by field, bit for bit
   (mixed tree kinds and sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN
   and attention-only);
-- ``gated_delta_wy`` == ``gdn_layer.gated_delta_wy_batch_reference`` (per tree) and
+- ``gated_delta_wy`` == ``naive.gated_delta_wy_batch`` (per tree) and
   ``gdn_tree.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
-  ``gdn_layer.tree_conv_batch_reference``, bit for bit;
+  ``naive.tree_conv_batch``, bit for bit;
 - ``packed_rows`` / ``pack`` / ``unpack``: the packed layout of trees of different sizes, its
   rows in tree order, ``unpack`` after ``pack`` the identity on real rows and zeros on padding;
 - ``wy_states`` == ``gdn_tree.wy_state`` and ``conv_states_at`` == ``gdn_tree.commit_conv_state``
@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddtree_lab.core import batched, decode, gdn_layer, gdn_tree, harness, verify
+from ddtree_lab.core import batched, decode, gdn_layer, gdn_tree, harness, naive, verify
 from ddtree_lab.core.cache import commit, commit_batch
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
@@ -65,7 +65,7 @@ def test_pack_and_unpack_are_inverse_on_the_real_rows(dim):
 @pytest.mark.parametrize("name", BATCHES)
 def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
     trees, lengths = _trees(name, generator("buffers", name, mode))
-    ref = verify.batch_buffers_reference(trees, lengths, mode, conv_kernel)
+    ref = naive.batch_buffers(trees, lengths, mode, conv_kernel)
     out = verify.batch_buffers(trees, lengths, mode, conv_kernel)
     assert out.sizes == ref.sizes and out.past == ref.past
     for field in ("tokens", "positions", "gdn_anc", "windows", "rows"):
@@ -108,7 +108,7 @@ def test_chain_bias_in_the_graph_equals_the_cached_view(monkeypatch):
     for past, eager in ((3, first), (5000, grown_view)):
         assert_identical(f"chain bias past {past}", eager,
                          verify.attention_bias(verify.batch_buffers([tree], [past]), torch.float32))
-    assert_identical("view before growth", verify.additive_mask(verify.batch_buffers_reference([tree], [3]).allowed,
+    assert_identical("view before growth", verify.additive_mask(naive.batch_buffers([tree], [3]).allowed,
                                                                 torch.float32), first)
 
 
@@ -128,7 +128,7 @@ def test_wy_over_leading_dims_equals_the_per_tree_pass(name, dtype):
     trees, lengths = _trees(name, gen)
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
-    ref_o, ref_aux = gdn_layer.gated_delta_wy_batch_reference(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    ref_o, ref_aux = naive.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     o, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     tol = LOGIT_TOL[dtype]
     for b, n in enumerate(bufs.sizes):
@@ -148,7 +148,7 @@ def test_tree_conv_by_index_select_is_the_advanced_index_bit_for_bit(threads):
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     B, T, C = len(trees), max(bufs.sizes), 12
     x, conv, weight = torch.randn(B, T, C, generator=gen), torch.randn(B, C, 4, generator=gen), torch.randn(C, 4, generator=gen)
-    assert_identical("tree conv", gdn_layer.tree_conv_batch_reference(x, conv, weight, bufs.windows),
+    assert_identical("tree conv", naive.tree_conv_batch(x, conv, weight, bufs.windows),
                      batched.tree_conv(x, conv, weight, bufs.windows))
 
 
@@ -248,9 +248,9 @@ def test_the_loop_equals_the_loop_with_every_twin(monkeypatch, preset, mode, met
         ar = [decode.generate(target, None, p, method="ar", max_new_tokens=n).tokens
               for p, n in zip(prompts, kw["max_new_tokens"])]
         fast, rounds = _decode(target, drafter, prompts, ar, kw)
-        monkeypatch.setattr(verify, "batch_buffers", verify.batch_buffers_reference)
-        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", gdn_layer.gated_delta_wy_batch_reference)
-        monkeypatch.setattr(gdn_layer, "tree_conv_batch", gdn_layer.tree_conv_batch_reference)
+        monkeypatch.setattr(verify, "batch_buffers", naive.batch_buffers)
+        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", naive.gated_delta_wy_batch)
+        monkeypatch.setattr(gdn_layer, "tree_conv_batch", naive.tree_conv_batch)
         monkeypatch.setattr(decode, "commit_batch", _commit_per_sequence)
         _, rounds_ref = _decode(target, drafter, prompts, ar, kw)
     assert len(rounds) == len(rounds_ref)

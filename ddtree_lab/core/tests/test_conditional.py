@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from ddtree_lab.core.conditional import (ConditionalDraft, build_conditional_tree, build_conditional_tree_reference,
-                                         from_selector)
+from ddtree_lab.core import naive
+from ddtree_lab.core.conditional import ConditionalDraft, build_conditional_tree, from_selector
 
 
 def random_draft(seed: int, depth: int = 3, k: int = 3, vocab: int = 12, rank: int = 4, scale: float = 1.0):
@@ -17,7 +17,7 @@ def random_draft(seed: int, depth: int = 3, k: int = 3, vocab: int = 12, rank: i
 @pytest.mark.parametrize("budget", [1, 2, 5, 13, 39, 60])
 def test_best_first_equals_brute_force(seed, budget):
     draft = random_draft(seed)
-    fast, ref = build_conditional_tree(draft, 7, budget), build_conditional_tree_reference(draft, 7, budget)
+    fast, ref = build_conditional_tree(draft, 7, budget), naive.build_conditional_tree(draft, 7, budget)
     for field in ("tokens", "parents", "depths"):
         assert torch.equal(getattr(fast, field), getattr(ref, field)), field
     assert torch.allclose(fast.log_weights, ref.log_weights, rtol=0, atol=1e-12)
@@ -26,28 +26,29 @@ def test_best_first_equals_brute_force(seed, budget):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_transition_table_equals_the_scores_one_parent_at_a_time(seed):
-    """Every row of the vectorised [K, K] table of every depth == ``scores_reference`` of that
-    (parent candidate, depth); a parent outside the candidates falls back to the reference."""
+    """Every row of the vectorised [K, K] table of every depth == ``naive.scores`` of that
+    (parent candidate, depth); a parent outside the candidates falls back to the row computed
+    on its own (``scores_alone``)."""
     draft = random_draft(seed, depth=4, k=5, vocab=20, rank=6)
     for depth in range(2, 5):
         for parent in draft.candidates[depth - 2].tolist():
-            assert torch.allclose(draft.scores(parent, depth), draft.scores_reference(parent, depth),
+            assert torch.allclose(draft.scores(parent, depth), naive.scores(draft, parent, depth),
                                   rtol=1e-13, atol=1e-13)
     outside = next(t for t in range(20) if t not in draft.candidates[0].tolist())
-    assert torch.equal(draft.scores(outside, 2), draft.scores_reference(outside, 2))
+    assert torch.equal(draft.scores(outside, 2), naive.scores(draft, outside, 2))
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_ranked_children_read_from_the_table_equal_the_reference(seed):
-    """``ranked_children`` (log q of the whole table in one pass, ``_log_q``) == the reference
-    ranked from ``scores_reference`` one (parent, depth) at a time: the same order, log q to
-    float64 rounding; the root and a parent outside the candidates too."""
+    """``ranked_children`` (log q of the whole table in one pass, ``_log_q``) == the twin
+    ``naive.ranked_children``, ranked from ``naive.scores`` one (parent, depth) at a time: the
+    same order, log q to float64 rounding; the root and a parent outside the candidates too."""
     draft = random_draft(seed, depth=4, k=5, vocab=20, rank=6)
     outside = next(t for t in range(20) if t not in draft.candidates[0].tolist())
     cases = [(7, 1), (outside, 2)] + [(p, d) for d in range(2, 5) for p in draft.candidates[d - 2].tolist()]
     for parent, depth in cases:
         (tokens, logq), (ref_tokens, ref_logq) = (draft.ranked_children(parent, depth),
-                                                  draft.ranked_children_reference(parent, depth))
+                                                  naive.ranked_children(draft, parent, depth))
         assert tokens == ref_tokens, (parent, depth)
         assert logq == pytest.approx(ref_logq, rel=1e-13, abs=1e-13)
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from ddtree_lab.core import naive
 from ddtree_lab.train import data
 from ddtree_lab.core.drafter import (_rows, DFlashDrafter, DrafterConfig, acceptance_length, block_labels, soft_cross_entropy,
                                 default_target_layers, drafter_loss, position_weights)
@@ -83,7 +84,7 @@ def test_propose_equals_its_reference_twin_the_dflash_loops_cache(preset):
     state, cache = drafter.new_state(), DynamicCache(config=drafter.model.config)
     for n, root in zip((0, 7, 1, 4), (5, 9, 2, 11)):
         feats = torch.randn(n, drafter.cfg.feature_size, generator=gen)
-        assert_close(f"draft after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
+        assert_close(f"draft after {state.length}+{n} rows", naive.propose(drafter, cache, feats, root, 8),
                      drafter.draft(state, feats, root, 8).logits, 1e-5)
         assert cache.get_seq_length() == state.length
 
@@ -100,7 +101,7 @@ def test_a_handed_forward_that_runs_eagerly_drafts_the_same(handed):
     for n, root in zip((3, 7, 1, 4, 2), (5, 9, 2, 11, 6)):
         feats = torch.randn(n, drafter.cfg.feature_size, generator=gen)
         got = drafter.draft(state, feats, root, 8, forward=drafter.model if handed else None)
-        assert_close(f"draft after {state.length}+{n} rows", drafter.propose_reference(cache, feats, root, 8),
+        assert_close(f"draft after {state.length}+{n} rows", naive.propose(drafter, cache, feats, root, 8),
                      got.logits, 1e-5)
 
 

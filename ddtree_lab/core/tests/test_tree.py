@@ -1,7 +1,7 @@
 """Tests for ddtree_lab.core.tree (DDTree, arXiv 2604.12989, sections 3-4).
 
 The heap builder must equal its brute-force twin exactly (ties included), built trees must
-be valid prefix-closed trees whose buffers and acceptance walk match their `_reference` twins,
+be valid prefix-closed trees whose buffers and acceptance walk match their twins in `core/naive.py`,
 and no prefix-closed tree of the same size may beat the built one under the surrogate.
 """
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddtree_lab.core.tree import (DraftTree, accept, accept_reference, leading_rows, ancestor_mask, ancestor_mask_reference,
-                             build_tree, build_tree_reference, build_trees, chain_of, chain_tree,
+from ddtree_lab.core import naive
+from ddtree_lab.core.tree import (DraftTree, accept, leading_rows, ancestor_mask,
+                             build_tree, build_trees, chain_of, chain_tree,
                              expected_acceptance, expected_acceptance_prefixes,
                              position_ids)
 
@@ -85,7 +86,7 @@ def random_prefix_closed(rng: random.Random, depth: int, vocab: int, size: int) 
 def test_heap_matches_reference(logits, data):
     budget = data.draw(st.integers(1, num_prefixes(logits) + 3), label="budget")
     root = data.draw(st.integers(0, logits.shape[1] - 1), label="root")
-    assert_same_tree("build_tree", build_tree_reference(logits, root, budget),
+    assert_same_tree("build_tree", naive.build_tree(logits, root, budget),
                      build_tree(logits, root, budget))
 
 
@@ -98,7 +99,7 @@ def test_a_batch_of_trees_equals_each_tree_alone(logits, data):
     budgets = [data.draw(st.integers(1, num_prefixes(logits) + 3), label=f"budget{b}") for b in range(4)]
     roots = [data.draw(st.integers(0, logits.shape[1] - 1), label=f"root{b}") for b in range(4)]
     for b, tree in enumerate(build_trees(batch, roots, budgets)):
-        assert_same_tree(f"tree {b}", build_tree_reference(batch[b], roots[b], budgets[b]), tree)
+        assert_same_tree(f"tree {b}", naive.build_tree(batch[b], roots[b], budgets[b]), tree)
 
 
 def test_rows_no_tree_can_reach_are_only_checked():
@@ -109,7 +110,7 @@ def test_rows_no_tree_can_reach_are_only_checked():
     logits = torch.randn(2, 5, 3, generator=gen)
     for b, tree in enumerate(build_trees(logits, [0, 1], [2, 3])):
         assert int(tree.depths.max()) <= 3
-        assert_same_tree(f"tree {b}", build_tree_reference(logits[b], b, [2, 3][b]), tree)
+        assert_same_tree(f"tree {b}", naive.build_tree(logits[b], b, [2, 3][b]), tree)
     for bad in (float("nan"), float("inf")):
         broken = logits.clone()
         broken[1, 4, 2] = bad
@@ -133,7 +134,7 @@ def test_build_trees_names_a_bad_batch():
 @given(logits=logits_cases())
 def test_every_budget_is_a_prefix_of_the_full_tree(logits):
     total = num_prefixes(logits)
-    full = build_tree_reference(logits, 0, total)
+    full = naive.build_tree(logits, 0, total)
     assert full.num_nodes == total
     for budget in range(1, total + 3):
         tree = build_tree(logits, 0, budget)
@@ -151,7 +152,7 @@ def test_top_k_ties_broken_by_lower_token_id(values, data):
     tree = build_tree(logits, 0, budget)
     expected = sorted(range(len(values)), key=lambda t: (-values[t], t))[:budget]
     assert tree.tokens[1:].tolist() == expected
-    assert_same_tree("wide row", build_tree_reference(logits, 0, budget), tree)
+    assert_same_tree("wide row", naive.build_tree(logits, 0, budget), tree)
 
 
 def test_flat_logits_give_breadth_first_in_token_order():
@@ -182,7 +183,7 @@ def assert_tree_invariants(tree: DraftTree, log_probs: torch.Tensor | None) -> N
 def test_built_tree_invariants_and_buffers(logits, budget, start):
     tree = build_tree(logits, 0, budget)
     assert_tree_invariants(tree, torch.log_softmax(logits.double(), dim=-1))
-    assert torch.equal(ancestor_mask(tree), ancestor_mask_reference(tree))
+    assert torch.equal(ancestor_mask(tree), naive.ancestor_mask(tree))
     assert torch.equal(position_ids(tree, start), start + tree.depths)
     assert len({token_path(tree, i) for i in range(len(tree))}) == len(tree)  # no duplicates
 
@@ -224,7 +225,7 @@ def test_accept_matches_reference(logits, budget, seed):
     choice = [int(tree.tokens[rng.choice(kids)]) if kids and rng.random() < 0.8
               else rng.randrange(vocab) for kids in tree.children]
     target = torch.tensor(choice)
-    assert accept(tree, target) == accept_reference(tree, target)
+    assert accept(tree, target) == naive.accept(tree, target)
     assert accept(tree, target) == accept(tree, target.clone())  # deterministic
 
 
@@ -243,7 +244,7 @@ def test_accept_on_chains_matches_reference(tokens, choice):
     tree = chain_tree(torch.tensor(tokens, dtype=torch.long), root_token=1)
     target = torch.tensor(choice.draw(st.lists(st.integers(0, 3), min_size=len(tree), max_size=len(tree))))
     assert tree.is_chain
-    assert accept(tree, target) == accept_reference(tree, target)
+    assert accept(tree, target) == naive.accept(tree, target)
 
 
 def test_is_chain_and_leading_rows():
@@ -293,7 +294,7 @@ BAD_INPUTS = [
     ("budget_negative", lambda: build_tree(GOOD_LOGITS, 0, -3), "budget"),
     ("budget_bool", lambda: build_tree(GOOD_LOGITS, 0, True), "budget"),
     ("budget_float", lambda: build_tree(GOOD_LOGITS, 0, 2.5), "budget"),
-    ("budget_reference", lambda: build_tree_reference(GOOD_LOGITS, 0, 0), "budget"),
+    ("budget_naive", lambda: naive.build_tree(GOOD_LOGITS, 0, 0), "budget"),
     ("logits_1d", lambda: build_tree(torch.zeros(4), 0, 3), r"draft_logits must be a 2-D"),
     ("logits_3d", lambda: build_tree(torch.zeros(1, 2, 4), 0, 3), "draft_logits"),
     ("logits_empty", lambda: build_tree(torch.zeros(0, 4), 0, 3), "draft_logits"),

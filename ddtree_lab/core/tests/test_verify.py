@@ -16,11 +16,11 @@ import pytest
 import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
-from ddtree_lab.core import adapter, harness
+from ddtree_lab.core import adapter, harness, naive
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, chain_tree
-from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, tree_logits_reference, verify
-from ddtree_lab.core.cache import commit, commit_reference
+from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, verify
+from ddtree_lab.core.cache import commit
 from helpers import (LOGIT_TOL, assert_close, assert_same_cache, generator, precision, random_prefix,
                      random_tree, root_path)
 
@@ -84,7 +84,7 @@ def oracle_case(arch, kind, budget, dtype, size):
     V = model.config.vocab_size
     prefix, tree = random_prefix(V, gen), random_tree(kind, budget, V, gen)
     with precision(dtype):
-        return prefix, tree, tree_logits_reference(model, prefix, tree)
+        return prefix, tree, naive.tree_logits(model, prefix, tree)
 
 
 @pytest.mark.parametrize("arch,mode,kind,budget,dtype,size", EXACT_CASES)
@@ -106,7 +106,7 @@ def test_empty_prefix(arch, mode, dtype):
     with precision(dtype):
         cache, first = prefill(model, [])
         assert cache.length == 0 and first.logits.shape == (0, model.config.vocab_size) and first.features is None
-        ref = tree_logits_reference(model, [], tree)
+        ref = naive.tree_logits(model, [], tree)
         assert_close(f"{arch}-{mode}-empty-prefix-{DTYPE_ID[dtype]}", ref,
                      tree_logits(model, [], tree, mode or "wy"), LOGIT_TOL[dtype])
 
@@ -373,7 +373,7 @@ def test_check_internals_catches_lost_attribute(monkeypatch):
 @pytest.mark.parametrize("mode", GDN_MODES)
 @pytest.mark.parametrize("pick", ("root", "deepest", "random"))
 def test_commit_equals_its_replay_twin(mode, pick):
-    """commit (stored / closed-form GDN states) == commit_reference (token-by-token replay)."""
+    """commit (stored / closed-form GDN states) == naive.commit (token-by-token replay)."""
     model, prefix, tree, path = commit_case(f"twin-{mode}", "bushy", pick, torch.float64)
     with harness.float64_harness():
         fast, _ = prefill(model, prefix)
@@ -381,7 +381,7 @@ def test_commit_equals_its_replay_twin(mode, pick):
         verify(model, fast, tree, mode)
         verify(model, plain, tree, mode)
         commit(model, fast, tree, path)
-        commit_reference(model, plain, tree, path)
+        naive.commit(model, plain, tree, path)
     assert fast.pending is None and plain.pending is None
     assert_same_cache(f"twin-{mode}-{pick}", plain, fast, 1e-12)
 

@@ -20,6 +20,7 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
+from ...core import naive
 from ...core.adapter import loop_ready
 from ...core.compiled import compiled_module
 from ...core.decode import PHASES, generate, start
@@ -107,8 +108,8 @@ def rollback_curve(pairs: dict, prompt_ids: list[list[int]], max_rejected: int =
     for arch, pair in pairs.items():
         for i, ids in enumerate(prompt_ids):
             _, features, _ = start(pair.target, pair.drafter, torch.as_tensor(ids))
-            drafts = pair.drafter.propose_reference(DynamicCache(config=pair.drafter.model.config), features,
-                                                    ids[-1], pair.drafter.cfg.block_size).argmax(-1).tolist()
+            drafts = naive.propose(pair.drafter, DynamicCache(config=pair.drafter.model.config), features,
+                                   ids[-1], pair.drafter.cfg.block_size).argmax(-1).tolist()
             nxt = int(pair.target(torch.as_tensor(ids)[None].to(pair.target.device)).logits[0, -1].argmax())
             for k in range(1, max_rejected + 1):
                 after, fresh = crop_rollback_logits(pair.target, ids, drafts[:k], nxt)

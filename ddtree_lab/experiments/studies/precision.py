@@ -20,11 +20,12 @@ import torch
 from transformers import DynamicCache
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
+from ...core import naive
 from ...core.decode import first_draft
 from ...core.gdn_layer import gdn_mode
 from ...core.harness import float64_harness
 from ...core.tree import DraftTree, build_tree, chain_tree
-from ...core.verify import full_forward_logits, prefill, tree_logits, tree_logits_reference, verify
+from ...core.verify import full_forward_logits, prefill, tree_logits, verify
 from ...core.cache import commit
 from ..plumbing.sweep import EXACT_MODE, names_mode
 
@@ -52,7 +53,7 @@ def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, har
 
     harness: run both under ``harness.float64_harness()`` (dtype-preserving norms, softmax,
     router, GDN kernel); without it the stock modules upcast to float32 internally.
-    oracle: the ``tree_logits_reference`` [N+1, V] of the same (model, dtype, harness), if already
+    oracle: the ``naive.tree_logits`` [N+1, V] of the same (model, dtype, harness), if already
     computed (they do not depend on ``gdn_mode``).
     One row per node: node, depth, dtype, harness, err (max |tree - path| over V, float64),
     argmax_tree, argmax_path, margin (top-2 gap of the path logits), flip (argmax differs).
@@ -60,7 +61,7 @@ def per_node_errors(model, prefix_ids, tree: DraftTree, dtype=torch.float64, har
     m = in_dtype(model, dtype)
     with float64_harness() if harness else contextlib.nullcontext():
         tree_l = tree_logits(m, prefix_ids, tree, gdn_mode).double()  # [N+1, V]
-        path_l = (tree_logits_reference(m, prefix_ids, tree) if oracle is None else oracle).double()  # [N+1, V]
+        path_l = (naive.tree_logits(m, prefix_ids, tree) if oracle is None else oracle).double()  # [N+1, V]
     return pd.DataFrame({
         "node": range(len(tree)), "depth": tree.depths.numpy(), "dtype": str(dtype).removeprefix("torch."),
         "harness": harness, "err": (tree_l - path_l).abs().amax(-1).numpy(),
@@ -217,7 +218,7 @@ def exactness_table(pair, prompts=(0, 1), budget: int = 64, modes=("wy", "fork",
     for setting, dtype, proof in (("float64 + harness", torch.float64, True), ("float32", torch.float32, False)):
         m = in_dtype(pair.target, dtype)
         with float64_harness() if proof else contextlib.nullcontext():
-            oracles = [tree_logits_reference(m, prefix, tree) for prefix, tree in cases]
+            oracles = [naive.tree_logits(m, prefix, tree) for prefix, tree in cases]
         for mode in (modes if names_mode(pair.arch) else (EXACT_MODE,)):
             errs = [per_node_errors(m, prefix, tree, dtype, proof, mode, oracle=oracle)
                     for (prefix, tree), oracle in zip(cases, oracles)]

@@ -9,11 +9,12 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from ...core.tree import build_tree, build_tree_reference, expected_acceptance_prefixes
+from ...core import naive
+from ...core.tree import build_tree, expected_acceptance_prefixes
 
 
 def heap_vs_brute_force(rows=(1, 2, 3), vocabs=(2, 3, 5), scales=(0.0, 1.0, 5.0), seed: int = 0) -> tuple[int, int]:
-    """(mismatches, cases): ``build_tree`` against ``build_tree_reference`` (every prefix
+    """(mismatches, cases): ``build_tree`` against ``naive.build_tree`` (every prefix
     scored and sorted) on random drafts [L, V] of every (rows, vocabs, scales) combination, at
     every budget up to all prefixes; a case matches when tokens, parents and depths are equal."""
     gen = torch.Generator().manual_seed(seed)
@@ -21,7 +22,7 @@ def heap_vs_brute_force(rows=(1, 2, 3), vocabs=(2, 3, 5), scales=(0.0, 1.0, 5.0)
     for L, V, scale in itertools.product(rows, vocabs, scales):
         logits = torch.randn(L, V, generator=gen) * scale
         for budget in range(1, sum(V ** d for d in range(1, L + 1)) + 1):
-            fast, ref = build_tree(logits, 0, budget), build_tree_reference(logits, 0, budget)
+            fast, ref = build_tree(logits, 0, budget), naive.build_tree(logits, 0, budget)
             mismatches += not all(torch.equal(getattr(fast, f), getattr(ref, f)) for f in ("tokens", "parents", "depths"))
             cases += 1
     return mismatches, cases

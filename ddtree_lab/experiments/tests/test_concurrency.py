@@ -1,6 +1,6 @@
 """Load-aware budgets and the budget x concurrency sweep (issue 13 items 2-3).
 
-- ``allocate_budgets`` == its brute-force twin on random cases; flat / steep costs;
+- ``allocate_budgets`` == its brute-force twin ``naive.allocate_budgets`` on random cases; flat / steep costs;
 - ``auto_trees`` never exceeds the cost model's per-sequence maximum;
 - ``BatchCostModel`` interpolates its grid (and extends past it);
 - batched ``auto`` decoding at T = 0: every sequence equals its own batch-1 AR output;
@@ -14,7 +14,7 @@ import itertools
 import pytest
 import torch
 
-from ddtree_lab.core import allocate, decode
+from ddtree_lab.core import allocate, decode, naive
 from ddtree_lab.core.tree import build_tree
 from ddtree_lab.experiments.studies import concurrency as conc
 from ddtree_lab.experiments.plumbing.costs import BatchCostModel, batch_cost_model
@@ -47,7 +47,7 @@ def random_case(seed: int):
 def test_allocate_budgets_equals_its_reference(seed, padded):
     gains, seconds = random_case(seed)
     fast = allocate.allocate_budgets(gains, seconds, padded)
-    ref = allocate.allocate_budgets_reference(gains, seconds, padded)
+    ref = naive.allocate_budgets(gains, seconds, padded)
     print(f"seed {seed}: sizes {[x.numel() for x in gains]} -> {fast} (reference {ref})")
     assert fast == ref
     if padded:  # the padding is paid anyway: every tree as large as the largest allows
