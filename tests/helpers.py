@@ -47,6 +47,9 @@ def assert_identical(name: str, ref: torch.Tensor, out: torch.Tensor) -> None:
     assert torch.equal(ref, out), f"{name}: not bit-identical, max abs err {err:.3e}"
 
 
+COMPILE_GROUP = "compile"   # tests that torch.compile share one xdist worker: inductor's disk cache of kernels
+
+
 def toy_pair(preset: str = "gdn-toy", seed: int = 0, block_size: int = 8):
     """(target, drafter): a random toy target and a 1-layer random drafter (MASK = last id)."""
     target = build_target(preset, seed=seed)

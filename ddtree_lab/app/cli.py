@@ -387,7 +387,7 @@ def _cmd_readme(args):
 
 def _cmd_notebooks(args):
     from .notebooks import run_all  # late: nbformat takes ~3 s to import; no other command needs it
-    run_all(smoke=args.smoke, only=tuple(args.numbers))
+    run_all(smoke=args.smoke, only=tuple(args.numbers), jobs=args.jobs)
 
 
 def _training_parser(sub, name: str, func, what: str, device: bool):
@@ -524,6 +524,8 @@ def main(argv=None):
     s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.add_argument("numbers", nargs="*", metavar="NN", help="only these notebooks (e.g. 02 05); default: all")
+    s.add_argument("--jobs", type=_int_in(1), default=None,
+                   help="notebooks run at once, each in its own kernel (default: one per idle core)")
     s.set_defaults(func=_cmd_notebooks)
     add_house_commands(sub)  # run, show, recompute, status (app/house.py)
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import nbformat
@@ -150,24 +152,58 @@ def output_problems(nb, widget_state: bool = True) -> list[str]:
     return problems
 
 
-def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR, only=()) -> dict[str, float]:
-    """Execute every notebook (``only``: those whose number is listed, e.g. ("02", "05"));
-    returns {name: seconds}. Stops at the first failing one."""
+def default_jobs(count: int) -> int:
+    """How many notebooks run at once by default: one per idle core (``threads.idle_cores``;
+    each kernel decodes on one thread), at most ``count``."""
+    from ..core.threads import idle_cores  # late: torch; the Jupyter server imports this module (strip_on_save)
+    return max(1, min(count, idle_cores()))
+
+
+def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR, only=(), jobs: int | None = None) -> dict[str, float]:
+    """Execute every notebook (``only``: those whose number is listed, e.g. ("02", "05")), ``jobs``
+    at a time, each in its own kernel (default ``default_jobs``: one per idle core); returns
+    {name: seconds}. On the first failure no further notebook starts, the running ones finish,
+    and the failure is raised."""
     paths = [p for p in notebook_paths(directory) if not only or p.name[:2] in only]
     if not paths:
         print(f"no notebooks yet in {directory}: nothing to run")
         return {}
-    times = {}
-    for p in paths:
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    jobs = jobs or default_jobs(len(paths))
+    t_all = time.monotonic()
+    failed = threading.Event()   # set by the thread that saw a failure: no notebook starts after it
+
+    def one(p: Path) -> float | None:
+        if failed.is_set():
+            return None
         t0 = time.monotonic()
         print(f"running {p.name} (SMOKE={smoke}) ...", flush=True)
-        nb = run_notebook(p, main_job=not smoke, SMOKE=smoke)   # only this run at defaults writes figures/
-        times[p.name] = time.monotonic() - t0
+        try:
+            nb = run_notebook(p, main_job=not smoke, SMOKE=smoke)   # only this run at defaults writes figures/
+        except BaseException:
+            failed.set()
+            raise
+        seconds = time.monotonic() - t0
         problems = "".join(f"\n  ! {line}" for line in output_problems(nb))
-        print(f"  done in {times[p.name]:.0f} s, {figures_shown(nb)} figures shown{problems}", flush=True)
-    print(f"all {len(paths)} notebooks ran in {sum(times.values()):.0f} s; figures in {ROOT / 'figures'}"
+        print(f"  {p.name} done in {seconds:.0f} s, {figures_shown(nb)} figures shown{problems}", flush=True)
+        return seconds
+
+    times = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:   # a thread waits on its kernel's process
+        futures = {pool.submit(one, p): p for p in paths}
+        try:
+            for future in as_completed(futures):
+                if (seconds := future.result()) is not None:   # raises the notebook's failure
+                    times[futures[future].name] = seconds
+        except BaseException:   # a failure or Ctrl-C: nothing more starts; the running kernels finish
+            failed.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    print(f"all {len(paths)} notebooks ran in {time.monotonic() - t_all:.0f} s ({jobs} at a time, "
+          f"{sum(times.values()):.0f} s of kernels); figures in {ROOT / 'figures'}"
           + (" (SMOKE: under data/results/smoke/figures)" if smoke else ""))
-    return times
+    return dict(sorted(times.items()))
 
 
 # ----------------------------------------------------------------------------- saving from JupyterLab

@@ -169,3 +169,55 @@ def test_notebook_runs_in_smoke_mode(path):
     assert "match:    True" in text, "the notebook checked no claim"
     assert "match:    False" not in text
     assert output_problems(nb) == [], "\n".join(output_problems(nb))
+
+
+def _stub_run(monkeypatch, fail: str | None = None, hold: float = 0.0):
+    """run_notebook replaced: records (name, start, end); raises for the notebook named ``fail``."""
+    import threading
+    import time as _time
+    from ddtree_lab.app import notebooks
+    seen, lock = [], threading.Lock()
+
+    def run(p, **kw):
+        start = _time.monotonic()
+        if p.name[:2] == fail:
+            raise RuntimeError(f"{p.name} failed")
+        _time.sleep(hold)
+        with lock:
+            seen.append((p.name, start, _time.monotonic()))
+        return nbformat.v4.new_notebook()
+    monkeypatch.setattr(notebooks, "run_notebook", run)
+    return seen
+
+
+def test_run_all_runs_notebooks_side_by_side_and_returns_them_in_order(monkeypatch):
+    from ddtree_lab.app import notebooks
+    seen = _stub_run(monkeypatch, hold=0.3)
+    times = notebooks.run_all(only=("00", "01", "02", "03"), jobs=2)
+    assert list(times) == sorted(times) and len(times) == 4
+    (_, s0, e0), (_, s1, e1) = sorted(seen, key=lambda r: r[1])[:2]
+    assert s1 < e0, "with jobs=2 the second notebook starts before the first ends"
+
+
+def test_run_all_stops_at_the_first_failure(monkeypatch):
+    from ddtree_lab.app import notebooks
+    seen = _stub_run(monkeypatch, fail="01")
+    with pytest.raises(RuntimeError, match="01_.* failed"):
+        notebooks.run_all(only=("00", "01", "02", "03"), jobs=1)
+    assert [name[:2] for name, *_ in seen] == ["00"], "no notebook starts after a failure"
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True])
+def test_run_all_refuses_a_bad_jobs(jobs):
+    from ddtree_lab.app import notebooks
+    with pytest.raises(ValueError, match=r"jobs must be an int >= 1, got"):
+        notebooks.run_all(only=("00",), jobs=jobs)
+
+
+def test_default_jobs_is_one_per_idle_core_at_most_the_count(monkeypatch):
+    from ddtree_lab.app import notebooks
+    from ddtree_lab.core import threads
+    monkeypatch.setattr(threads, "idle_cores", lambda: 2)
+    assert notebooks.default_jobs(11) == 2 and notebooks.default_jobs(1) == 1
+    monkeypatch.setattr(threads, "idle_cores", lambda: 1)
+    assert notebooks.default_jobs(11) == 1

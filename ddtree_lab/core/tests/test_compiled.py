@@ -1,13 +1,18 @@
 """The compiled loop (``GenerationSpec.compile``): at T = 0 a compiled speculative generation
 equals the compiled AR one and the eager one token for token, in one graph per forward (no
-graph break), on a GDN hybrid and an MLA + MoE target; the experts setting comes back."""
+graph break), on a GDN hybrid and an MLA + MoE target; the experts setting comes back.
+
+The compiling tests share one xdist worker (``COMPILE_GROUP``; ``test.sh`` runs ``--dist
+loadgroup``), one after the other: inductor caches each kernel it builds on disk by its source,
+so a later test reuses the kernels an earlier one compiled instead of compiling them at the same
+time on the other core (about 220 s for the three here, against about 360 s split)."""
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
 from ddtree_lab.core import decode
 from ddtree_lab.core.spec import GenerationSpec
-from helpers import HintedDrafter, toy_pair
+from helpers import COMPILE_GROUP, HintedDrafter, toy_pair
 
 
 def test_compile_must_be_a_bool():
@@ -16,6 +21,7 @@ def test_compile_must_be_a_bool():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(COMPILE_GROUP)
 @pytest.mark.parametrize("preset", ["gdn-toy", "mla-toy"])
 def test_compiled_equals_eager_and_ar(preset):
     """Compiled DFlash and DDTree == compiled AR == eager, with draft tokens accepted and
@@ -41,6 +47,7 @@ def test_compiled_equals_eager_and_ar(preset):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(COMPILE_GROUP)
 def test_a_compiled_batch_equals_the_eager_batch():
     """``generate_batch(..., compile=True)``: prompts of three lengths (left padding, per-sequence
     trees), AR and DDTree, the same tokens as eager."""

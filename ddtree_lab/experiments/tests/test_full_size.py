@@ -24,7 +24,7 @@ from ddtree_lab.experiments.studies.full_size import (build_full_size, full_size
                                        save_checkpoint, stock_path_logits, stock_tree_logits)
 from ddtree_lab.core.models import load_target
 from ddtree_lab.core.verify import prefill, tree_logits, verify
-from helpers import assert_close, generator, random_prefix, random_tree
+from helpers import COMPILE_GROUP, assert_close, generator, random_prefix, random_tree
 
 torch.set_num_threads(1)
 
@@ -131,6 +131,7 @@ def test_readme_tables_render_from_the_stored_results():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(COMPILE_GROUP)   # it compiles the toy GDN verify: after test_compiled, from the kernel cache
 def test_gpu_check_script_tiny(tmp_path):
     """scripts/gpu_check.sh --tiny runs every step of the GPU run with the toy presets."""
     import os
