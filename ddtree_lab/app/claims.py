@@ -101,8 +101,8 @@ class Record:
         self.goals: list[Goal] = []
 
     def check(self, claim: "Claim", few_prompts: bool = False) -> None:
-        """``claims.check``. few_prompts: a statistical claim (a tau comparison, not an
-        identity) on a SMOKE run's couple of prompts and tokens: printed with whether it holds
+        """``claims.check``. few_prompts: a statistical claim (a tau or a timing comparison, not
+        an identity) on a SMOKE run's couple of prompts and tokens: printed with whether it holds
         ("asserted: no ..."), not asserted and not counted; the full run (and the main job, from the stores) asserts it."""
         if few_prompts:
             claim, expected, got, ok = _unpack(claim, None, None, None)
