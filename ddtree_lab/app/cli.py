@@ -525,7 +525,7 @@ def main(argv=None):
     s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
     s.add_argument("numbers", nargs="*", metavar="NN", help="only these notebooks (e.g. 02 05); default: all")
     s.add_argument("--jobs", type=_int_in(1), default=None,
-                   help="notebooks run at once, each in its own kernel (default: one per idle core)")
+                   help="notebooks run at once, each in its own kernel on one thread (default: one per core; 1 on a shared machine)")
     s.set_defaults(func=_cmd_notebooks)
     add_house_commands(sub)  # run, show, recompute, status (app/house.py)
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help

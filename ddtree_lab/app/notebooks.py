@@ -153,15 +153,16 @@ def output_problems(nb, widget_state: bool = True) -> list[str]:
 
 
 def default_jobs(count: int) -> int:
-    """How many notebooks run at once by default: one per idle core (``threads.idle_cores``;
-    each kernel decodes on one thread), at most ``count``."""
-    from ..core.threads import idle_cores  # late: torch; the Jupyter server imports this module (strip_on_save)
-    return max(1, min(count, idle_cores()))
+    """How many notebooks run at once by default: one per core (each kernel decodes on one
+    thread: ``core.threads``), at most ``count``. Not the idle cores: the install that
+    ``scripts/lab.sh`` runs just before would leave the load average at one busy core.
+    On a machine others share, ``--jobs 1``."""
+    return max(1, min(count, os.cpu_count() or 1))
 
 
 def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR, only=(), jobs: int | None = None) -> dict[str, float]:
     """Execute every notebook (``only``: those whose number is listed, e.g. ("02", "05")), ``jobs``
-    at a time, each in its own kernel (default ``default_jobs``: one per idle core); returns
+    at a time, each in its own kernel (default ``default_jobs``: one per core); returns
     {name: seconds}. On the first failure no further notebook starts, the running ones finish,
     and the failure is raised."""
     paths = [p for p in notebook_paths(directory) if not only or p.name[:2] in only]

@@ -214,10 +214,9 @@ def test_run_all_refuses_a_bad_jobs(jobs):
         notebooks.run_all(only=("00",), jobs=jobs)
 
 
-def test_default_jobs_is_one_per_idle_core_at_most_the_count(monkeypatch):
+def test_default_jobs_is_one_per_core_at_most_the_count(monkeypatch):
     from ddtree_lab.app import notebooks
-    from ddtree_lab.core import threads
-    monkeypatch.setattr(threads, "idle_cores", lambda: 2)
+    monkeypatch.setattr(notebooks.os, "cpu_count", lambda: 2)
     assert notebooks.default_jobs(11) == 2 and notebooks.default_jobs(1) == 1
-    monkeypatch.setattr(threads, "idle_cores", lambda: 1)
+    monkeypatch.setattr(notebooks.os, "cpu_count", lambda: None)
     assert notebooks.default_jobs(11) == 1
