@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Time the main job and the README's two test commands on a clean clone of this checkout's HEAD and store what
 # they took in data/results/suite_times.json (the README's Quick start renders it: `ddtree-lab
-# readme`). Run it with nothing else on the machine; it takes about 12 minutes here.
+# readme`). Run it with nothing else on the machine; it takes about 14 minutes here.
 #   main job:   bash scripts/lab.sh           (every notebook on the committed stores)
 #   fast lane:  bash scripts/test.sh          (every test not marked slow, both cores)
 #   full suite: CI=true bash .ci/run          (what CI runs)
