@@ -634,9 +634,9 @@ def render_suite_times() -> str:
         skipped = f", {r['skipped']} skipped" if r["skipped"] else ""
         return (f"{r['wall_s'] / 60:.1f} min ({r['tests_s']:.0f} s of tests, {r['passed']} passed{skipped}; "
                 f"load {r['load_avg_1min']:.1f} before)")
-    main = runs.get("main_job")
-    main = (f"the main job (`bash scripts/lab.sh`: {main['notebooks']} notebooks, {main['jobs']} at a time) took "
-            f"{main['wall_s'] / 60:.1f} min (load {main['load_avg_1min']:.1f} before), " if main else "")
+    job = runs.get("main_job")
+    main = (f"the main job (`bash scripts/lab.sh`: {job['notebooks']} notebooks, {job['jobs']} at a time) took "
+            f"{job['wall_s'] / 60:.1f} min (load {job['load_avg_1min']:.1f} before), " if job else "")
     return (f"On a clean clone of commit `{t['commit']}` on this {t['cpus']}-core CPU (`bash scripts/suite_times.sh`, "
             f"installs included), {main}the fast lane (`bash scripts/test.sh`) "
             f"{said(runs['fast_lane'])} and the full suite (`bash scripts/test.sh --full`, what CI runs) "

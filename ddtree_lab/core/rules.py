@@ -86,16 +86,23 @@ class TreeRule:
         return f"{self.name}-{definition_hash(self)}"
 
 
-class _BuiltinRule(TreeRule):
-    """A built-in: valid trees by construction, stored under its name."""
-    checked = True
+class _Builtin:
+    """A built-in rule or walk: stored under its name alone (a plug-in's key adds a hash of its
+    definition)."""
+    kind = ""
 
     @property
     def key(self) -> str:
         return self.name
 
     def __repr__(self) -> str:
-        return f"<tree rule {self.name}>"
+        return f"<{self.kind} {self.name}>"
+
+
+class _BuiltinRule(_Builtin, TreeRule):
+    """A built-in: valid trees by construction, stored under its name."""
+    checked = True
+    kind = "tree rule"
 
 
 class DFlashChain(_BuiltinRule):
@@ -356,13 +363,8 @@ class Walk:
         return f"{self.name}-{definition_hash(self)}"
 
 
-class _BuiltinWalk(Walk):
-    @property
-    def key(self) -> str:
-        return self.name
-
-    def __repr__(self) -> str:
-        return f"<walk {self.name}>"
+class _BuiltinWalk(_Builtin, Walk):
+    kind = "walk"
 
 
 class RejectionWalk(_BuiltinWalk):
