@@ -84,7 +84,7 @@ def _run_state(out: Path, preset: str) -> str:
 
 def _cmd_tiny_target(args):
     """A target of one's own in one command (``targets.tiny_target``), for the README's walk-through."""
-    man = tiny_target(Path(args.out), minutes=args.minutes)
+    man = tiny_target(Path(args.out), minutes=args.minutes, family=args.family)
     print(f"target: {man['architecture']} of {man['parameters']:,} parameters, held-out loss "
           f"{man['final_val_loss']:.3f} after {man['steps']} steps in {man['train_time_s']:.0f} s")
     print(f"wrote the target and its tokenizer to {Path(args.out).resolve()}")
@@ -446,6 +446,9 @@ def main(argv=None):
     s.add_argument("--out", required=True, help="the target's directory (save_pretrained layout + tokenizer files)")
     s.add_argument("--minutes", type=_non_negative_float, default=1.0,
                    help="training time on the lab's corpus (0: random weights)")
+    s.add_argument("--family", default="attention", choices=("attention", "gdn", "kda", "mamba2", "short_conv"),
+                   help="the layers: attention (Qwen3), or a hybrid of one recurrent family: gdn (Qwen3.5), kda "
+                        "(Kimi Linear), mamba2 (Nemotron-H), short_conv (LFM2)")
     s.set_defaults(func=_cmd_tiny_target)
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import tree as tree_mod
+from . import adapter, families, tree as tree_mod
 from .adapter import loop_ready
 from .allocate import auto_trees
 from .compiled import compiled_module, compiled_tree_forward
@@ -38,39 +39,10 @@ from .cache import TreeCache, commit_batch
 from .drafter import Draft, DrafterState
 from .rules import TreeRule, as_rule, check_tree, drafters_own
 from .sampling import choose_tokens  # noqa: F401  (decode.choose_tokens: the AR loops' name for it)
-from .spec import GenerationSpec, Sampling
-from .verify import padded_prefill, prefill_batch, token_ids, tree_forward, verify_batch_unchecked
-PHASES = ("draft", "tree", "verify", "accept", "commit")
-
-
-@dataclass
-class Generation:
-    """tokens: new tokens; acceptance_lengths: accepted draft tokens + 1 per round;
-    tree_sizes: draft nodes verified per round; timings: seconds per phase and total;
-    entropies: per new token, the entropy (nats) of the target distribution it was chosen
-    from, softmax(logits / T) (at T = 0: softmax(logits), the target's own uncertainty)."""
-    tokens: list[int] = field(default_factory=list)
-    acceptance_lengths: list[int] = field(default_factory=list)
-    tree_sizes: list[int] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES + ("prefill", "total"), 0.0))
-
-    @property
-    def tau(self) -> float:
-        """Mean acceptance length (accepted draft tokens + 1 per target forward)."""
-        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
-
-    @property
-    def tokens_per_s(self) -> float:
-        return len(self.tokens) / max(self.timings["total"], 1e-12)
-
-
-def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
-    """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1), in
-    the logits' precision, at least float32 (finite logits: a -inf logit would give 0 * -inf)."""
-    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    log_p = torch.log_softmax(x / temperature if temperature else x, -1)
-    return (log_p.exp() * log_p).sum(-1).neg_().tolist()
+from .spec import (PHASES, Generation, GenerationSpec, Sampling, check_generate_args, entropies, round_rule,  # noqa: F401
+                   tree_rule)
+from .spec import token_ids
+from .verify import padded_prefill, prefill_batch, tree_forward, verify_batch_unchecked
 
 
 _CUDA = torch.cuda.is_available()
@@ -97,66 +69,6 @@ class timed_phase:
     def __exit__(self, *exc) -> None:
         device_sync()
         self.timings[self.phase] += time.perf_counter() - self.start
-
-
-def tree_rule(drafter, tree) -> TreeRule:
-    """The ``rules.TreeRule`` a generation with ``drafter`` builds its trees by: ``tree`` (a rule,
-    a built-in's name or any callable, ``rules.as_rule``), or for None the drafter's own
-    (``rules.drafters_own``: "conditional" for a DFlash 2 drafter, else "unary"); ValueError
-    when the drafter cannot run it (``TreeRule.check_drafter``)."""
-    rule = as_rule(tree)
-    rule = drafters_own(drafter) if rule is None else rule
-    rule.check_drafter(drafter)
-    return rule
-
-
-def round_rule(rule: TreeRule, method: str) -> TreeRule:
-    """The rule a round of ``method`` calls: DDTree the rule itself, DFlash its linear draft (``chain``)."""
-    return rule.chain if method == "dflash" else rule
-
-
-def check_generate_args(target, drafter, prompt_ids, spec: GenerationSpec, budget, max_new_tokens,
-                        *, cost_model=None) -> torch.Tensor:
-    """What a valid ``spec`` still needs checked against the models, for one prompt (its
-    ``budget`` and ``max_new_tokens``), before any work; -> the prompt as LongTensor[T]."""
-    if spec.method != "ar" and drafter is not None:
-        tree_rule(drafter, spec.tree)
-    prompt = token_ids(prompt_ids, target.config.vocab_size, "prompt_ids")
-    if prompt.numel() == 0:
-        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
-    if spec.method != "ar":
-        _check_spec_args(target, drafter, budget, spec.block_size, cost_model)
-    _check_length(target, drafter, prompt.numel(), max_new_tokens, 0 if spec.method == "ar" else spec.block_size)
-    return prompt
-
-
-def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
-    """The drafter, budget and block size of a speculative method."""
-    if budget == "auto" and cost_model is None:
-        raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.plumbing.costs.cost_model)")
-    if drafter is None:
-        raise ValueError("a speculative method needs a drafter, got None")
-    if drafter.cfg.vocab_size != target.config.vocab_size:
-        raise ValueError(f"drafter vocab ({drafter.cfg.vocab_size}) must equal the target's "
-                         f"({target.config.vocab_size})")
-    if not 2 <= block_size <= drafter.cfg.block_size:
-        raise ValueError(f"block_size must be an int in [2, {drafter.cfg.block_size}] "
-                         f"(the drafter was trained at {drafter.cfg.block_size}), got {block_size!r}")
-
-
-def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: int) -> None:
-    """prompt + max_new_tokens (+ one draft block) must fit the models' positions."""
-    limit = target.config.max_position_embeddings
-    if drafter is not None and block_size:
-        limit = min(limit, drafter.cfg.max_positions)
-    most = limit - prompt_len - block_size
-    if most < 1:
-        raise ValueError(f"prompt_ids ({prompt_len} tokens) leave no room for new tokens in the model's "
-                         f"{limit} positions" + (f" (with a block of {block_size})" if block_size else ""))
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= most:
-        raise ValueError(f"max_new_tokens must be an int in [1, {most}] (the model's {limit} positions minus "
-                         f"the prompt's {prompt_len}" + (f" and one block of {block_size}" if block_size else "")
-                         + f"), got {max_new_tokens!r}")
 
 
 @torch.inference_mode()
@@ -212,6 +124,9 @@ def batch_tokens_per_s(gens: list[Generation]) -> float:
 def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_round) -> list[Generation]:
     """The checked prompts and spec -> one Generation per prompt; every one carries the batch's timings."""
     budgets, news = spec.per_prompt(len(prompts))
+    if not fast_loop_covers(target):
+        return _decode_by_reference(target, drafter, prompts, spec, budgets, news, cost_model=cost_model,
+                                    on_round=on_round)
     s = spec.sampling
     rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings
@@ -229,6 +144,37 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     for g, n in zip(gens, news):
         g.tokens, g.entropies, g.timings = g.tokens[:n], g.entropies[:n], dict(clock.timings)
     return gens
+
+
+def fast_loop_covers(target) -> bool:
+    """Whether this loop runs every layer of ``target``: softmax attention, and recurrent layers
+    of the classes it routes (``adapter.GDN_CLASSES``). Another recurrent family (KDA, Mamba,
+    short conv, lightning attention, OLMo's GDN: ``families``) runs the specification instead."""
+    return all(isinstance(m, adapter.GDN_CLASSES) for m, _ in families.recurrent_mixers(target).values())
+
+
+def _decode_by_reference(target, drafter, prompts, spec, budgets, news, *, cost_model, on_round) -> list[Generation]:
+    """The loud fallback: prompt by prompt, ``reference.reference_generate`` (exact, lossless, one
+    stock step per tree node), sequence b seeded ``seed + b`` as this loop seeds it."""
+    names = sorted({type(m).__name__ for m, _ in families.recurrent_mixers(target).values()})
+    if on_round is not None:
+        raise ValueError(f"on_round needs the fast loop, which does not yet run {', '.join(names)}")
+    if names not in _WARNED:
+        _WARNED.append(names)
+        warnings.warn(f"the fast loop does not yet run {', '.join(names)}: generating with the specification "
+                      f"(core/reference.py: exact and lossless, one stock step per tree node, slow)", stacklevel=3)
+    from .reference import reference_generate  # the fast loop imports the specification only here
+    gens = [reference_generate(target, drafter, p, replace(spec, budget=b, max_new_tokens=n,
+                                                           sampling=replace(spec.sampling, seed=spec.sampling.seed + i)),
+                               cost_model=cost_model)
+            for i, (p, b, n) in enumerate(zip(prompts, budgets, news))]
+    total = sum(g.timings["total"] for g in gens)
+    for g in gens:
+        g.timings["total"] = total
+    return gens
+
+
+_WARNED: list = []
 
 
 @dataclass(frozen=True)

@@ -28,12 +28,12 @@ from transformers import (AutoConfig, AutoModelForCausalLM, DeepseekV3Config, De
                           Qwen3_5TextConfig)
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-from . import adapter
+from . import adapter, families
 from .adapter import decoder_layers
 from .threads import apply_rule
 
 ARCHS = ("gdn", "mla")            # the shipped pairs
-LABELS = ARCHS + ("attention",)  # what ``arch_of`` names (attention: Qwen3, Llama, ...)
+LABELS = tuple(dict.fromkeys(ARCHS + ("attention",) + families.FAMILY_NAMES))  # what ``arch_of`` names (attention: Qwen3, Llama, ...; a recurrent family)
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,21 @@ TOY_PRESETS: dict[str, TargetConfig] = {
 }
 
 
-# the linear-attention (GDN) layer classes the adapter routes through the tree paths
-# (``adapter.GDN_CLASSES``, ``adapter.route_gdn_trees``): Qwen3.5's, Qwen3.5-MoE's, Qwen3-Next's;
-# any other recurrent layer would leak between branches
-GDN_LAYERS = tuple(cls.__name__ for cls in adapter.GDN_CLASSES)
-LAYER_TYPES = ("full_attention", "linear_attention")  # the ``config.layer_types`` the lab verifies
-VERIFIED = f"the lab verifies softmax attention layers (layer types {LAYER_TYPES}) and the GDN layers {GDN_LAYERS} exactly"
-SSM_CLASS = re.compile(r"Mamba|SSM|Ssm|Mixer")  # a state-space mixer's class (FalconH1Mixer, JambaMambaMixer, ...)
+LAYER_TYPES = ("full_attention", "attention", "hybrid")  # ``config.layer_types`` of softmax attention (hybrid: FalconH1)
+
+
+def verified() -> str:
+    """What the lab verifies exactly, for refusals: softmax attention, and the recurrent layers of
+    each family in ``families.REGISTRY`` (read from the registry, never a list kept here)."""
+    fams = {}
+    for cls, fam in sorted(families.REGISTRY.items()):
+        fams.setdefault(families.name_of(fam), []).append(cls)
+    listed = "; ".join(f"{name}: {', '.join(classes)}" for name, classes in fams.items())
+    return (f"the lab verifies softmax attention layers (any form: MHA, GQA, MLA; layer types {LAYER_TYPES}) and the "
+            f"recurrent layers of these families exactly ({listed})")
+
+
+SSM_CLASS = re.compile(r"Mamba|SSM|Ssm|Mixer|ShortConv|Lightning|DeltaNet|DeltaAttention")  # a recurrent mixer's class
 
 
 def layer_kinds(model) -> list[str]:
@@ -165,30 +173,30 @@ def _window(cfg) -> int | None:
 
 
 def _layer_kind(model, i: int, layer, layer_type: str) -> str:
-    """'attention' or 'gdn' for decoder layer ``i`` of ``config.layer_types`` type ``layer_type``
-    (default 'full_attention'), else the ``ValueError`` that names why it cannot be exact."""
+    """'attention', or the family name of the layer's recurrent mixer (``families.REGISTRY``,
+    by class: 'gdn', 'kda', 'mamba2', ...), for decoder layer ``i`` of ``config.layer_types``
+    type ``layer_type`` (default 'full_attention'), else the ``ValueError`` that names why it
+    cannot be exact."""
     where = f"{type(model).__name__}: layer {i} ({type(layer).__name__}"
-    ssm = [f"{type(m).__name__} in `{n}`" for n, m in layer.named_children() if SSM_CLASS.search(type(m).__name__)]
-    if ssm:
-        raise ValueError(f"{where}) holds a Mamba / SSM mixer ({ssm[0]}): its recurrent state is not routed "
-                         f"through the tree, so branches would leak into each other; {VERIFIED}")
-    linear, attn = getattr(layer, "linear_attn", None), getattr(layer, "self_attn", None)
+    fam = next((f for m in layer.modules() if (f := families.family_of(m)) is not None), None)
+    if fam is not None:
+        return families.name_of(fam)
+    recurrent = [f"{type(m).__name__} in `{n}`" for n, m in layer.named_children() if SSM_CLASS.search(type(m).__name__)]
+    if recurrent:
+        raise ValueError(f"{where}) holds a recurrent mixer ({recurrent[0]}) of no family the lab has: its state "
+                         f"would leak between a tree's branches; {verified()}")
+    attn = getattr(layer, "self_attn", None) or next(
+        (m for m in layer.children() if type(m).__name__.endswith("Attention")), None)  # Nemotron-H: ``mixer``
     window = getattr(attn, "sliding_window", None)
     if layer_type == "sliding_attention" or (window is not None and window < model.config.max_position_embeddings):
         raise ValueError(f"{where}): layer type {layer_type!r} is not supported: its sliding window of "
                          f"{window or _window(model.config)} tokens needs a windowed tree mask, and the lab's is full "
-                         f"causal attention, so DDTree would not equal AR; {VERIFIED}")
+                         f"causal attention, so DDTree would not equal AR; {verified()}")
     if layer_type not in LAYER_TYPES:
-        raise ValueError(f"{where}): layer type {layer_type!r} (config.layer_types) is not supported: {VERIFIED}")
-    # a 'linear_attention' layer is recurrent whatever its attribute is called (Kimi Linear's
-    # KDA layer sits in ``self_attn``): only a routed GDN class is verified exactly
-    if linear is not None and any(c.__name__ in GDN_LAYERS for c in type(linear).__mro__):  # routed: a subclass
-        return "gdn"
-    if linear is None and layer_type != "linear_attention" and attn is not None:
+        raise ValueError(f"{where}): layer type {layer_type!r} (config.layer_types) is not supported: {verified()}")
+    if attn is not None:
         return "attention"
-    mixer = linear if linear is not None else attn
-    raise ValueError(f"{type(model).__name__}: layer {i} ({type(mixer if mixer is not None else layer).__name__}) "
-                     f"is not supported: {VERIFIED}")
+    raise ValueError(f"{where}) is not supported: no attention and no recurrent mixer of a known family; {verified()}")
 
 
 def arch_of(model) -> str:
@@ -197,8 +205,9 @@ def arch_of(model) -> str:
     (DeepSeek-V3, Kimi K2: the config has ``kv_lora_rank``), else 'attention' (Qwen3, Qwen3-MoE,
     Llama, ...). An unsupported layer is a ``ValueError`` naming it."""
     kinds = layer_kinds(model)
-    if "gdn" in kinds:
-        return "gdn"
+    recurrent = [k for k in kinds if k != "attention"]
+    if recurrent:
+        return recurrent[0]
     return "mla" if getattr(model.config, "kv_lora_rank", None) else "attention"
 
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, replace
 
+import torch
+
 from .gdn_layer import GdnMode, gdn_mode as as_gdn_mode
-from .rules import TreeRule, Walk, as_rule, as_walk
+from .rules import TreeRule, Walk, as_rule, as_walk, drafters_own
 
 METHODS = ("ar", "dflash", "ddtree")
 MAX_BUDGET = 1024
@@ -162,3 +164,109 @@ def _per_prompt(name: str, value, count: int) -> list:
             raise ValueError(f"{name} must be one value or a list of {count} (one per prompt), got {len(value)} values")
         return list(value)
     return [value] * count
+
+
+# --- what a generation returns, and the checks it needs against the models ---------------
+PHASES = ("draft", "tree", "verify", "accept", "commit")
+
+
+@dataclass
+class Generation:
+    """tokens: new tokens; acceptance_lengths: accepted draft tokens + 1 per round;
+    tree_sizes: draft nodes verified per round; timings: seconds per phase and total;
+    entropies: per new token, the entropy (nats) of the target distribution it was chosen
+    from, softmax(logits / T) (at T = 0: softmax(logits), the target's own uncertainty)."""
+    tokens: list[int] = field(default_factory=list)
+    acceptance_lengths: list[int] = field(default_factory=list)
+    tree_sizes: list[int] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES + ("prefill", "total"), 0.0))
+
+    @property
+    def tau(self) -> float:
+        """Mean acceptance length (accepted draft tokens + 1 per target forward)."""
+        return sum(self.acceptance_lengths) / max(1, len(self.acceptance_lengths))
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / max(self.timings["total"], 1e-12)
+
+
+def entropies(logits: torch.Tensor, temperature: float) -> list[float]:
+    """Entropy in nats of softmax(logits / T) per row of logits [n, V] (T = 0 reads as 1), in
+    the logits' precision, at least float32 (finite logits: a -inf logit would give 0 * -inf)."""
+    x = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    log_p = torch.log_softmax(x / temperature if temperature else x, -1)
+    return (log_p.exp() * log_p).sum(-1).neg_().tolist()
+
+
+def tree_rule(drafter, tree) -> TreeRule:
+    """The ``rules.TreeRule`` a generation with ``drafter`` builds its trees by: ``tree`` (a rule,
+    a built-in's name or any callable, ``rules.as_rule``), or for None the drafter's own
+    (``rules.drafters_own``: "conditional" for a DFlash 2 drafter, else "unary"); ValueError
+    when the drafter cannot run it (``TreeRule.check_drafter``)."""
+    rule = as_rule(tree)
+    rule = drafters_own(drafter) if rule is None else rule
+    rule.check_drafter(drafter)
+    return rule
+
+
+def round_rule(rule: TreeRule, method: str) -> TreeRule:
+    """The rule a round of ``method`` calls: DDTree the rule itself, DFlash its linear draft (``chain``)."""
+    return rule.chain if method == "dflash" else rule
+
+
+def check_generate_args(target, drafter, prompt_ids, spec: GenerationSpec, budget, max_new_tokens,
+                        *, cost_model=None) -> torch.Tensor:
+    """What a valid ``spec`` still needs checked against the models, for one prompt (its
+    ``budget`` and ``max_new_tokens``), before any work; -> the prompt as LongTensor[T]."""
+    if spec.method != "ar" and drafter is not None:
+        tree_rule(drafter, spec.tree)
+    prompt = token_ids(prompt_ids, target.config.vocab_size, "prompt_ids")
+    if prompt.numel() == 0:
+        raise ValueError("prompt_ids must hold at least 1 token, got an empty prompt")
+    if spec.method != "ar":
+        _check_spec_args(target, drafter, budget, spec.block_size, cost_model)
+    _check_length(target, drafter, prompt.numel(), max_new_tokens, 0 if spec.method == "ar" else spec.block_size)
+    return prompt
+
+
+def _check_spec_args(target, drafter, budget, block_size, cost_model) -> None:
+    """The drafter, budget and block size of a speculative method."""
+    if budget == "auto" and cost_model is None:
+        raise ValueError("budget='auto' needs cost_model (ddtree_lab.experiments.plumbing.costs.cost_model)")
+    if drafter is None:
+        raise ValueError("a speculative method needs a drafter, got None")
+    if drafter.cfg.vocab_size != target.config.vocab_size:
+        raise ValueError(f"drafter vocab ({drafter.cfg.vocab_size}) must equal the target's "
+                         f"({target.config.vocab_size})")
+    if not 2 <= block_size <= drafter.cfg.block_size:
+        raise ValueError(f"block_size must be an int in [2, {drafter.cfg.block_size}] "
+                         f"(the drafter was trained at {drafter.cfg.block_size}), got {block_size!r}")
+
+
+def _check_length(target, drafter, prompt_len: int, max_new_tokens, block_size: int) -> None:
+    """prompt + max_new_tokens (+ one draft block) must fit the models' positions."""
+    limit = target.config.max_position_embeddings
+    if drafter is not None and block_size:
+        limit = min(limit, drafter.cfg.max_positions)
+    most = limit - prompt_len - block_size
+    if most < 1:
+        raise ValueError(f"prompt_ids ({prompt_len} tokens) leave no room for new tokens in the model's "
+                         f"{limit} positions" + (f" (with a block of {block_size})" if block_size else ""))
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or not 1 <= max_new_tokens <= most:
+        raise ValueError(f"max_new_tokens must be an int in [1, {most}] (the model's {limit} positions minus "
+                         f"the prompt's {prompt_len}" + (f" and one block of {block_size}" if block_size else "")
+                         + f"), got {max_new_tokens!r}")
+
+
+def token_ids(ids, vocab_size: int, name: str = "ids") -> torch.Tensor:
+    """``ids`` (a list, array or tensor of integers) as LongTensor[T]; refuses floats and bools
+    (a float prompt is not token ids) and ids outside [0, vocab_size)."""
+    t = torch.as_tensor(ids)
+    if t.numel() and (t.dtype == torch.bool or t.is_floating_point() or t.is_complex()):
+        raise ValueError(f"{name} must be integer token ids, got dtype {t.dtype}")
+    t = t.to(torch.long).reshape(-1)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
+        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {int(t.min())} max {int(t.max())}")
+    return t

@@ -40,6 +40,7 @@ from transformers import DynamicCache
 from . import adapter, batched
 from .cache import Pending, TreeCache, batch_of_rows, check_cache, empty_cache, held_batch, hold_rows
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
+from .spec import token_ids  # noqa: F401  (verify.token_ids: its old name)
 from .tree import DraftTree, ancestor_mask, ancestor_mask_from_parents, chain_tree, position_ids
 
 GDN_MODES = MODE_NAMES
@@ -267,18 +268,6 @@ def _empty_forward(model, feature_layers) -> Forward:
     width = len(feature_layers) * model.config.hidden_size
     return Forward(p.new_zeros(0, model.config.vocab_size),
                    p.new_zeros(0, width) if feature_layers else None)
-
-
-def token_ids(ids, vocab_size: int, name: str = "ids") -> torch.Tensor:
-    """``ids`` (a list, array or tensor of integers) as LongTensor[T]; refuses floats and bools
-    (a float prompt is not token ids) and ids outside [0, vocab_size)."""
-    t = torch.as_tensor(ids)
-    if t.numel() and (t.dtype == torch.bool or t.is_floating_point() or t.is_complex()):
-        raise ValueError(f"{name} must be integer token ids, got dtype {t.dtype}")
-    t = t.to(torch.long).reshape(-1)
-    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
-        raise ValueError(f"{name} must hold token ids in [0, {vocab_size}), got min {int(t.min())} max {int(t.max())}")
-    return t
 
 
 def _check_ids(model, ids, name) -> torch.Tensor:

@@ -24,6 +24,7 @@ from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 from . import data
 from .checkpoints import ckpt_path, store_curve, write_manifest
 from .corpus import build_corpus
+from ..core.families.tiny import FAMILY_CLASSES, build_tiny
 from ..core.models import PRESETS, TOY_PRESETS, build_target, count_parameters, load_target
 from .loop import TrainConfig, lm_eval_loss, lm_loss_fn, train
 
@@ -96,15 +97,23 @@ TINY_TRAIN = TrainConfig(max_tokens=10 ** 9, batch_size=16, seq_len=128, lr=3e-3
                          time_schedule=True, eval_every=100)
 
 
-def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0) -> dict:
-    """A target of one's own in one call (``ddtree-lab tiny-target``): a ``Qwen3ForCausalLM``
-    built from a transformers ``Qwen3Config`` (``TINY_QWEN3``), trained for ``minutes`` of wall
+def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "attention") -> dict:
+    """A target of one's own in one call (``ddtree-lab tiny-target``): for ``family`` "attention" a
+    ``Qwen3ForCausalLM`` built from a transformers ``Qwen3Config`` (``TINY_QWEN3``), else the hybrid
+    class of that recurrent family (``families.tiny.FAMILY_CLASSES``: "gdn" Qwen3.5, "kda" Kimi
+    Linear, "mamba2" Nemotron-H, "short_conv" LFM2) at width 64; trained for ``minutes`` of wall
     clock on the lab's stdlib corpus (0: random weights), saved as a user's checkpoint is:
     ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the transformers way), no
     lab manifest. -> {'architecture', 'parameters', 'final_val_loss', 'steps', 'train_time_s'}."""
+    if family not in FAMILY_CLASSES:
+        raise ValueError(f"family must be one of {sorted(FAMILY_CLASSES)}, got {family!r}")
     tok = data.load_tokenizer()
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=tok.get_vocab_size(), **TINY_QWEN3))
+    if family == "attention":
+        model = Qwen3ForCausalLM(Qwen3Config(vocab_size=tok.get_vocab_size(), **TINY_QWEN3))
+    else:
+        model = build_tiny(FAMILY_CLASSES[family], vocab_size=tok.get_vocab_size(), width=64, dtype=torch.float32,
+                           seed=seed)
     corpus = data.tokenized_corpus(tok)
     cfg, st = TINY_TRAIN, {"step": 0, "elapsed_s": 0.0}
     if minutes > 0:

@@ -15,8 +15,9 @@ attention, MoE with a shared expert). For each:
 - speculative decoding (DFlash and DDTree, T = 0, every GDN mode) equals AR, with a random
   drafter sized for the target;
 - ``load_target`` reads the class from config.json.
-Recurrent layers the adapter does not route (Kimi Linear's KDA, which sits in ``self_attn``;
-OLMo-Hybrid's GDN variant) and sliding-window attention are refused before any work.
+Recurrent layers of a family the lab lacks (here: Kimi Linear's KDA or OLMo-Hybrid's GDN with its
+registry entry removed; every hybrid class has its family, ``core/families``) and sliding-window
+attention are refused before any work.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
-from ddtree_lab.core import adapter, harness, naive
+from ddtree_lab.core import adapter, families, harness, naive
 from ddtree_lab.core.cache import commit
 from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
@@ -220,14 +221,17 @@ def test_load_target_reads_the_class_from_config_json(model_type, tmp_path):
 
 
 @pytest.mark.parametrize("model_type", sorted(REFUSED))
-def test_unrouted_recurrent_layers_are_refused_naming_the_class(model_type, tmp_path):
+def test_recurrent_layers_of_a_family_the_lab_lacks_are_refused_naming_the_class(model_type, tmp_path, monkeypatch):
+    """Every hybrid class transformers ships has its family now (``families``); one without (its
+    registry entry removed here) is refused before any weight is read, naming the class."""
     cls, extra = REFUSED[model_type]
+    monkeypatch.setattr(families, "REGISTRY", {k: v for k, v in families.REGISTRY.items() if k != cls})
     m = tiny(model_type, **extra)
-    with pytest.raises(ValueError, match=f"layer 0 \\({cls}\\) is not supported"):
+    with pytest.raises(ValueError, match=f"layer 0 .*\({cls} in `\w+`\) of no family the lab has"):
         arch_of(m)
     m.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not weights")  # refused before any loading
-    with pytest.raises(ValueError, match=f"{type(m).__name__}: layer 0 \\({cls}\\)"):
+    with pytest.raises(ValueError, match=f"{type(m).__name__}: layer 0 .*{cls}"):
         load_target(tmp_path)
 
 
