@@ -645,3 +645,43 @@ def projection_rebuilt(stored: pd.DataFrame, rebuilt: pd.DataFrame) -> Claim:
         if same else math.inf
     return Claim("the stored projection is rebuilt from the stores", "same rows, relative difference < 1e-5 "
                  "(the table's 6 significant digits)", f"{len(rebuilt)} rows, {rel:.1e}", bool(same and rel < 1e-5))
+
+
+# ----------------------------------------------------------------------------- 11
+
+def families_naive_exact_before_branch(leak, departs=("JambaForCausalLM",)) -> Claim:
+    """The naive verify (one stock forward of the flattened tree) equals each node's own path
+    before the first branch, in every class but ``departs`` (whose stock forward of several tokens
+    on a cache departs from its own decode: Jamba's scan starts from a zero state)."""
+    rows = leak[~leak.after_branch & ~leak["class"].isin(departs)]
+    worst = float(rows.max_dlogit.max()) if len(rows) else float("nan")
+    return Claim("the naive verify is exact before the first branch, every family",
+                 "max |dlogit| <= 1e-6 on every class", f"{worst:.1e} over {rows['class'].nunique()} classes",
+                 len(rows) > 0 and worst <= 1e-6)
+
+
+def families_naive_leaks(leak) -> Claim:
+    """After the first branch the naive verify departs from the node's own path, in every class."""
+    per = leak[leak.after_branch].groupby("class").max_dlogit.max()
+    got = f"smallest {per.min():.1e} ({per.idxmin()}), {len(per)} classes" if len(per) else "no branched node"
+    return Claim("the naive verify leaks after the first branch, in every hybrid class",
+                 "max |dlogit| > 1e-4 in every class", got, len(per) > 0 and bool((per > 1e-4).all()))
+
+
+def families_exact_equal_ar(table) -> Claim:
+    """Exact tree verification's greedy output equals AR on every prompt, family and budget."""
+    exact = table[table["mode"] == "exact"]
+    low = float(exact.matches_ar.min()) if len(exact) else float("nan")
+    return Claim("exact tree verification equals AR, every family and budget", "share of prompts equal to AR: 1.00",
+                 f"min {low:.2f} over {len(exact)} (family, budget) rows", len(exact) > 0 and low == 1.0)
+
+
+def families_naive_departs(table) -> Claim:
+    """The leak is not only in the logits: the naive verify's output departs from AR on some
+    prompt of every family at the largest budget."""
+    top = table[(table["mode"] == "naive") & (table.budget == table.budget.max())]
+    worst = top.set_index("family").matches_ar
+    return Claim("the naive verify's output departs from AR in every family (largest budget)",
+                 "share of prompts equal to AR < 1 in every family",
+                 ", ".join(f"{f} {v:.2f}" for f, v in worst.items()) or "no row",
+                 len(worst) > 0 and bool((worst < 1).all()))

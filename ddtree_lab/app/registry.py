@@ -25,9 +25,9 @@ def notebooks(*numbers: str) -> tuple:
     return LAB + ("notebooks", *numbers)
 
 
-def module(study: str) -> tuple:
-    """The command that runs a study module (``python -m ddtree_lab.experiments.studies.NAME``)."""
-    return (sys.executable, "-m", f"ddtree_lab.experiments.studies.{study}")
+def module(study: str, *args: str) -> tuple:
+    """The command that runs a study module (``python -m ddtree_lab.experiments.studies.NAME ARGS``)."""
+    return (sys.executable, "-m", f"ddtree_lab.experiments.studies.{study}", *args)
 
 
 def script(name: str, *args: str) -> tuple:
@@ -98,6 +98,12 @@ EXPERIMENTS = (
                (module("expert_union"),), (), "cases"),
     Experiment("expert_auto", "expert-aware auto vs node-count auto and fixed budgets on the MLA target (timing)",
                ("expert_auto",), (), (module("expert_auto"),), (), "expert_auto"),
+    Experiment("family_leak", "notebook 11: the naive verify against each node's own path, every hybrid class "
+               "(tiny, random, float64)", (), ("family_leak.csv",), (module("families", "leak"),)),
+    Experiment("families", "notebook 11: naive vs exact tau by budget on one trained tiny target per recurrent "
+               "family", (), ("families.csv", "families_rows.jsonl"), (module("families", "tau"),)),
+    Experiment("family_cost", "notebook 11: each family's one-pass tree form vs the stock mixer on the same tokens "
+               "(timing)", (), ("family_cost.csv",), (module("families", "cost"),)),
     Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted, Kimi K2.6 "
                "and Qwen3.6-27B projected (a projection)", (), ("gpu_projection.csv",),
                (module("gpu_projection"),)),

@@ -56,9 +56,30 @@ TEXT_CLASSES = {"qwen3_5": qwen35.Qwen3_5ForCausalLM, "qwen3_5_text": qwen35.Qwe
 
 
 def gdn_modules(model) -> dict[int, torch.nn.Module]:
-    """{layer index: its Gated DeltaNet layer} (empty for attention-only models)."""
+    """{layer index: its Gated DeltaNet layer of ``GDN_CLASSES``} (empty for attention-only models;
+    OLMo-Hybrid's GDN, whose projections differ, runs through its family, ``family_modules``)."""
     return {i: layer.linear_attn for i, layer in enumerate(decoder_layers(model))
-            if getattr(layer, "linear_attn", None) is not None}
+            if isinstance(getattr(layer, "linear_attn", None), GDN_CLASSES)}
+
+
+def family_modules(model) -> dict[int, tuple]:
+    """{layer index: (mixer, family module)} of the recurrent layers the fast loop runs through
+    their family's one-pass tree form (``core/families``): every one not in ``GDN_CLASSES``."""
+    from . import families  # late: the families' gdn module imports this adapter
+    return {i: (m, fam) for i, (m, fam) in families.recurrent_mixers(model).items() if not isinstance(m, GDN_CLASSES)}
+
+
+def route_family_trees(model) -> dict[int, tuple]:
+    """Give every mixer of ``family_modules`` the tree route (``families.TreeRoute``), once; ->
+    ``family_modules(model)``."""
+    from . import families  # late: the families' gdn module imports this adapter
+    mods = _ROUTED_FAMILIES.get(model)
+    if mods is None:
+        mods = family_modules(model)
+        for m, _ in mods.values():
+            m.__class__ = families.route_class(type(m))
+        _ROUTED_FAMILIES[model] = mods
+    return mods
 
 
 class TreeRoute:
@@ -106,6 +127,7 @@ def route_gdn_trees(model) -> dict[int, torch.nn.Module]:
 
 
 _ROUTED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its routed GDN layers
+_ROUTED_FAMILIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its routed family mixers
 
 
 GROUPED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what transformers' grouped_mm takes
@@ -132,6 +154,7 @@ def loop_ready(model) -> Iterator[None]:
     Other models, and float64 ones (``grouped_mm`` takes float32 and 16-bit floats only: the
     float64 proofs keep the eager experts), are left as they are."""
     route_gdn_trees(model)
+    route_family_trees(model)
     before = experts_setting(model)
     if before is None or before == "grouped_mm" or next(model.parameters()).dtype not in GROUPED_DTYPES:
         yield
@@ -233,12 +256,19 @@ def gdn_output(m, o: torch.Tensor, z: torch.Tensor, dtype) -> torch.Tensor:
 
 # --- stock cache -> plain tensors --------------------------------------------------------
 def read_hf_cache(model, hf_cache, row: int = 0, first: int = 0) -> dict:
-    """{'kv': {layer: (keys, values)}, 'conv': {layer: [C, K]}, 'rec': {layer: [H, dk, dv]}} of
-    batch row ``row``, its attention rows from ``first`` on (a left-padded row's own)."""
-    out = {"kv": {}, "conv": {}, "rec": {}}
-    for i in attention_layer_ids(model):
-        layer = hf_cache.layers[i]
+    """{'kv': {layer: (keys, values)}, 'conv': {layer: [C, K]}, 'rec': {layer: [H, dk, dv]},
+    'states': {layer: a family's state}} of batch row ``row``, its attention rows from ``first``
+    on (a left-padded row's own): kv of every cache layer holding keys (attention in
+    ``self_attn``, Nemotron-H's ``mixer``, Zamba2's shared block, Falcon-H1's beside its Mamba),
+    conv / rec of the ``GDN_CLASSES`` layers, states of the other families' layers."""
+    out = {"kv": {}, "conv": {}, "rec": {}, "states": {}}
+    for i, layer in enumerate(hf_cache.layers):
+        if getattr(layer, "keys", None) is None or not getattr(layer, "is_initialized", False):
+            continue
         out["kv"][i] = tuple(t[row:row + 1, :, first:] for t in (layer.keys, layer.values))  # [1, h, T, d] (MLA: latents, h = 1)
+    from . import families  # late: the families' gdn module imports this adapter
+    for i, (_, fam) in family_modules(model).items():
+        out["states"][i] = families.state_of(fam, hf_cache, i, row)
     for i in gdn_modules(model):
         out["conv"][i] = hf_cache.get_conv_state(i)[row].clone()       # [C, K]
         out["rec"][i] = hf_cache.get_recurrent_state(i)[row].clone()   # [H, dk, dv]

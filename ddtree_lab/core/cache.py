@@ -21,7 +21,9 @@ from typing import Callable
 
 import torch
 
-from . import adapter, batched, gdn_tree
+from transformers import DynamicCache
+
+from . import adapter, batched, families, gdn_tree
 from .tree import DraftTree, leading_rows
 
 
@@ -35,6 +37,7 @@ class Pending:
     mode: object
     gdn: dict
     rescore: Callable
+    recurrent: dict = field(default_factory=dict)  # {layer: (mixer, family, record)}: the other families' layers
 
 
 @dataclass(eq=False)
@@ -43,6 +46,8 @@ class TreeCache:
 
     kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
     conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
+    states: {layer: its family's state} for the recurrent layers of the other families
+      (``core/families``: KDA, Mamba2, short conv, Mamba, OLMo's GDN), values never written
     pending: what the last verify left for ``commit`` (a ``Pending``)
     buffers: {(attention layer, 0 keys / 1 values): [1, h, capacity, d]}, this cache's own
       buffers; where one is held, ``kv``'s tensor of it is a view of its first rows, and a
@@ -58,6 +63,7 @@ class TreeCache:
     kv: dict = field(default_factory=dict)
     conv: dict = field(default_factory=dict)
     rec: dict = field(default_factory=dict)
+    states: dict = field(default_factory=dict)
     pending: Pending | None = None
     buffers: dict = field(default_factory=dict)
     batch_rows: dict = field(default_factory=dict)
@@ -99,7 +105,7 @@ class TreeCache:
         """A copy to spend on one verify + commit, leaving this cache as it is. Cheap: it
         shares the committed tensors, which no one writes (a cache writes only past its own
         length, and only into buffers it holds; the copy holds none)."""
-        return TreeCache(self.model_key, self.length, dict(self.kv), dict(self.conv), dict(self.rec))
+        return TreeCache(self.model_key, self.length, dict(self.kv), dict(self.conv), dict(self.rec), dict(self.states))
 
 
 def grown(kept: torch.Tensor, capacity: int, rows: int) -> torch.Tensor:
@@ -172,14 +178,29 @@ def model_key(model) -> tuple:
 
 
 def empty_cache(model) -> TreeCache:
-    """A cache with no rows: zero conv windows and recurrent states for every GDN layer."""
+    """A cache with no rows: zero conv windows and recurrent states for every GDN layer, and
+    every other family's state zeroed (its shapes read from a stock step of one token)."""
     cache = TreeCache(model_key(model))
     p = next(model.parameters())
     state_dtype = adapter.kernel_dtype(p.dtype)  # the stock kernels keep their states in it
     for i, m in adapter.gdn_modules(model).items():
         cache.conv[i] = p.new_zeros(m.conv_dim, m.conv_kernel_size)
         cache.rec[i] = torch.zeros(m.num_v_heads, m.head_k_dim, m.head_v_dim, dtype=state_dtype, device=p.device)
+    cache.states = _zero_states(model)
     return cache
+
+
+def _zero_states(model) -> dict:
+    """{layer: the family's state, zeroed} for the ``adapter.family_modules`` layers (empty: none)."""
+    mods = adapter.family_modules(model)
+    if not mods:
+        return {}
+    hf = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device), past_key_values=hf,
+              use_cache=True)
+    zero = {i: families.state_of(fam, hf, i) for i, (_, fam) in mods.items()}
+    return {i: {k: {j: torch.zeros_like(t) for j, t in part.items()} for k, part in s.items()} for i, s in zero.items()}
 
 
 def check_cache(model, cache) -> None:
@@ -200,7 +221,7 @@ def _check_path(cache: TreeCache, tree: DraftTree, path) -> torch.Tensor:
 def _rescore_if_leaked(model, cache: TreeCache, tree: DraftTree, idx: torch.Tensor) -> torch.Tensor:
     """A mode that leaked (naive) with a branched path: verify the accepted path again as a
     chain; -> new idx."""
-    if cache.pending.gdn and cache.pending.mode.needs_rescore(idx):
+    if (cache.pending.gdn or cache.pending.recurrent) and cache.pending.mode.needs_rescore(idx):
         return cache.pending.rescore(model, cache, tree, idx)
     return idx
 
@@ -257,6 +278,8 @@ def commit_batch(model, caches: list[TreeCache], trees: list[DraftTree], paths: 
         for i in layers:
             _commit_layer_each(caches, i, [c.pending.gdn[i] for c in caches], idxs)
     for c, idx in zip(caches, idxs):
+        for i, (m, fam, record) in c.pending.recurrent.items():
+            c.states[i] = families.commit_state(fam, m, record, idx.tolist())
         c.length += idx.numel()
         c.pending = None
 

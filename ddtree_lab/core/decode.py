@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import adapter, families, tree as tree_mod
+from . import families, tree as tree_mod
 from .adapter import loop_ready
 from .allocate import auto_trees
 from .compiled import compiled_module, compiled_tree_forward
@@ -125,7 +125,7 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     """The checked prompts and spec -> one Generation per prompt; every one carries the batch's timings."""
     budgets, news = spec.per_prompt(len(prompts))
     if not fast_loop_covers(target):
-        return _decode_by_reference(target, drafter, prompts, spec, budgets, news, cost_model=cost_model,
+        return _decode_by_specification(target, drafter, prompts, spec, budgets, news, cost_model=cost_model,
                                     on_round=on_round)
     s = spec.sampling
     rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
@@ -147,13 +147,14 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
 
 
 def fast_loop_covers(target) -> bool:
-    """Whether this loop runs every layer of ``target``: softmax attention, and recurrent layers
-    of the classes it routes (``adapter.GDN_CLASSES``). Another recurrent family (KDA, Mamba,
-    short conv, lightning attention, OLMo's GDN: ``families``) runs the specification instead."""
-    return all(isinstance(m, adapter.GDN_CLASSES) for m, _ in families.recurrent_mixers(target).values())
+    """Whether this loop runs every layer of ``target``: softmax attention, the GDN classes the
+    adapter routes (``adapter.GDN_CLASSES``) and every family whose layers it routes to their
+    one-pass tree form (``families.runs_in_fast_loop``: all but MiniMax's lightning attention,
+    whose forward refuses any cache but its own). Otherwise ``generate`` runs the specification."""
+    return all(families.runs_in_fast_loop(fam) for _, fam in families.recurrent_mixers(target).values())
 
 
-def _decode_by_reference(target, drafter, prompts, spec, budgets, news, *, cost_model, on_round) -> list[Generation]:
+def _decode_by_specification(target, drafter, prompts, spec, budgets, news, *, cost_model, on_round) -> list[Generation]:
     """The loud fallback: prompt by prompt, ``reference.reference_generate`` (exact, lossless, one
     stock step per tree node), sequence b seeded ``seed + b`` as this loop seeds it."""
     names = sorted({type(m).__name__ for m, _ in families.recurrent_mixers(target).values()})
@@ -163,7 +164,7 @@ def _decode_by_reference(target, drafter, prompts, spec, budgets, news, *, cost_
         _WARNED.append(names)
         warnings.warn(f"the fast loop does not yet run {', '.join(names)}: generating with the specification "
                       f"(core/reference.py: exact and lossless, one stock step per tree node, slow)", stacklevel=3)
-    from .reference import reference_generate  # the fast loop imports the specification only here
+    from .reference import reference_generate  # late: the specification imports spec, which decode re-exports
     gens = [reference_generate(target, drafter, p, replace(spec, budget=b, max_new_tokens=n,
                                                            sampling=replace(spec.sampling, seed=spec.sampling.seed + i)),
                                cost_model=cost_model)

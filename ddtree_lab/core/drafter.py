@@ -238,6 +238,18 @@ class ContextCache:
         return out[0], out[1]
 
 
+FINAL_NORMS = ("norm", "final_layernorm", "norm_f", "embedding_norm")  # Qwen / Llama, Bamba / Jamba, Nemotron-H, LFM2
+
+
+def final_norm(target) -> nn.Module:
+    """The target's last norm before its head, under whichever name its class gives it."""
+    for name in FINAL_NORMS:
+        norm = getattr(target.model, name, None)
+        if norm is not None:
+            return norm
+    raise ValueError(f"{type(target).__name__} has no final norm named one of {FINAL_NORMS}")
+
+
 class DFlashDrafter(nn.Module):
     """The lab's handle on a published ``dflash.DFlashDraftModel`` (``.model``, the only
     trained weights) and the target's frozen embedding and LM head (borrowed, never saved)."""
@@ -253,10 +265,10 @@ class DFlashDrafter(nn.Module):
         """A fresh (random-init) published model; its output norm starts at the target's output
         scale (its final norm's gain)."""
         drafter = cls(DFlashDraftModel(cfg.qwen3_config()), target)
+        norm = final_norm(target)
         with torch.no_grad():
-            ones = torch.ones(1, cfg.hidden_size, dtype=target.model.norm.weight.dtype,
-                              device=target.model.norm.weight.device)
-            drafter.model.norm.weight.copy_(target.model.norm(ones)[0].float())
+            ones = torch.ones(1, cfg.hidden_size, dtype=norm.weight.dtype, device=norm.weight.device)
+            drafter.model.norm.weight.copy_(norm(ones)[0].float())
         return drafter
 
     def attach_target(self, target) -> None:

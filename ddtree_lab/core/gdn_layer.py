@@ -99,6 +99,7 @@ class GdnMode:
     name: str = "wy"
     exact: ClassVar[bool] = True
     batched: ClassVar[bool] = True
+    forks: ClassVar[bool] = False  # every node's state from its parent's by the plain step (the other families too)
 
     def parents(self, tree) -> torch.Tensor:
         """The parents [N+1] the GDN layers use for ``tree``."""
@@ -144,6 +145,7 @@ class ForkMode(GdnMode):
     form (``batched`` False: ``tree_layer`` per sequence)."""
     name: str = "fork"
     batched: ClassVar[bool] = False
+    forks: ClassVar[bool] = True
 
     def core(self, q, k, v, g, beta, parents, *, depths, S0, anc):
         o, states = gdn_tree.gated_delta_fork(q, k, v, g, beta, parents, depths=depths, S0=S0)

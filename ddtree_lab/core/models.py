@@ -120,12 +120,10 @@ LAYER_TYPES = ("full_attention", "attention", "hybrid")  # ``config.layer_types`
 def verified() -> str:
     """What the lab verifies exactly, for refusals: softmax attention, and the recurrent layers of
     each family in ``families.REGISTRY`` (read from the registry, never a list kept here)."""
-    fams = {}
-    for cls, fam in sorted(families.REGISTRY.items()):
-        fams.setdefault(families.name_of(fam), []).append(cls)
-    listed = "; ".join(f"{name}: {', '.join(classes)}" for name, classes in fams.items())
+    names = sorted({families.name_of(f) for f in families.REGISTRY.values()})
     return (f"the lab verifies softmax attention layers (any form: MHA, GQA, MLA; layer types {LAYER_TYPES}) and the "
-            f"recurrent layers of these families exactly ({listed})")
+            f"recurrent layers of the families {', '.join(names)} exactly (their classes: "
+            f"ddtree_lab.core.families.REGISTRY)")
 
 
 SSM_CLASS = re.compile(r"Mamba|SSM|Ssm|Mixer|ShortConv|Lightning|DeltaNet|DeltaAttention")  # a recurrent mixer's class
@@ -291,11 +289,12 @@ def kernel_notices(model) -> None:
     log = logging.getLogger("transformers.integrations.hub_kernels")
     if next(model.parameters()).device.type != "cpu":
         log.removeFilter(_CPU_NOTICES)
-    elif _CPU_NOTICES not in log.filters and arch_of(model) == "gdn":
+    elif _CPU_NOTICES not in log.filters and arch_of(model) not in ("mla", "attention"):  # any recurrent family
         log.addFilter(_CPU_NOTICES)
         if log.isEnabledFor(logging.WARNING):
-            print("ddtree-lab: silenced transformers' warnings that causal_conv1d and flash-linear-attention are not "
-                  "installed: both are GPU kernels, and on the CPU the GDN layers run transformers' PyTorch reference",
+            print("ddtree-lab: silenced transformers' warnings that causal_conv1d, mamba_ssm and flash-linear-attention "
+                  "are not installed: all are GPU kernels, and on the CPU the recurrent layers run transformers' PyTorch "
+                  "reference",
                   file=sys.stderr)
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from . import adapter, batched
+from . import adapter, batched, families
 from .cache import Pending, TreeCache, batch_of_rows, check_cache, empty_cache, held_batch, hold_rows
 from .gdn_layer import MODE_NAMES, GdnMode, gdn_mode as as_mode, tree_layer_batch
 from .spec import token_ids  # noqa: F401  (verify.token_ids: its old name)
@@ -209,6 +209,7 @@ def _cache_of(model, state: dict, length: int) -> TreeCache:
     cache.kv = state["kv"]
     cache.conv.update(state["conv"])
     cache.rec.update(state["rec"])
+    cache.states.update(state["states"])
     cache.length = length
     return cache
 
@@ -312,10 +313,12 @@ class TreeBatch:
     mode: GdnMode
     layer: object = tree_layer_batch  # or its plain twin ``naive.tree_layer_batch``
     records: list[dict] = field(init=False)
+    recurrent: list[dict] = field(init=False)  # per sequence {layer: (mixer, family, record)}: the other families
     _where: tuple | None = field(init=False)  # B > 1: (sequence, column) LongTensor[M] each, M = B x T or N packed
 
     def __post_init__(self):
         self.records = [{} for _ in self.caches]
+        self.recurrent = [{} for _ in self.caches]
         B, T = len(self.caches), max(self.bufs.sizes)
         self._where = None
         if B > 1:  # a batch of one appends to its own buffer (``TreeCache.appended``)
@@ -378,6 +381,23 @@ class TreeBatch:
         return out
 
 
+    def recurrent_tree_layer(self, m, hidden_states: torch.Tensor):
+        """A recurrent layer of another family (``core/families``) on the trees, sequence by
+        sequence: its one-pass ``tree`` form (fork mode: the plain fork) over the parents the
+        mode gives (naive: a chain) -> the stock mixer's output for hidden_states [B, T, D]
+        (packed: [1, N, D]); each sequence's record kept for ``cache.commit``."""
+        fam, i = families.family_of(m), m.layer_idx
+        B, T = len(self.caches), max(self.bufs.sizes)
+        h = hidden_states if self.bufs.rows is None else batched.unpack(hidden_states, self.bufs.rows, B, T, 1)
+        out = torch.zeros_like(h)
+        for b, (c, n, buf) in enumerate(zip(self.caches, self.bufs.sizes, self.bufs.per_tree)):
+            out[b, :n], record = families.tree_forward(fam, m, h[b, :n], c.states[i], buf.gdn_parents, buf.gdn_anc,
+                                                       fork_nodes=self.mode.forks)
+            self.recurrent[b][i] = (m, fam, record)
+        out = out if self.bufs.rows is None else batched.pack(out, self.bufs.rows, 1)
+        return families.stock_output(fam, out)
+
+
 # ----------------------------------------------------------------------------- verify
 
 def tree_forward(model, view: TreeBatch, hidden: bool = False):
@@ -425,13 +445,14 @@ def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree
     positions of every tree valid for its cache and the model). greedy: every Forward also
     carries the argmax of its rows (``choice``), one argmax over the batch's logits."""
     gdn = adapter.route_gdn_trees(model)
+    adapter.route_family_trees(model)
     K = next(iter(gdn.values())).conv_kernel_size if gdn else None
     view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], mode, K, packed), mode,
                      gdn_layer or tree_layer_batch)
     with adapter.packed_attention_on(model, view.bufs.rows is not None):
         out = forward(model, view, bool(feature_layers))
-    for c, tree, rec in zip(caches, trees, view.records):
-        c.pending = Pending(tree, mode, rec, rescore_chain)
+    for c, tree, rec, other in zip(caches, trees, view.records, view.recurrent):
+        c.pending = Pending(tree, mode, rec, rescore_chain, other)
     choice = out.logits.argmax(-1) if greedy else None  # [B, T] (packed: [1, N])
     return [Forward(out.logits[b, first:end], _features(out.hidden_states, feature_layers, b, first, end),
                     None if choice is None else choice[b, first:end]) for b, first, end in view.bufs.spans()]

@@ -14,7 +14,7 @@ NOTEBOOKS = notebook_paths()
 
 def test_there_are_notebooks():
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
-    assert len(NOTEBOOKS) == 11
+    assert len(NOTEBOOKS) == 12
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -137,6 +137,33 @@ def test_strip_notebook_leaves_the_committed_notebook():
     run = _as_run_in_jupyterlab(committed)
     assert any(c.get("outputs") for c in run["cells"])
     assert nbformat.writes(nbformat.from_dict(strip_notebook(run))) == nbformat.writes(committed)
+
+
+def test_strip_notebook_writes_the_committed_kernelspec():
+    """A kernel names itself ("Python 3 (ipykernel)"): the save writes the one kernelspec every
+    committed notebook carries (issue 67: 05 changed only its kernelspec, and git status showed it)."""
+    from ddtree_lab.app.notebooks import KERNELSPEC, strip_notebook
+    assert all(nbformat.read(p, as_version=4).metadata.kernelspec == KERNELSPEC for p in NOTEBOOKS)
+    committed = nbformat.read(NOTEBOOKS[5], as_version=4)
+    run = _as_run_in_jupyterlab(committed)
+    run["metadata"]["kernelspec"]["display_name"] = "Python 3 (ipykernel)"
+    assert nbformat.writes(nbformat.from_dict(strip_notebook(run))) == nbformat.writes(committed)
+
+
+def test_the_config_registers_its_save_hook_once(tmp_path):
+    """jupyter_server_config.py names the hook by its import path: a function given there would be
+    seen, once set, as an existing hook ("Overriding existing pre_save_hook" in the server log)."""
+    import warnings
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+    from traitlets.config.loader import PyFileConfigLoader
+    from ddtree_lab.app.notebooks import strip_on_save
+    from ddtree_lab.common import ROOT
+    config = PyFileConfigLoader("jupyter_server_config.py", path=str(ROOT)).load_config()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = FileContentsManager(root_dir=str(tmp_path), config=config)
+    assert manager.pre_save_hook is strip_on_save
+    assert [str(w.message) for w in caught if "pre_save_hook" in str(w.message)] == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

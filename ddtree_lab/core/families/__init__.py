@@ -75,14 +75,54 @@ def recurrent_mixers(model) -> dict[int, tuple[torch.nn.Module, ModuleType]]:
     return out
 
 
+# ----------------------------------------------------------------------------- the fast loop's route
+
+class TreeRoute:
+    """A stock mixer with one more route: handed a cache that runs recurrent layers on trees (an
+    object with ``recurrent_tree_layer(mixer, hidden_states) -> output``, ``verify.TreeBatch``),
+    the mixer runs there; with any other cache it is the stock forward. A callback through
+    transformers, because no stock route exists: the stock mixers read and write their cache
+    themselves, as a chain. Mixed in before a stock mixer class (``route_class``)."""
+
+    def forward(self, hidden_states, *args, **kwargs):
+        for value in (*args, *kwargs.values()):  # the cache comes as cache_params or past_key_values
+            route = getattr(value, "recurrent_tree_layer", None)
+            if route is not None:
+                return route(self, hidden_states)
+        return super().forward(hidden_states, *args, **kwargs)
+
+
+_ROUTED_CLASSES: dict[type, type] = {}
+
+
+def route_class(cls: type) -> type:
+    """The routed twin of a stock mixer class (``TreeRoute`` mixed in before it), made once."""
+    if issubclass(cls, TreeRoute):
+        return cls
+    if cls not in _ROUTED_CLASSES:
+        _ROUTED_CLASSES[cls] = type(f"Tree{cls.__name__}", (TreeRoute, cls), {"__module__": __name__})
+    return _ROUTED_CLASSES[cls]
+
+
+def runs_in_fast_loop(fam: ModuleType) -> bool:
+    """Whether the fast loop can run ``fam``'s layers (a family says no with ``FAST_LOOP = False``)."""
+    return getattr(fam, "FAST_LOOP", True)
+
+
+def stock_output(fam: ModuleType, out: torch.Tensor):
+    """``out`` [B, T, D] as the family's stock mixer returns it (``fam.stock_output``, else itself)."""
+    return fam.stock_output(out) if hasattr(fam, "stock_output") else out
+
+
 # ----------------------------------------------------------------------------- stock cache <-> state
 
 def read_state(cache, layer_idx: int, row: int = 0) -> dict:
     """The state of ``layer_idx`` in a stock cache (transformers' ``LinearAttentionLayer``),
-    batch row ``row``: {"conv": {i: [C, K]}, "rec": {i: [...]}}, fresh tensors."""
+    batch row ``row``: {"conv": {i: [C, K]}, "rec": {i: [...]}}, fresh tensors (a state the
+    layer does not keep, None in the stock cache, is left out)."""
     layer = cache.layers[layer_idx]
-    return {"conv": {i: t[row].clone() for i, t in layer.conv_states.items()},
-            "rec": {i: t[row].clone() for i, t in layer.recurrent_states.items()}}
+    return {"conv": {i: t[row].clone() for i, t in layer.conv_states.items() if t is not None},
+            "rec": {i: t[row].clone() for i, t in layer.recurrent_states.items() if t is not None}}
 
 
 def write_state(cache, layer_idx: int, state: dict, row: int = 0) -> None:
@@ -121,3 +161,22 @@ def fork(fam: ModuleType, m, h: torch.Tensor, state: dict, parents: torch.Tensor
         outs.append(o)
         states.append(s)
     return torch.stack(outs), states
+
+
+class ForkRecord(list):
+    """``fork``'s record: the state after each node (what ``commit_state`` picks from)."""
+
+
+def tree_forward(fam: ModuleType, m, h: torch.Tensor, state: dict, parents: torch.Tensor, anc: torch.Tensor,
+                 fork_nodes: bool = False) -> tuple:
+    """The family's one-pass ``tree`` (or, ``fork_nodes``, the plain ``fork``): h [n, D] -> (out
+    [n, D], the record ``commit_state`` takes)."""
+    if fork_nodes:
+        out, states = fork(fam, m, h, state, parents)
+        return out, ForkRecord(states)
+    return fam.tree(m, h, state, parents, anc)
+
+
+def commit_state(fam: ModuleType, m, record, path: list) -> dict:
+    """The state after the last node of ``path`` from ``tree_forward``'s record."""
+    return record[path[-1]] if isinstance(record, ForkRecord) else fam.commit(m, record, path)

@@ -30,6 +30,8 @@ from __future__ import annotations
 import torch
 
 CLASS_NAMES = ("MiniMaxLightningAttention",)
+# the fast loop cannot route it: MiniMax's forward refuses every cache but its own ``MiniMaxCache``
+FAST_LOOP = False
 
 
 # ----------------------------------------------------------------------------- stock cache <-> state

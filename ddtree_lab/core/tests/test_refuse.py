@@ -3,7 +3,8 @@
 
 - a Mistral with ``sliding_window=64`` (one window for every layer, no ``layer_types``): refused,
   since the window is smaller than ``max_position_embeddings``, the longest context a run reaches;
-- a FalconH1: refused for its Mamba / SSM mixer (not for a sliding window);
+- (a FalconH1 was refused for its Mamba2 mixer until the families came: every hybrid class is
+  accepted now, ``core/families/tests/test_every_hybrid.py``);
 - a Gemma-2 (alternating sliding / full layers) and a Qwen3 with ``layer_types``: refused for
   the 'sliding_attention' layer, with its window;
 - a Mistral without a window, or with one that never cuts (>= max_position_embeddings), and a
@@ -27,15 +28,10 @@ from helpers import HintedDrafter, generator, random_prefix
 
 SHAPE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
              intermediate_size=64, vocab_size=64, max_position_embeddings=256)
-FALCON_H1 = dict(mamba_d_ssm=32, mamba_d_state=8, mamba_n_heads=2, mamba_d_head=16, mamba_n_groups=1,
-                 mamba_chunk_size=16)
 # id -> (model type, config fields beyond SHAPE, the reason the ValueError gives, a reason it must not give)
 REFUSED = {
     "mistral-window64": ("mistral", dict(sliding_window=64),
                          r"MistralForCausalLM: sliding_window=64 is smaller than max_position_embeddings=256", "Mamba"),
-    "falcon_h1": ("falcon_h1", FALCON_H1,
-                  r"FalconH1ForCausalLM: layer 0 \(FalconH1DecoderLayer\) holds a Mamba / SSM mixer "
-                  r"\(FalconH1Mixer in `mamba`\)", "sliding"),
     "gemma2-alternating": ("gemma2", dict(sliding_window=16),
                            r"Gemma2ForCausalLM: layer 0 \(Gemma2DecoderLayer\): layer type 'sliding_attention' is "
                            r"not supported: its sliding window of 16 tokens", "Mamba"),

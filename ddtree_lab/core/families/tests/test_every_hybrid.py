@@ -13,16 +13,20 @@ through the lab's entry point ``load_target(dir)``:
 """
 import functools
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from ddtree_lab.core import families, reference
+from ddtree_lab import check_lossless, generate, reference_generate
+from ddtree_lab.core import decode, families, reference
+from ddtree_lab.core.decode import fast_loop_covers
+from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
 from ddtree_lab.core.families.tiny import HYBRIDS, build_tiny
 from ddtree_lab.core.models import arch_of, load_target
 from ddtree_lab.core.tree import DraftTree, accept
-from helpers import assert_close, generator, random_tree
+from helpers import HintedDrafter, assert_close, generator, random_tree
 
 CLASSES = sorted(HYBRIDS)
 # the stock decode without explicit positions departs from the stock full forward (float64): its
@@ -190,3 +194,64 @@ def _planted(root: int, truth: list[int], gen) -> DraftTree:
         at = chain_node
     return DraftTree(torch.tensor(tokens), torch.tensor(parents), torch.tensor(depths),
                      torch.zeros(len(tokens), dtype=torch.float64))
+
+
+# ----------------------------------------------------------------------------- the fast loop
+
+@functools.lru_cache(maxsize=None)
+def pair32(name: str):
+    """(float32 target loaded from its directory, a 1-layer random drafter sized for it, block 6)."""
+    m = load_target(saved(name))
+    cfg = DrafterConfig.for_target(m, mask_token_id=VOCAB - 1, num_layers=1, block_size=6)
+    torch.manual_seed(1)
+    return m, DFlashDrafter.from_config(cfg, m).eval()
+
+
+@pytest.mark.parametrize("name", CLASSES)
+def test_generate_equals_ar_in_every_exact_mode_and_leaks_or_not_in_naive(name):
+    """The fast loop (the family's one-pass tree form; MiniMax: the specification, loudly) with a
+    drafter nudged toward AR's own continuation, so rounds accept several tokens and reject some."""
+    m, drafter = pair32(name)
+    prompt = torch.randint(3, VOCAB - 1, (9,), generator=generator("prompt", name)).tolist()
+    ar = generate(m, None, prompt, method="ar", max_new_tokens=20)
+    hinted = drafter if name == "MiniMaxForCausalLM" else HintedDrafter(drafter, prompt + ar.tokens)
+    for mode in ("wy", "fork"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = generate(m, hinted, prompt, method="ddtree", budget=8, block_size=6, max_new_tokens=20, gdn_mode=mode)
+        assert out.tokens == ar.tokens, mode
+    if name != "MiniMaxForCausalLM":
+        assert max(out.acceptance_lengths) > 1 and len(out.acceptance_lengths) < len(ar.tokens)
+
+
+@pytest.mark.parametrize("T", [0.0, 0.8], ids=["T0", "T0.8"])
+@pytest.mark.parametrize("name", sorted(set(CLASSES) - {"MiniMaxForCausalLM"}))
+def test_the_fast_loop_equals_the_specification(name, T):
+    """Tokens, acceptance lengths and tree sizes of ``generate`` (the family's one-pass form)
+    against ``reference_generate`` (the fork by stock steps), greedy and seeded."""
+    m, drafter = pair32(name)
+    prompt = torch.randint(3, VOCAB - 1, (9,), generator=generator("spec", name)).tolist()
+    spec = dict(method="ddtree", budget=8, block_size=6, max_new_tokens=16, temperature=T, seed=3)
+    fast, ref = generate(m, drafter, prompt, **spec), reference_generate(m, drafter, prompt, **spec)
+    assert (fast.tokens, fast.acceptance_lengths, fast.tree_sizes) == (ref.tokens, ref.acceptance_lengths, ref.tree_sizes)
+
+
+def test_minimax_runs_the_specification_and_says_so_once(monkeypatch):
+    m, drafter = pair32("MiniMaxForCausalLM")
+    assert not fast_loop_covers(m)
+    monkeypatch.setattr(decode, "_WARNED", [])
+    with pytest.warns(UserWarning, match="MiniMaxLightningAttention: generating with the specification"):
+        generate(m, drafter, [5, 6, 7], method="ddtree", budget=4, block_size=6, max_new_tokens=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CLASSES)
+def test_check_lossless_at_t_above_zero(name):
+    m, drafter = pair32(name)
+    prompts = [torch.randint(3, VOCAB - 1, (7,), generator=generator("lossless", name, i)).tolist() for i in range(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = check_lossless(m, drafter, prompts, method="ddtree", budget=6, block_size=6, temperature=0.8,
+                                samples=160)
+    print(report.text())
+    assert report.passed

@@ -1,0 +1,52 @@
+"""The family study (notebook 11): the leak per node, the resumable tau rows and their table, the
+cost of each one-pass tree form, and the stored tables the notebook reads."""
+import json
+
+import pandas as pd
+import pytest
+
+from ddtree_lab.experiments.studies import families as fs
+
+
+def test_the_leak_per_node_is_exact_before_the_first_branch_and_leaks_after():
+    leak = fs.leak_by_node(("Lfm2ForCausalLM", "NemotronHForCausalLM"))
+    before, after = leak[~leak.after_branch], leak[leak.after_branch]
+    assert set(leak.family) == {"short_conv", "mamba2"} and len(after) and len(before)
+    assert before.max_dlogit.max() <= 1e-6
+    assert (after.groupby("class").max_dlogit.max() > 1e-4).all()
+
+
+def test_the_tau_table_pools_rounds_and_skips_a_torn_line(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    row = dict(family="kda", **{"class": "KimiLinearForCausalLM"}, mode="exact", budget=4, new_tokens=8,
+               acceptance_lengths=[3, 1, 4], looping=[False, False, True], matches_ar=True)
+    rows.write_text(json.dumps({**row, "prompt": 0}) + "\n" + json.dumps({**row, "prompt": 1, "matches_ar": False})
+                    + "\n" + '{"family": "kda", "mo')
+    table = fs.tau_table(rows, new_tokens=8)
+    assert len(table) == 1
+    got = table.iloc[0]
+    assert got.tau == pytest.approx(16 / 6) and got.tau_outside_loops == pytest.approx(8 / 4)
+    assert got.prompts == 2 and got.matches_ar == 0.5
+    assert fs._stored(rows) == {("kda", "exact", 4, 0, 8), ("kda", "exact", 4, 1, 8)}
+
+
+def test_family_pair_names_the_families_it_has():
+    with pytest.raises(ValueError, match="family must be one of"):
+        fs.family_pair("mamba3")
+
+
+def test_the_cost_of_a_tree_form_is_timed_beside_the_stock_mixer():
+    cost = fs.family_cost(("Lfm2ForCausalLM",), budgets=(4,), repeats=2, width=32)
+    assert list(cost.columns[:3]) == ["family", "class", "budget"] and (cost.tree_ms > 0).all()
+
+
+@pytest.mark.parametrize("path", [fs.LEAK_CSV, fs.TAU_CSV, fs.COST_CSV], ids=lambda p: p.name)
+def test_the_stored_tables_cover_what_the_issue_asks(path):
+    table = pd.read_csv(path)
+    assert {"git", "machine", "date", "load_avg_1min", "threads"} <= set(table.columns)
+    if path == fs.TAU_CSV:
+        assert {"family", "class", "budget", "mode", "tau", "tau_outside_loops", "prompts", "matches_ar"} <= set(table)
+        assert set(table.family) >= {"gdn", "kda", "mamba2", "short_conv"}
+        assert set(table.budget) >= {1, 4, 16, 64, 256} and set(table["mode"]) == {"naive", "exact"}
+    if path == fs.LEAK_CSV:
+        assert table["class"].nunique() == 12
