@@ -9,6 +9,8 @@ list of exceptions, is empty).
 import ast
 import io
 import re
+import subprocess
+import sys
 import tokenize
 from collections import Counter
 from dataclasses import dataclass
@@ -140,3 +142,17 @@ def test_a_mutant_is_counted_and_flagged():
     # a second undocumented import in an allowed core function fails
     twice = [LateImport("core/verify.py", "prefill", n, False) for n in (1, 2)]
     assert [i.line for i in unexplained(twice, Counter({("core/verify.py", "prefill"): 1}))] == [2]
+
+
+def test_the_package_loads_its_api_on_first_use():
+    """``import ddtree_lab`` loads no torch (the CLI's ``--help`` answers at once); every name of
+    ``__all__`` is there on first use (PEP 562), the very object of its module."""
+    code = ("import sys, ddtree_lab\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))\n"
+            "from ddtree_lab import *\n"
+            "from ddtree_lab.core import decode, naive as naive_module\n"
+            "assert generate is decode.generate and naive is naive_module and 'load_pair' in dir(ddtree_lab)\n"
+            "print(sorted(n for n in ddtree_lab.__all__ if n not in globals()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]", "[]"]

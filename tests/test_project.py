@@ -2,7 +2,11 @@
 no test file imports another (what tests share lives in ``tests/helpers.py``)."""
 import ast
 import re
+import shutil
+import subprocess
 import tomllib
+
+import pytest
 
 from ddtree_lab.common import ROOT
 
@@ -40,6 +44,16 @@ def test_ci_runs_the_readme_full_suite_command():
     assert full, "README must show the full suite `bash scripts/test.sh --full`"
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^bash scripts/test\.sh --full$", ci, re.M)
+
+
+def test_the_venv_and_the_walkthroughs_runs_are_git_ignored():
+    """The README's ``python -m venv .venv`` and the walk-through's outputs under ``runs/`` leave
+    ``git status`` clean."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs a git checkout")
+    for path in (".venv/bin/python", "runs/my-target/config.json", "runs/my-drafter.run/state.pt"):
+        out = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT)
+        assert out.returncode == 0, f"{path} is not git-ignored"
 
 
 def test_python_3_11_to_3_13_are_supported():

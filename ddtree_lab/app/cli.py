@@ -6,31 +6,33 @@ import math
 import sys
 import time
 from dataclasses import replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import torch
-
 from ..common import DATA_DIR, RESULTS_DIR, ROOT
-from ..core.models import load_target
-from ..core.spec import MAX_BUDGET
-from ..core.threads import set_threads
-from ..train import data
-from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
-from ..train.drafters import check_drafter_dir, default_runs_dir, load_drafter, train_drafter, train_drafter2
-from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
-from ..train.targets import tiny_target, train_target
-from .house import add_house_commands
-from ..experiments.plumbing.results import ResultsStore, write_timing_table
-from ..experiments.plumbing.summary import summarize
-from ..experiments.plumbing.sweep import expand_grid, grid_rows, run_sweep
-from ..experiments.studies import concurrency as conc
-from ..experiments.studies.bench import bench_grid, run_bench
-from ..experiments.studies.compare_drafters import (compare_display, compare_drafters, compare_table,
-                                                        spread_prompts)
-from ..experiments.studies.dflash2 import Drafters, drafters_from_dirs, load_drafters, run_dflash2
-from ..experiments.studies.official import run_with_official
-from ..experiments.studies.quality import run_quality
-from .readme import BLOCKS, TABLES_JSON, write_readme
+from .registry import EXPERIMENTS, by_name
+
+MAX_BUDGET = 1024   # core.spec.MAX_BUDGET (a test holds them equal): --budgets is checked before torch loads
+
+
+def _load_commands() -> None:
+    """The commands' imports (``app/cli_imports.py``: torch, transformers, pandas, the lab's
+    layers) as globals of this module, loaded once argparse has accepted a command, so
+    ``--help``, ``--version`` and an argument error answer at once. A name already bound here
+    (a test's stand-in) is kept."""
+    from . import cli_imports  # late: torch and transformers take seconds to import; argparse needs neither
+    for name in cli_imports.__all__:
+        globals().setdefault(name, getattr(cli_imports, name))
+
+
+def __getattr__(name: str):
+    """``cli.run_bench`` and the commands' other imports, read from outside (a test's monkeypatch):
+    loaded first (PEP 562)."""
+    if not name.startswith("__"):
+        _load_commands()
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _cmd_train_tokenizer(args):
@@ -117,7 +119,7 @@ def _cmd_dflash2(args):
     if args.target is not None and not (args.drafter and args.drafter2):
         raise SystemExit("--target needs --drafter DIR (its DFlash drafter) and --drafter2 DIR (its DFlash 2 "
                          "drafter: `ddtree-lab train-drafter2` builds one)")
-    kwargs = {"dtype": DTYPES[args.dtype], "device": args.device}
+    kwargs = {"dtype": _dtype(args.dtype), "device": args.device}
     drafters = ({a: load_drafters(a, **kwargs) for a in args.archs} if args.target is None else
                 {(d := drafters_from_dirs(args.target, args.drafter, args.drafter2, tokenizer=args.tokenizer,
                                           **kwargs)).arch: d})
@@ -167,7 +169,12 @@ def _pairs(archs) -> dict:
     return {arch: load_pair(arch) for arch in archs}
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = ("bfloat16", "float16", "float32")   # --dtype: torch's names
+
+
+def _dtype(name: str):
+    """The torch dtype of a --dtype name."""
+    return getattr(torch, name)
 
 
 TOKENIZER_HELP = ("with --target: the target's tokenizer, a directory of tokenizer files or a tokenizer.json "
@@ -182,7 +189,7 @@ def _pair_args(s, drafter: bool = True) -> None:
                        help="a published-format DFlash drafter directory for --target")
     s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
     s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
-    s.add_argument("--dtype", default="float32", choices=sorted(DTYPES), help="the target's dtype")
+    s.add_argument("--dtype", default="float32", choices=DTYPES, help="the target's dtype")
     s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
 
 
@@ -237,6 +244,7 @@ def _drafter_dir(value: str) -> str:
     loads; a path without config.json is left to the loader, and 'shipped' (compare-drafters'
     name of the shipped drafter) passes."""
     if (Path(value) / "config.json").is_file():
+        _load_commands()
         try:
             check_drafter_dir(Path(value))
         except ValueError as e:
@@ -269,10 +277,10 @@ def _chosen_pairs(args, archs) -> tuple[dict, list[int], object]:
     if (args.target is None) != (args.drafter is None):
         raise SystemExit("--target and --drafter go together: a target directory and the drafter trained for it")
     if args.target is not None:
-        pair = pair_from_dirs(args.target, args.drafter, args.tokenizer, dtype=DTYPES[args.dtype], device=args.device)
+        pair = pair_from_dirs(args.target, args.drafter, args.tokenizer, dtype=_dtype(args.dtype), device=args.device)
         pairs = {pair.arch: pair}
     else:
-        pairs = {a: load_pair(a, dtype=DTYPES[args.dtype], device=args.device) for a in archs}
+        pairs = {a: load_pair(a, dtype=_dtype(args.dtype), device=args.device) for a in archs}
     own_prompts = isinstance(args.prompts, str)
     if own_prompts:
         pairs = {a: p.with_prompts(args.prompts, args.field) for a, p in pairs.items()}
@@ -290,7 +298,7 @@ def _cmd_compare_drafters(args):
         raise SystemExit("compare-drafters: give --arch (the shipped target) or --target DIR, not both")
     tdir = args.target or ckpt_path(args.arch, "target")
     dirs = [ckpt_path(args.arch, "drafter") if d == "shipped" and args.arch else d for d in args.drafter]
-    pairs = pairs_of_one_target(tdir, dirs, args.tokenizer, dtype=DTYPES[args.dtype], device=args.device)
+    pairs = pairs_of_one_target(tdir, dirs, args.tokenizer, dtype=_dtype(args.dtype), device=args.device)
     if isinstance(args.prompts, str):
         pairs = [p.with_prompts(args.prompts, args.field) for p in pairs]
     first = pairs[0]
@@ -402,6 +410,43 @@ def _training_parser(sub, name: str, func, what: str, device: bool):
     return s
 
 
+def _experiment(name: str):
+    """A registry experiment's name (``app/registry.py``) as its ``Experiment``."""
+    try:
+        return by_name(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _house_parsers(sub) -> None:
+    """run / show / recompute / status: the house's commands (``app/house.py``) over the registry."""
+    names = ", ".join(e.name for e in EXPERIMENTS)
+    s = sub.add_parser("run", help="run one experiment of the registry (resumable; `ddtree-lab show` lists them)")
+    s.add_argument("name", type=_experiment, metavar="NAME", help=f"one of: {names}")
+    s = sub.add_parser("show", help="an experiment's stored table and the stamp of its timings")
+    s.add_argument("name", type=_experiment, nargs="?", default=None, metavar="NAME", help="none: list them")
+    s = sub.add_parser("recompute", help="recompute only the named experiments' stores (old files kept until done)")
+    s.add_argument("names", type=_experiment, nargs="*", metavar="NAME", help=f"of: {names}")
+    s.add_argument("--all", action="store_true", help="every experiment, in the registry's order (hours)")
+    s = sub.add_parser("status", help="every store: rows, revisions measured at, whether its golden sample reproduces")
+    s.add_argument("--no-golden", action="store_true", help="skip recomputing the golden sample (~30 s)")
+    for name in ("run", "show", "recompute", "status"):
+        sub.choices[name].set_defaults(func=_cmd_house)
+
+
+def _cmd_house(args):
+    """The house's command ``args.cmd`` (``house.COMMANDS``)."""
+    house.COMMANDS[args.cmd](args)
+
+
+def _version() -> str:
+    """The installed ddtree_lab's version (pyproject.toml's)."""
+    try:
+        return version("ddtree_lab")
+    except PackageNotFoundError:   # a checkout pip never installed
+        return "(not installed)"
+
+
 THREADS_HELP = ("torch CPU threads, an int >= 1 (default: OMP_NUM_THREADS, else the lab's rule, "
                 "ddtree_lab/core/threads.py: one thread to decode and time; the train-* commands and tiny-target: "
                 "the cores not already busy)")
@@ -410,6 +455,7 @@ TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2"
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="ddtree-lab", description=__doc__)
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("--threads", type=_int_in(1), default=None, help=THREADS_HELP)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer into data/")
@@ -530,10 +576,11 @@ def main(argv=None):
     s.add_argument("--jobs", type=_int_in(1), default=None,
                    help="notebooks run at once, each in its own kernel on one thread (default: one per core; 1 on a shared machine)")
     s.set_defaults(func=_cmd_notebooks)
-    add_house_commands(sub)  # run, show, recompute, status (app/house.py)
+    _house_parsers(sub)  # run, show, recompute, status (app/house.py)
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help
         s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS, help=THREADS_HELP)
     args = p.parse_args(argv)
+    _load_commands()
     set_threads(args.threads, "train" if args.cmd in TRAINING else "decode")  # before any model loads or timing
     _run(p, args)
 

@@ -1,5 +1,5 @@
 """The house's commands over the registry (``app.registry``): run, show, recompute and status
-of an experiment's stores, and their subcommands (``add_house_commands``):
+of an experiment's stores (``COMMANDS``: what their subcommands run; the parsers are in ``app/cli.py``):
 
     ddtree-lab run NAME            run an experiment (resumable)
     ddtree-lab show [NAME]         its table and the stamp of its timings (no NAME: the list)
@@ -13,7 +13,6 @@ interrupted recompute keeps both the old files and the rows it finished, and a r
 """
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import shutil
@@ -29,7 +28,7 @@ from ..experiments.plumbing.sweep import AXES, PLUGIN_AXES
 from ..experiments.studies.concurrency import concurrency_table, summarize_concurrency
 from ..experiments.studies.teacher_forced import tf_summary
 from . import golden
-from .registry import EXPERIMENTS, Experiment, by_name
+from .registry import EXPERIMENTS, Experiment
 from ..experiments.studies.expert_auto import table as auto_table
 
 BACKUP_DIR = RESULTS_DIR / "recompute-backup"
@@ -135,17 +134,7 @@ def _table(store: str, how: str, frame: pd.DataFrame) -> str:
     return "\n".join(lines[:31]) + (f"\n... {len(lines) - 31} more rows (ddtree-lab show prints 30)" if len(lines) > 31 else "")
 
 
-# ----------------------------------------------------------------------------- the CLI
-
-NAMES = [e.name for e in EXPERIMENTS]
-
-
-def _experiment(name: str):
-    try:
-        return by_name(name)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
+# ----------------------------------------------------------------------------- the commands (parsed in app/cli.py)
 
 def _cmd_run(args):
     run(args.name)
@@ -179,18 +168,4 @@ def _cmd_status(args):
             raise SystemExit(1)
 
 
-def add_house_commands(sub) -> None:
-    """Add run / show / recompute / status to the CLI's subparsers ``sub``."""
-    s = sub.add_parser("run", help="run one experiment of the registry (resumable; `ddtree-lab show` lists them)")
-    s.add_argument("name", type=_experiment, metavar="NAME", help=f"one of: {', '.join(NAMES)}")
-    s.set_defaults(func=_cmd_run)
-    s = sub.add_parser("show", help="an experiment's stored table and the stamp of its timings")
-    s.add_argument("name", type=_experiment, nargs="?", default=None, metavar="NAME", help="none: list them")
-    s.set_defaults(func=_cmd_show)
-    s = sub.add_parser("recompute", help="recompute only the named experiments' stores (old files kept until done)")
-    s.add_argument("names", type=_experiment, nargs="*", metavar="NAME", help=f"of: {', '.join(NAMES)}")
-    s.add_argument("--all", action="store_true", help="every experiment, in the registry's order (hours)")
-    s.set_defaults(func=_cmd_recompute)
-    s = sub.add_parser("status", help="every store: rows, revisions measured at, whether its golden sample reproduces")
-    s.add_argument("--no-golden", action="store_true", help="skip recomputing the golden sample (~30 s)")
-    s.set_defaults(func=_cmd_status)
+COMMANDS = {"run": _cmd_run, "show": _cmd_show, "recompute": _cmd_recompute, "status": _cmd_status}

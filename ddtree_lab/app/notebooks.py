@@ -210,20 +210,22 @@ def run_all(smoke: bool = False, directory: Path = NOTEBOOK_DIR, only=(), jobs: 
 # ----------------------------------------------------------------------------- saving from JupyterLab
 
 KEPT_CELL_METADATA = ("tags",)   # "parameters" / "injected-parameters": what papermill and run_notebook read
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}  # every committed notebook's
 
 
 def strip_notebook(content: dict) -> dict:
     """A notebook (nbformat v4, as a dict) as it is committed: no outputs, no execution counts,
     no widget state; cell metadata only ``KEPT_CELL_METADATA``; notebook metadata only the
-    kernelspec and the language's name (a kernel fills in versions). Changes ``content`` in
-    place and returns it: the sources, the cell ids and the cell order are untouched."""
+    kernelspec, as ``KERNELSPEC`` (a kernel names itself, e.g. "Python 3 (ipykernel)"), and the
+    language's name (a kernel fills in versions). Changes ``content`` in place and returns it: the
+    sources, the cell ids and the cell order are untouched."""
     for cell in content.get("cells", []):
         if cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None
         meta = cell.get("metadata", {})
         cell["metadata"] = {k: meta[k] for k in KEPT_CELL_METADATA if k in meta}
     meta = content.get("metadata", {})
-    kept = {"kernelspec": meta["kernelspec"]} if "kernelspec" in meta else {}
+    kept = {"kernelspec": dict(KERNELSPEC)} if "kernelspec" in meta else {}
     if "language_info" in meta:
         kept["language_info"] = {"name": meta["language_info"].get("name", "python")}
     content["metadata"] = kept

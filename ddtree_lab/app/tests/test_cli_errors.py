@@ -7,13 +7,16 @@
 - advice in an error is a command that runs: the advised ``train-drafter`` parses and reaches
   training;
 - Ctrl-C in a resumable command says how many rows its store keeps, where, and exits 130;
-- ``--threads`` is in every command's help.
+- ``--threads`` is in every command's help;
+- ``--help``, ``--version`` and a bad argument answer before torch, transformers or pandas load.
 Every error comes before a model loads, or after a tiny one: the file runs in seconds."""
 from __future__ import annotations
 
 import json
 import re
 import shlex
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from ddtree_lab.app import cli
 from ddtree_lab.common import ROOT
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
+from ddtree_lab.core.spec import MAX_BUDGET
 from ddtree_lab.train.checkpoints import write_manifest
 
 CKPT = ROOT / "data" / "checkpoints"
@@ -66,6 +70,21 @@ BAD_ARGUMENTS = [
 def test_a_bad_argument_names_the_option_the_value_and_the_range(argv, line, capsys):
     code, err = exit_code_and_error(argv, capsys)
     assert code == 2 and err[-1].endswith(f"error: {line}"), err
+
+
+def test_the_cli_answers_before_torch_loads():
+    """--help, --version and a bad argument answer without importing torch, transformers or
+    pandas (seconds): the commands' imports load only once argparse has accepted a command."""
+    code = ("import sys\nfrom ddtree_lab.app import cli\n"
+            "for argv in (['--help'], ['--version'], ['sweep', '--budgets', '0'], ['show', 'no-such']):\n"
+            "    try:\n        cli.main(argv)\n    except SystemExit as e:\n        print('exit', e.code)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    lines = out.stdout.splitlines()
+    assert [line for line in lines if line.startswith("exit ")] == ["exit 0", "exit 0", "exit 2", "exit 2"], out
+    assert lines[-1] == "[]", out   # no torch, transformers or pandas
+    assert re.search(r"^ddtree-lab (\d|\(not installed\))", out.stdout, re.M) and "argument --budgets" in out.stderr
+    assert cli.MAX_BUDGET == MAX_BUDGET   # its copy, checked before core.spec loads
 
 
 def test_a_targets_directory_is_no_drafter(capsys):

@@ -91,7 +91,7 @@ def test_the_kernel_fallback_warnings_are_silenced_on_a_cpu_once_with_a_reason(t
     kernel_notices(gdn)
     kernel_notices(gdn)
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and "flash-linear-attention are not installed: both are GPU kernels" in err[0]
+    assert len(err) == 1 and "flash-linear-attention are not installed: all are GPU kernels" in err[0]
     record = logging.LogRecord(log.name, logging.WARNING, "", 0, f"`x` {models.KERNEL_FALLBACK} because", None, None)
     assert not log.filter(record)
     kernel_notices(gdn.to("meta"))  # a GPU's target (any device but the CPU): the warnings are kept

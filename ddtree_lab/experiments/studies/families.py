@@ -17,6 +17,7 @@ Three measurements, each stored with its stamp:
 """
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import time
@@ -226,7 +227,6 @@ def taxonomy(leak: pd.DataFrame, table: pd.DataFrame) -> list[str]:
 
 def main(argv=None) -> None:
     """``python -m ddtree_lab.experiments.studies.families {leak,tau,cost}`` (the registry's runs)."""
-    import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("leak", "tau", "cost"))
     args = p.parse_args(argv)
