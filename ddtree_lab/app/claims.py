@@ -669,19 +669,22 @@ def families_naive_leaks(leak) -> Claim:
 
 
 def families_exact_equal_ar(table) -> Claim:
-    """Exact tree verification's greedy output equals AR on every prompt, family and budget."""
+    """Exact tree verification's greedy output equals greedy decoding by the stock full forward
+    on every prompt, family and budget (``matches_full_forward``: the truth where a stock decode
+    step departs from the model's own prefill, as Nemotron-H's does)."""
     exact = table[table["mode"] == "exact"]
-    low = float(exact.matches_ar.min()) if len(exact) else float("nan")
-    return Claim("exact tree verification equals AR, every family and budget", "share of prompts equal to AR: 1.00",
-                 f"min {low:.2f} over {len(exact)} (family, budget) rows", len(exact) > 0 and low == 1.0)
+    low = float(exact.matches_full_forward.min()) if len(exact) else float("nan")
+    return Claim("exact tree verification equals greedy decoding by the full forward, every family and budget",
+                 "share of prompts equal: 1.00", f"min {low:.2f} over {len(exact)} (family, budget) rows",
+                 len(exact) > 0 and low == 1.0)
 
 
 def families_naive_departs(table) -> Claim:
     """The leak is not only in the logits: the naive verify's output departs from AR on some
     prompt of every family at the largest budget."""
     top = table[(table["mode"] == "naive") & (table.budget == table.budget.max())]
-    worst = top.set_index("family").matches_ar
-    return Claim("the naive verify's output departs from AR in every family (largest budget)",
-                 "share of prompts equal to AR < 1 in every family",
+    worst = top.set_index("family").matches_full_forward
+    return Claim("the naive verify's output departs from greedy decoding in every family (largest budget)",
+                 "share of prompts equal < 1 in every family",
                  ", ".join(f"{f} {v:.2f}" for f, v in worst.items()) or "no row",
                  len(worst) > 0 and bool((worst < 1).all()))

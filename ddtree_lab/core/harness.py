@@ -1,14 +1,22 @@
 """The float64 proof's harness, apart from the code it tests.
 
 ``float64_harness()`` swaps the float32 casts of the stock modules (RMSNorms, eager softmax,
-the MoE routers, the GDN kernels) for dtype-preserving versions, and the adapter's
-``kernel_dtype`` with them, so a float64 model computes in float64 end to end and tree vs full
-forward can be compared to ~1e-14. The patches are found by name in every modeling module of
-``MODULES`` (``patches``): a module's ``eager_attention_forward`` and GDN kernels, its
+the MoE routers, the GDN kernels, Kimi Linear's forget gate) for dtype-preserving versions, and
+the adapter's ``kernel_dtype`` with them, so a float64 model computes in float64 end to end and
+tree vs full forward can be compared to ~1e-14. The patches are found by name in every modeling
+module of ``MODULES`` (``patches``): a module's ``eager_attention_forward`` and GDN kernels, its
 ``*RMSNorm`` (plain, or zero-centred: a weight initialised to zeros, used as 1 + w),
-``*RMSNormGated`` and softmax ``*TopKRouter`` classes; DeepSeek-V3's group-limited router by
-its own name. For tests and the proof notebooks only: nothing in the
+``*RMSNormGated`` (norm, weight, then the gate), softmax ``*TopKRouter`` and group-limited
+sigmoid ``*TopkRouter`` (DeepSeek-V3's, Kimi Linear's) classes; the classes whose stock forward
+their name does not tell, by their own name (``_NAMED``: Jamba's router, which never renormalises,
+and Kimi Linear's forget gate). For tests and the proof notebooks only: nothing in the
 decoding path imports this module or asks whether it is active.
+
+What class and function swaps cannot reach stays outside: a cast inside a mixer's own forward
+(Kimi Linear's ``last_recurrent_state.to(torch.float32)`` before its cache, the Mamba1 / Mamba2
+mixers' ``A_log.float()``; the Mamba2 SSM kernels' ``.float()``), so the Mamba2 modules (Nemotron-H,
+Falcon-H1, Granite-MoE-hybrid, Bamba, Zamba2, whose gated norms also gate before the norm) are
+not listed, and the KDA tests add their own module-wide swap on top of this harness.
 
 ``timed_calls(targets, spent)`` is the other instrument that swaps module attributes: the
 verify-cost breakdowns and the scripts time kernels through it, so the package patches a
@@ -25,12 +33,12 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
-from transformers.models.deepseek_v3 import modeling_deepseek_v3 as dsv3
 
 from . import adapter, gdn_tree
 
 # the modeling modules whose float32 casts the harness swaps (transformers.models.<name>.modeling_<name>)
-MODULES = ("qwen3", "qwen3_moe", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3")
+MODULES = ("qwen3", "qwen3_moe", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3",
+           "olmo_hybrid", "kimi_linear", "minimax", "jamba")
 
 
 def _same_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -63,8 +71,9 @@ def _eager_attention(module, query, key, value, attention_mask, scaling, dropout
 
 
 def _softmax_router(self, h):
-    """The Qwen3-MoE / Qwen3.5-MoE / Qwen3-Next ``*TopKRouter.forward`` without the float32
-    softmax (top-k of the softmax, renormalised where the router does: Qwen3.5-MoE's always)."""
+    """The Qwen3-MoE / Qwen3.5-MoE / Qwen3-Next / MiniMax ``*TopKRouter.forward`` without the
+    float32 softmax (top-k of the softmax, renormalised where the router does: Qwen3.5-MoE's and
+    MiniMax's always)."""
     h = h.reshape(-1, self.hidden_dim)
     logits = F.linear(h, self.weight.to(h.dtype))
     top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
@@ -73,8 +82,24 @@ def _softmax_router(self, h):
     return logits, top, idx
 
 
+def _softmax_router_unnormalised(self, h):
+    """``JambaTopKRouter.forward`` without the float32 softmax: the top-k of the softmax as they
+    are (Jamba's router never renormalises them)."""
+    logits = F.linear(h, self.weight.to(h.dtype))
+    top, idx = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)
+    return logits, top, idx
+
+
+def _forget_gate(self, h):
+    """``KimiLinearForgetGate.forward`` without its ``.float()`` casts: h [B, T, D] -> the log
+    decay [B, T, H, d] (the stock softplus, capped above 20)."""
+    g = (self.f_b_proj(self.f_a_proj(h)) + self.dt_bias.to(h.dtype)).view(*h.shape[:2], -1, self.head_dim)
+    return -self.A_log.to(h.dtype).exp() * torch.where(g > 20.0, g, torch.log(1.0 + torch.exp(g)))
+
+
 def _router(self, h):
-    """DeepseekV3TopkRouter.forward without the float32 cast (same group-limited top-k)."""
+    """The DeepSeek-V3 / Kimi Linear ``*TopkRouter.forward`` without the float32 cast (the same
+    group-limited top-k of the sigmoid scores)."""
     h = h.reshape(-1, self.hidden_dim)
     logits = F.linear(h, self.weight.to(h.dtype))
     scores = logits.sigmoid()
@@ -117,6 +142,10 @@ def _rmsnorm_patch(cls):
     return _rmsnorm_zero_centered
 
 
+# classes whose stock forward their name's ending does not tell, by their own name
+_NAMED = {"JambaTopKRouter": _softmax_router_unnormalised, "KimiLinearForgetGate": _forget_gate}
+
+
 def _module_patches(mod) -> list:
     """(object, attribute, replacement) for one modeling module, found by name."""
     out = [(mod, name, fn) for name, fn in (("eager_attention_forward", _eager_attention),
@@ -126,23 +155,41 @@ def _module_patches(mod) -> list:
     for name, obj in sorted(vars(mod).items()):
         if not isinstance(obj, type) or obj.__module__ != mod.__name__:
             continue  # imported, not defined here
-        if name.endswith("RMSNormGated"):
+        if name in _NAMED:
+            out.append((obj, "forward", _NAMED[name]))
+        elif name.endswith("RMSNormGated"):
             out.append((obj, "forward", _rmsnorm_gated))
         elif name.endswith("RMSNorm"):
             out.append((obj, "forward", _rmsnorm_patch(obj)))
         elif name.endswith("TopKRouter"):
             out.append((obj, "forward", _softmax_router))
+        elif name.endswith("TopkRouter"):
+            out.append((obj, "forward", _router))
     return out
 
 
 @functools.lru_cache(maxsize=None)
 def patches() -> tuple:
-    """Every (object, attribute, replacement) the harness swaps: those found in ``MODULES``,
-    DeepSeek-V3's router and the adapter's ``kernel_dtype``."""
+    """Every (object, attribute, replacement) the harness swaps: those found in ``MODULES`` and
+    the adapter's ``kernel_dtype``."""
     out = []
     for name in MODULES:
         out += _module_patches(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
-    return tuple(out + [(dsv3.DeepseekV3TopkRouter, "forward", _router), (adapter, "kernel_dtype", _same_dtype)])
+    return tuple(out + [(adapter, "kernel_dtype", _same_dtype)])
+
+
+@contextlib.contextmanager
+def swapped(swaps) -> Iterator[None]:
+    """While open, each (object, attribute, replacement) of ``swaps`` is set; every attribute
+    is restored on exit (also where the body raises)."""
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in swaps]
+    try:
+        for obj, name, fn in swaps:
+            setattr(obj, name, fn)
+        yield
+    finally:
+        for obj, name, fn in reversed(saved):
+            setattr(obj, name, fn)
 
 
 @contextlib.contextmanager
@@ -152,16 +199,8 @@ def float64_harness() -> Iterator[None]:
     For tests and the proof notebook only: with it, a float64 model computes in float64 end
     to end, so tree vs full forward can be compared to ~1e-14.
     """
-    swaps = patches()
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in swaps]
-    try:
-        for obj, name, fn in swaps:
-            setattr(obj, name, fn)
+    with swapped(patches()):
         yield
-    finally:
-        for obj, name, fn in saved:
-            setattr(obj, name, fn)
-
 
 
 @contextlib.contextmanager

@@ -146,18 +146,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 def load_tokenizer_for(target_path: Path, tokenizer: Path | str | None = None):
     """The target's tokenizer (a ``tokenizers.Tokenizer``): ``tokenizer`` when given (a
     directory of tokenizer files, or a tokenizer.json file), else the target directory's own
-    (``AutoTokenizer``, its ``tokenizers`` backend). A target the lab trained (its manifest
-    records a ``train_cfg``) has the lab's ``data/tokenizer.json``. Any other directory without
-    tokenizer files is a ``ValueError``: another model's tokenizer would decode wrong tokens
-    without a sign."""
+    (``AutoTokenizer``, its ``tokenizers`` backend): the shipped and lab-trained targets hold
+    theirs too. A directory without tokenizer files is a ``ValueError``, with no exception:
+    another model's tokenizer would decode wrong tokens without a sign."""
     if tokenizer is not None:
         return _tokenizer_at(Path(tokenizer))
     target_path = Path(target_path)
     if any((target_path / f).is_file() for f in TOKENIZER_FILES):
         return AutoTokenizer.from_pretrained(target_path).backend_tokenizer
-    manifest = target_path / "manifest.json"
-    if manifest.is_file() and "train_cfg" in json.loads(manifest.read_text()):
-        return data.load_tokenizer()
     raise ValueError(f"{target_path} holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): pass --tokenizer DIR "
                      f"(Python: tokenizer=DIR), a directory with the target's tokenizer files, or a tokenizer.json")
 

@@ -82,6 +82,7 @@ def ship_target(model, out: Path, *, val_tokens: np.ndarray, seq_len: int, eval_
     for p in out.glob("*"):
         p.unlink()
     model.to(torch.bfloat16).save_pretrained(out)
+    PreTrainedTokenizerFast(tokenizer_object=data.load_tokenizer()).save_pretrained(out)  # the target's own tokenizer
     model.to(torch.float32)
     shipped = load_target(out, device=str(next(model.parameters()).device))
     val_loss = lm_eval_loss(shipped, val_tokens, seq_len, max_windows=eval_windows)

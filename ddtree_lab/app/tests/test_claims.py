@@ -26,7 +26,7 @@ RULES_OK = pd.DataFrame({"rule": ["DDTree", "mine"], "passed": [True, True], "p_
 LEAK = pd.DataFrame({"family": ["gdn"] * 2 + ["kda"] * 2, "class": ["A", "A", "B", "B"],
                      "after_branch": [False, True, False, True], "max_dlogit": [3e-8, 2e-3, 1e-8, 0.4]})
 FAM = pd.DataFrame({"family": ["gdn", "gdn", "kda", "kda"], "budget": [64, 64, 64, 64],
-                    "mode": ["exact", "naive", "exact", "naive"], "matches_ar": [1.0, 0.5, 1.0, 0.0]})
+                    "mode": ["exact", "naive", "exact", "naive"], "matches_full_forward": [1.0, 0.5, 1.0, 0.0]})
 CASES = {
     "08-lossless": (claims.dflash2_lossless, (164, 164), (163, 164)),
     "08-lossless-empty": (claims.dflash2_lossless, (3, 3), (0, 0)),
@@ -97,8 +97,8 @@ CASES = {
     "11-naive-exact-before": (claims.families_naive_exact_before_branch, (LEAK,),
                               (LEAK.assign(max_dlogit=[3e-8, 2e-3, 1e-5, 0.4]),)),
     "11-naive-leaks": (claims.families_naive_leaks, (LEAK,), (LEAK.assign(max_dlogit=[3e-8, 2e-3, 1e-8, 1e-7]),)),
-    "11-exact-equals-ar": (claims.families_exact_equal_ar, (FAM,), (FAM.assign(matches_ar=[1.0, 0.5, 0.8, 0.0]),)),
-    "11-naive-departs": (claims.families_naive_departs, (FAM,), (FAM.assign(matches_ar=[1.0, 1.0, 1.0, 1.0]),)),
+    "11-exact-equals-ar": (claims.families_exact_equal_ar, (FAM,), (FAM.assign(matches_full_forward=[1.0, 0.5, 0.8, 0.0]),)),
+    "11-naive-departs": (claims.families_naive_departs, (FAM,), (FAM.assign(matches_full_forward=[1.0, 1.0, 1.0, 1.0]),)),
 }
 
 

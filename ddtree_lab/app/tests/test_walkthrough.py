@@ -1,7 +1,7 @@
 """The README's own-model walk-through (issue 58), run as written: every ``ddtree-lab`` line of
 its block, in order, in an empty directory. Each command ends with one line saying what it
 wrote; the target keeps its tokenizer, the drafter its manifest, its run state sits beside it
-in ``my-drafter.run/``, the bench scores no goal and every T = 0 row equals AR. A few minutes:
+in ``runs/my-drafter.run/`` (git-ignored), the bench scores no goal and every T = 0 row equals AR. A few minutes:
 slow."""
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def test_the_readmes_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
             assert last.startswith("wrote "), argv
     finally:
         torch.set_num_threads(before)
-    assert (tmp_path / "my-target" / "tokenizer.json").is_file()
-    assert (tmp_path / "my-drafter" / "manifest.json").is_file()
-    assert (tmp_path / "my-drafter.run" / "train_state.pt").is_file()
+    assert (tmp_path / "runs" / "my-target" / "tokenizer.json").is_file()
+    assert (tmp_path / "runs" / "my-drafter" / "manifest.json").is_file()
+    assert (tmp_path / "runs" / "my-drafter.run" / "train_state.pt").is_file()
     bench = pd.read_csv(next((tmp_path / "results" / "pairs").glob("attention-*/bench.csv")))
     assert (bench[bench.temperature == 0].matches_ar == 1).all() and "accept_rule" in bench

@@ -5,6 +5,8 @@ import json
 import pandas as pd
 import pytest
 
+from ddtree_lab import generate
+
 from ddtree_lab.experiments.studies import families as fs
 
 
@@ -19,7 +21,8 @@ def test_the_leak_per_node_is_exact_before_the_first_branch_and_leaks_after():
 def test_the_tau_table_pools_rounds_and_skips_a_torn_line(tmp_path):
     rows = tmp_path / "rows.jsonl"
     row = dict(family="kda", **{"class": "KimiLinearForCausalLM"}, mode="exact", budget=4, new_tokens=8,
-               acceptance_lengths=[3, 1, 4], looping=[False, False, True], matches_ar=True)
+               acceptance_lengths=[3, 1, 4], looping=[False, False, True], matches_ar=True,
+               matches_full_forward=True)
     rows.write_text(json.dumps({**row, "prompt": 0}) + "\n" + json.dumps({**row, "prompt": 1, "matches_ar": False})
                     + "\n" + '{"family": "kda", "mo')
     table = fs.tau_table(rows, new_tokens=8)
@@ -45,8 +48,23 @@ def test_the_stored_tables_cover_what_the_issue_asks(path):
     table = pd.read_csv(path)
     assert {"git", "machine", "date", "load_avg_1min", "threads"} <= set(table.columns)
     if path == fs.TAU_CSV:
-        assert {"family", "class", "budget", "mode", "tau", "tau_outside_loops", "prompts", "matches_ar"} <= set(table)
+        assert {"family", "class", "budget", "mode", "tau", "tau_outside_loops", "prompts", "matches_ar",
+                "matches_full_forward"} <= set(table)
         assert set(table.family) >= {"gdn", "kda", "mamba2", "short_conv"}
         assert set(table.budget) >= {1, 4, 16, 64, 256} and set(table["mode"]) == {"naive", "exact"}
     if path == fs.LEAK_CSV:
         assert table["class"].nunique() == 12
+
+
+def test_nemotron_hs_stock_decode_departs_from_its_full_forward_and_ddtree_follows_the_full_forward():
+    """On the trained Mamba2 target (Nemotron-H) the stock AR decode departs from greedy decoding by
+    the stock full forward: its decode step skips the dt clamp (``time_step_limit``) its chunked
+    prefill applies, and trained heads fall below it. The exact tree verify follows the full
+    forward token for token."""
+    pair = fs.family_pair("mamba2")
+    ids = pair.prompt_ids(2)
+    truth = fs.full_forward_greedy(pair.target, ids, 40)
+    ar = generate(pair.target, None, ids, method="ar", max_new_tokens=40).tokens
+    tree = generate(pair.target, pair.drafter, ids, method="ddtree", budget=4, block_size=fs.BLOCK, max_new_tokens=40)
+    assert ar != truth and tree.tokens == truth
+    assert min(float(m.time_step_limit[0]) for m, _ in fs.families.recurrent_mixers(pair.target).values()) > 0

@@ -5,6 +5,7 @@ make that share of the preset's rollouts and real-code windows, ``rollouts`` set
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -36,6 +37,18 @@ def test_the_tokenizer_is_the_targets_own_or_the_one_given(tmp_path):
     (bare / "manifest.json").write_text(json.dumps({"files": {}}))  # a manifest the lab's training did not write
     with pytest.raises(ValueError, match="holds no tokenizer"):
         load_tokenizer_for(bare)
+
+
+def test_a_copy_of_a_shipped_target_without_its_tokenizer_files_is_refused(tmp_path):
+    """One rule, no exception (issue 66): the shipped target holds its tokenizer files; a copy
+    without them is refused even though its manifest says the lab trained it."""
+    copy = tmp_path / "copy"
+    shutil.copytree(ckpt_path("gdn", "target"), copy)
+    assert "train_cfg" in json.loads((copy / "manifest.json").read_text())
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (copy / name).unlink()
+    with pytest.raises(ValueError, match="copy holds no tokenizer"):
+        load_tokenizer_for(copy)
 
 
 def _fit(out, identity, steps: int = 2) -> dict:
