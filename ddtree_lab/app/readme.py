@@ -110,8 +110,10 @@ def render_quality() -> str:
               "drafter top-1 agreement on HumanEval, block positions 1 / 8 / 15",
               f"linear tau, {n} HumanEval prompts, block 8 (goal >= {LINEAR_TAU_GOAL:g}) / block 16", "DDTree-64 tau, block 8",
               f"speculative output == AR ({n} prompts; DFlash 8 and 16, DDTree-64 with wy and with fork)"]
-    mb = sum(p.stat().st_size for p in CKPT_DIR.rglob("*") if p.is_file()) / 2**20
-    head = f"**Shipped models** (`ddtree-lab quality`; checkpoints {mb:.0f} MB in all, weights in bf16):\n\n"
+    shipped = [p for p in CKPT_DIR.rglob("*") if p.is_file() and "families" not in p.relative_to(CKPT_DIR).parts]
+    mb = sum(p.stat().st_size for p in shipped) / 2**20
+    head = (f"**Shipped models** (`ddtree-lab quality`; their checkpoints {mb:.0f} MB in all, weights in bf16; the "
+            f"family study's pairs under `checkpoints/families/` apart):\n\n")
     return head + _table([""] + [ARCH_TITLES[t["arch"]] for t in q["targets"]],
                          [[label] + [c[i] for c in cols] for i, label in enumerate(labels)])
 
