@@ -1,18 +1,22 @@
 """What the tests share, so that no test file imports another: ``assert_close`` (prints the
 error it saw), the toy target + drafter pair, a drafter that knows part of the answer (so
 losslessness tests really accept draft tokens), the seeded random-tree / random-prefix
-factories, the cache comparison, the distribution checks of the sampling tests (with their
-deliberately wrong rules) and a hand-built results frame."""
+factories, the cache comparison, the recurrent-family checks (stock mixer inputs and outputs
+caught from one forward, random parent lists, tree == fork == chain, a committed state decoded
+by the stock model), the distribution checks of the sampling tests (with their deliberately
+wrong rules) and a hand-built results frame."""
 import contextlib
 import math
 import zlib
+from typing import NamedTuple
 
 import torch
 
-from ddtree_lab.core import harness
+from ddtree_lab.core import families, harness
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
+from ddtree_lab.core.families.tiny import build_tiny
 from ddtree_lab.core.models import build_target
-from ddtree_lab.core.tree import DraftTree
+from ddtree_lab.core.tree import DraftTree, ancestor_mask_from_parents
 from ddtree_lab.experiments.plumbing import measure
 
 
@@ -174,6 +178,252 @@ def assert_same_cache(name: str, ref, out, tol: float) -> None:
     for i in ref.conv:
         assert_close(f"{name} layer{i} conv", ref.conv[i], out.conv[i], tol)
         assert_close(f"{name} layer{i} rec", ref.rec[i], out.rec[i], tol)
+
+
+# ----------------------------------------------------------------------------- recurrent families
+# The family tests (ddtree_lab/core/families/tests): a state is {"conv": {i: tensor}, "rec": {i: tensor}}
+# (``families``), a tree a parents list [n] (root -1), a path the node indices root..node.
+
+def assert_rel_close(name: str, ref: torch.Tensor, out: torch.Tensor, tol: float) -> float:
+    """``assert_close`` of the scaled relative error, max |ref - out| / max |ref|: for tensors far
+    below 1 (a tiny model's mixer outputs and states, ~1e-5..1e-1), where ``assert_close``'s
+    floor of 1 would make ``tol`` absolute."""
+    scale = ref.abs().max().clamp(min=1e-300)
+    return assert_close(name, ref / scale, out / scale, tol)
+
+
+def assert_same_state(name: str, ref: dict, out: dict, tol: float, relative: bool = False) -> None:
+    """Two states hold the same parts and agree: ``assert_close`` per tensor (``relative``:
+    ``assert_rel_close``)."""
+    close = assert_rel_close if relative else assert_close
+    for part in ("conv", "rec"):
+        assert ref[part].keys() == out[part].keys(), f"{name} {part}: {sorted(ref[part])} vs {sorted(out[part])}"
+        for k in ref[part]:
+            close(f"{name} {part}{k}", ref[part][k], out[part][k], tol)
+
+
+def random_parents(n: int, gen: torch.Generator, window: int | None = None) -> torch.Tensor:
+    """parents [n] of a random tree: node i's parent uniform among the ``window`` nodes before it
+    (None: among all earlier nodes)."""
+    low = (lambda i: 0) if window is None else (lambda i: max(0, i - window))
+    return torch.tensor([-1] + [int(torch.randint(low(i), i, (1,), generator=gen)) for i in range(1, n)])
+
+
+def tree_parents(kind: str, n: int, gen: torch.Generator) -> torch.Tensor:
+    """parents [n] of a "chain", a "star", a "deep" random tree (each node's parent among the 3
+    before it) or a "bushy" one (among all earlier nodes)."""
+    if kind == "chain":
+        return torch.arange(-1, n - 1)
+    if kind == "star":
+        return torch.tensor([-1] + [0] * (n - 1))
+    return random_parents(n, gen, {"deep": 3, "bushy": None}[kind])
+
+
+def path_to(parents: torch.Tensor, i: int) -> list[int]:
+    """The path root..i (node indices) of a parents list."""
+    path = [i]
+    while parents[path[-1]] >= 0:
+        path.append(int(parents[path[-1]]))
+    return path[::-1]
+
+
+def branched(h_path: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """A tree whose path 0..l-1 carries ``h_path`` [l, D], each path node after the root with a
+    distractor sibling before it (random inputs at h_path's scale): (h [2l-1, D], parents, path)."""
+    h, parents, path = [], [], []
+    for t in range(h_path.shape[0]):
+        if t:  # a distractor child of the previous path node, before the real one
+            h.append(torch.randn(h_path.shape[1], generator=gen, dtype=h_path.dtype) * h_path.std())
+            parents.append(path[-1])
+        h.append(h_path[t])
+        parents.append(path[-1] if path else -1)
+        path.append(len(h) - 1)
+    return torch.stack(h), torch.tensor(parents), path
+
+
+def capture_mixers(model, ids: torch.Tensor, **kwargs):
+    """One stock forward of ``model`` over ids [1, t] (``kwargs`` passed on: a cache, positions),
+    its recurrent mixers' (``families.recurrent_mixers``) inputs and outputs caught by hooks:
+    ({layer: input [t, D]}, {layer: output [t, D]}, the model's output)."""
+    ins, outs = {}, {}
+
+    def hook(i):
+        def grab(mod, args, kw, out):
+            ins[i] = (args[0] if args else kw["hidden_states"])[0].detach().clone()
+            outs[i] = (out[0] if isinstance(out, tuple) else out)[0].detach().clone()  # MiniMax's: (out, state)
+        return grab
+
+    handles = [m.register_forward_hook(hook(i), with_kwargs=True)
+               for i, (m, _) in families.recurrent_mixers(model).items()]
+    try:
+        with torch.no_grad():
+            output = model(ids, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return ins, outs, output
+
+
+class MixerCase(NamedTuple):
+    """``mixer_case``: one stock full forward of a model with recurrent layers."""
+    model: torch.nn.Module
+    ids: torch.Tensor  # [1, t]
+    mixers: dict  # {layer: (mixer, family)}
+    ins: dict  # {layer: mixer input [t, D]}
+    outs: dict  # {layer: mixer output [t, D]}
+    logits: torch.Tensor  # [t, V]
+
+
+def mixer_case(model, ids: torch.Tensor, fam) -> MixerCase:
+    """One stock full forward over ids [1, t] (``capture_mixers``); every recurrent mixer of
+    ``model`` is of family ``fam``."""
+    mixers = families.recurrent_mixers(model)
+    assert mixers and all(f is fam for _, f in mixers.values()), f"not every recurrent mixer is {families.name_of(fam)}"
+    ins, outs, output = capture_mixers(model, ids)
+    return MixerCase(model, ids, mixers, ins, outs, output.logits[0])
+
+
+def tiny_case(name: str, fam, t: int, prepare=None) -> MixerCase:
+    """``mixer_case`` of ``build_tiny(name)`` (float64; ``prepare``: applied to the model first)
+    over t random tokens, drawn by ``generator(<family name>, name)``."""
+    model = build_tiny(name)
+    model = model if prepare is None else prepare(model)
+    ids = torch.randint(model.config.vocab_size, (1, t), generator=generator(families.name_of(fam), name))
+    return mixer_case(model, ids, fam)
+
+
+def stock_cache(model, ids: torch.Tensor):
+    """The stock cache after one full forward over ids [1, t]."""
+    with torch.no_grad():
+        return model(ids, use_cache=True).past_key_values
+
+
+def prefill_states(model, ids: torch.Tensor) -> dict:
+    """{layer: its state (``families.state_of``)} of every recurrent layer in ``stock_cache``."""
+    cache = stock_cache(model, ids)
+    return {i: families.state_of(fam, cache, i) for i, (_, fam) in families.recurrent_mixers(model).items()}
+
+
+def assert_chain_is_stock(case: MixerCase, L: int, tol: float, relative: bool = False, t: int | None = None) -> None:
+    """Every recurrent layer of ``case``: the plain step chained from the stock L-prefill state
+    over the stock mixer inputs of tokens L..t-1 == the stock mixer outputs of those tokens, and
+    its final state == the stock cache's after prefilling t tokens (t: all of case.ids)."""
+    close = assert_rel_close if relative else assert_close
+    t = case.ids.shape[1] if t is None else t
+    start, end = prefill_states(case.model, case.ids[:, :L]), prefill_states(case.model, case.ids[:, :t])
+    with torch.no_grad():
+        for i, (m, fam) in case.mixers.items():
+            out, state = families.chain(fam, m, case.ins[i][L:t], start[i])
+            close(f"layer{i} out", case.outs[i][L:t], out, tol)
+            assert_same_state(f"layer{i}", end[i], state, tol, relative)
+
+
+def assert_step_keeps_input_state(case: MixerCase, L: int) -> None:
+    """The plain step of the first recurrent layer of ``case``, from the stock L-prefill state,
+    returns fresh tensors and leaves its input state untouched."""
+    i, (m, fam) = next(iter(case.mixers.items()))
+    state = families.state_of(fam, stock_cache(case.model, case.ids[:, :L]), i)
+    before = {part: {k: t.clone() for k, t in ts.items()} for part, ts in state.items()}
+    with torch.no_grad():
+        _, new = fam.step(m, case.ins[i][L], state)
+    for part, ts in state.items():
+        for k, t in ts.items():
+            assert torch.equal(t, before[part][k]), f"the step modified its input state {part}{k}"
+            assert new[part][k].data_ptr() != t.data_ptr(), f"the step returned its input state {part}{k}"
+
+
+def tree_case(case: MixerCase, L: int, kind: str, budget: int, gen: torch.Generator, layer: int = 0):
+    """(mixer, h [n, D], state, parents [n]) of the layer-th recurrent layer of ``case``: parents of
+    ``random_tree(kind, budget)``, h random at the scale of the mixer's stock inputs, the state of
+    the stock L-prefill."""
+    i, (m, fam) = list(case.mixers.items())[layer]
+    parents = random_tree(kind, budget, 64, gen).parents
+    x = case.ins[i]
+    h = torch.randn(len(parents), x.shape[-1], generator=gen, dtype=x.dtype) * x.std()
+    return m, h, families.state_of(fam, stock_cache(case.model, case.ids[:, :L]), i), parents
+
+
+def assert_tree_is_fork(name: str, fam, m, h: torch.Tensor, state: dict, parents: torch.Tensor, tol: float,
+                        relative: bool = False) -> None:
+    """A family's one-pass ``tree`` == the generic per-node ``families.fork`` from ``state``: the
+    outputs [n, D], and ``commit`` of the path to every node == fork's state after that node;
+    the input state is left untouched."""
+    close = assert_rel_close if relative else assert_close
+    frozen = {part: {k: t.clone() for k, t in ts.items()} for part, ts in state.items()}
+    with torch.no_grad():
+        out, record = fam.tree(m, h, state, parents, ancestor_mask_from_parents(parents))
+        ref, states = families.fork(fam, m, h, state, parents)
+        close(f"{name} out", ref, out, tol)
+        for node in range(len(parents)):
+            assert_same_state(f"{name} node{node}", states[node], fam.commit(m, record, path_to(parents, node)), tol,
+                              relative)
+    assert all(torch.equal(frozen[p][k], state[p][k]) for p in state for k in state[p]), f"{name}: input state modified"
+
+
+def some_nodes(parents: torch.Tensor, *also: int) -> list[int]:
+    """The middle node, the last and the deepest of a tree (and ``also``), sorted, once each."""
+    n = len(parents)
+    return sorted({*also, n // 2, n - 1, max(range(n), key=lambda j: len(path_to(parents, j)))})
+
+
+def assert_fork_is_chain(name: str, fam, m, h: torch.Tensor, state: dict, parents: torch.Tensor, tol: float,
+                         nodes=None, relative: bool = False) -> None:
+    """The exactness oracle: ``families.fork``'s output and state at each of ``nodes`` (None:
+    ``some_nodes``) == ``families.chain`` over that node's own path root..node."""
+    close = assert_rel_close if relative else assert_close
+    nodes = some_nodes(parents) if nodes is None else nodes
+    with torch.no_grad():
+        ref, states = families.fork(fam, m, h, state, parents)
+        for node in nodes:
+            out, end = families.chain(fam, m, h[path_to(parents, node)], state)
+            close(f"{name} node{node} out", ref[node], out[-1], tol)
+            assert_same_state(f"{name} node{node}", states[node], end, tol, relative)
+
+
+def decode_from_states(model, ids: torch.Tensor, P: int, states: dict, gen: torch.Generator | None = None,
+                       n: int = 1, positions: bool = False) -> tuple[torch.Tensor, dict]:
+    """Stock logits [n, V] of tokens P..P+n-1 (n = 1: one stock decode step) from the stock cache
+    of the P-prefill whose recurrent layers hold ``states`` ({layer: state}, written by the
+    family's ``write_state``; with ``gen``, each such layer's state is first overwritten by noise,
+    so a part the write misses leaves junk), and the recurrent mixers' outputs {layer: [n, D]} of
+    that call. ``positions``: pass position_ids P..P+n-1 (a stock decode that reads them from a
+    recurrent first layer's cache restarts them at 0: MiniMax's, Bamba's)."""
+    cache, mixers = stock_cache(model, ids[:, :P]), families.recurrent_mixers(model)
+    with torch.no_grad():
+        for i, state in states.items():
+            fam = mixers[i][1]
+            write = getattr(fam, "write_state", families.write_state)
+            if gen is not None:
+                held = families.state_of(fam, cache, i)
+                write(cache, i, {part: {k: torch.randn(t.shape, generator=gen, dtype=t.dtype) for k, t in ts.items()}
+                                 for part, ts in held.items()})
+            write(cache, i, state)
+    kwargs = {"position_ids": torch.arange(P, P + n)[None]} if positions else {}
+    _, outs, output = capture_mixers(model, ids[:, P:P + n], past_key_values=cache, use_cache=True, **kwargs)
+    return output.logits[0], outs
+
+
+def commit_then_decode(case: MixerCase, L: int, P: int, source: str, gen: torch.Generator | None,
+                       positions: bool = False) -> tuple[torch.Tensor, dict]:
+    """The model-level check of a family on ``case``: per recurrent layer, the state after the
+    stock mixer inputs of tokens L..P-1 from the stock L-prefill state (source "chain": the final
+    state of ``families.chain``; "tree": ``commit`` of that path in ``branched``; "stale": the
+    L-prefill state itself, the control), written into the stock cache of the P-prefill (over
+    noise, with ``gen``), then one stock decode step of token P (``decode_from_states``) ->
+    (logits [V], {layer: that step's mixer output [D]})."""
+    start, states = prefill_states(case.model, case.ids[:, :L]), {}
+    with torch.no_grad():
+        for i, (m, fam) in case.mixers.items():
+            if source == "stale":
+                states[i] = start[i]
+            elif source == "chain":
+                states[i] = families.chain(fam, m, case.ins[i][L:P], start[i])[1]
+            else:
+                h, parents, path = branched(case.ins[i][L:P], gen)
+                record = fam.tree(m, h, start[i], parents, ancestor_mask_from_parents(parents))[1]
+                states[i] = fam.commit(m, record, path)
+    logits, outs = decode_from_states(case.model, case.ids, P, states, gen, positions=positions)
+    return logits[0], {i: o[0] for i, o in outs.items()}
 
 
 # ----------------------------------------------------------------------------- distribution checks

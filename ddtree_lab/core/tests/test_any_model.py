@@ -227,7 +227,7 @@ def test_recurrent_layers_of_a_family_the_lab_lacks_are_refused_naming_the_class
     cls, extra = REFUSED[model_type]
     monkeypatch.setattr(families, "REGISTRY", {k: v for k, v in families.REGISTRY.items() if k != cls})
     m = tiny(model_type, **extra)
-    with pytest.raises(ValueError, match=f"layer 0 .*\({cls} in `\w+`\) of no family the lab has"):
+    with pytest.raises(ValueError, match=rf"layer 0 .*\({cls} in `\w+`\) of no family the lab has"):
         arch_of(m)
     m.save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"not weights")  # refused before any loading

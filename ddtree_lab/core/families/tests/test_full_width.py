@@ -9,8 +9,9 @@ built from its transformers config with the shapes below (the config defaults, w
 checkpoints, set explicitly), weights redrawn at unit scale (``_draw``), a random nonzero state,
 a random 32-node tree. ``tree`` runs in float32 on the float32 module; the reference is
 ``families.fork`` on a float64 copy (``copy.deepcopy(m).double()``) from the same (float32-exact)
-inputs, under the float64 harness (``float64_reference``) so the stock float32 casts the step
-goes through (GDN kernel dtype, the stock RMSNorms) stay float64. Mamba1's step keeps its
+inputs, under ``harness.float64_harness`` so the stock float32 casts the step goes through (GDN
+kernel dtype, the stock RMSNorms and gated norms of Qwen3.5, OLMo-hybrid, Kimi Linear, MiniMax and
+Jamba) stay float64. Mamba1's step keeps its
 mirrored float32 rounding of A, B and u (``families/mamba1.py``): ~6e-8 relative, far below the
 tolerance.
 
@@ -27,7 +28,6 @@ Shapes (hidden D; all at the brief's numbers, none shrunk):
 Slow (``pytest.mark.slow``): the float64 fork re-reads every weight once per node (up to 250M
 parameters for MiniMax); ~35 s on one CPU thread in all (MiniMax ~10 s).
 """
-import contextlib
 import copy
 import importlib
 import time
@@ -35,7 +35,7 @@ import time
 import pytest
 import torch
 import transformers as hf
-from helpers import assert_close
+from helpers import assert_close, assert_same_state, path_to, random_parents
 from transformers.initialization import no_init_weights
 
 from ddtree_lab.core import families, harness
@@ -158,35 +158,6 @@ def random_state(fam_name: str, m, gen: torch.Generator) -> dict:
             "rec": {} if shapes["rec"] is None else {0: 0.3 * torch.randn(shapes["rec"], generator=gen)}}
 
 
-def random_parents(n: int, gen: torch.Generator) -> torch.Tensor:
-    """parents [n]: root -1, node i's parent drawn among the 4 nodes before it (branchy and deep)."""
-    return torch.tensor([-1] + [int(torch.randint(max(0, i - 4), i, (1,), generator=gen)) for i in range(1, n)])
-
-
-def path_to(parents: torch.Tensor, i: int) -> list:
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(int(parents[path[-1]]))
-    return path[::-1]
-
-
-@contextlib.contextmanager
-def float64_reference():
-    """``harness.float64_harness`` (GDN kernel dtype, Qwen3.5's norms) plus the same swaps in the
-    modeling modules the harness does not list (OLMo-hybrid's gated norm, MiniMax's and Jamba's
-    RMSNorms): the float64 fork stays float64 through the stock float32 casts."""
-    extra = [s for name in ("olmo_hybrid", "minimax", "jamba") for s in harness._module_patches(modeling(name))]
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in extra]
-    with harness.float64_harness():
-        try:
-            for obj, name, fn in extra:
-                setattr(obj, name, fn)
-            yield
-        finally:
-            for obj, name, fn in saved:
-                setattr(obj, name, fn)
-
-
 def _to64(state: dict) -> dict:
     return {part: {i: t.double() for i, t in ts.items()} for part, ts in state.items()}
 
@@ -202,7 +173,7 @@ def test_float32_tree_is_float64_fork(case):
     fam = families.family_of(m)
     assert fam is not None and families.name_of(fam) == case.split("-")[0]
     gen = torch.Generator().manual_seed(1)
-    parents = random_parents(N, gen)
+    parents = random_parents(N, gen, window=4)  # branchy and deep: each node's parent among the 4 before it
     anc = ancestor_mask_from_parents(parents)
     deepest = int(anc.sum(1).argmax())
     state = random_state(families.name_of(fam), m, gen)
@@ -211,12 +182,9 @@ def test_float32_tree_is_float64_fork(case):
         out, record = fam.tree(m, h, state, parents, anc)
         committed = fam.commit(m, record, path_to(parents, deepest))
         m64 = copy.deepcopy(m).double()
-        with float64_reference():
+        with harness.float64_harness():
             ref, states = families.fork(fam, m64, h.double(), _to64(state), parents)
     assert out.dtype == torch.float32 and ref.dtype == torch.float64
     print(f"{case}: depth {len(path_to(parents, deepest)) - 1}, {time.perf_counter() - start:.1f} s")
     assert_close(f"{case} tree out", ref, out, TOL)
-    for part in ("conv", "rec"):
-        assert states[deepest][part].keys() == committed[part].keys()
-        for i, t in committed[part].items():
-            assert_close(f"{case} commit {part}[{i}]", states[deepest][part][i], t, TOL)
+    assert_same_state(f"{case} commit", states[deepest], committed, TOL)

@@ -3,13 +3,17 @@
 The stock mixers cast to float32 inside (``A_log.float()``, ``mamba2_chunk_scan``'s
 ``hidden_states.float()``, the gated norms' ``.to(torch.float32)``), and the stock cache then
 keeps the SSM state in float32. ``stock_float64`` keeps float64 tensors float64 through those
-casts (and the eager attention's float32 softmax) while the stock decoder layers run (the
-shared ``harness`` does not cover these modules), so the stock code itself is the float64
-truth: its decode then equals its full forward to ~1e-16 for every class, given explicit
-``position_ids`` (``BambaModel.forward`` restarts them at 0 on every call: a stock bug on the
-attention side, not the mixer's), and given softplus(dt + dt_bias) >= time_step_min (the
+casts (and the eager attention's float32 softmax) while the stock decoder layers run, so the
+stock code itself is the float64 truth. (The shared ``harness.float64_harness`` does not list
+these modules: it swaps classes and module functions, and the casts here sit inside the mixer's
+own forward, ``A = -torch.exp(self.A_log.float())``, and in the SSM kernels, which only the
+Tensor-method swaps around each decoder layer reach; the gated norms also gate before the norm,
+unlike the harness's.) Its decode then equals its full forward to ~1e-16 for every class, given
+explicit ``position_ids`` (``BambaModel.forward`` restarts them at 0 on every call: a stock bug on
+the attention side, not the mixer's), and given softplus(dt + dt_bias) >= time_step_min (the
 ``-dtclamp`` cases: the stock decode skips the full forward's clamp; the step follows the full
-forward). Tolerances: 1e-11 (scale-aware, ``assert_close``); errors seen: ~1e-15.
+forward). Tolerances: 1e-11 (scale-aware, ``assert_close``); errors seen: ~1e-15. The checks
+themselves are the shared family checks of ``helpers``.
 """
 import contextlib
 import functools
@@ -17,7 +21,8 @@ import functools
 import pytest
 import torch
 import transformers as hf
-from helpers import assert_close
+from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, assert_tree_is_fork,
+                     decode_from_states, mixer_case, prefill_states, tree_parents)
 
 from ddtree_lab.core import families
 from ddtree_lab.core.families import mamba2
@@ -128,27 +133,11 @@ def ids_of(case):
 
 @functools.lru_cache(maxsize=None)
 def stock_runs(case: str):
-    """One stock full forward over T+2 tokens ({layer: (mixer input, mixer output)} [T+2, D] each,
-    logits [T+2, V]) and the stock caches after prefilling L and T tokens."""
+    """``helpers.mixer_case`` of one stock full forward over T+2 tokens, and {layer: the stock
+    state after prefilling L tokens}."""
     model, ids = model_of(case), ids_of(case)
-    seen, hooks = {}, []
-    for i, (m, _) in families.recurrent_mixers(model).items():
-        def grab(mod, args, kwargs, out, i=i):
-            h = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
-            seen[i] = (h[0].detach().clone(), out[0].detach().clone())
-        hooks.append(m.register_forward_hook(grab, with_kwargs=True))
-    with torch.no_grad(), stock_float64(model):
-        logits = model(ids).logits[0]
-        for hk in hooks:
-            hk.remove()
-        cache_L = model(ids[:, :L], use_cache=True).past_key_values
-        cache_T = model(ids[:, :T], use_cache=True).past_key_values
-    return seen, logits, cache_L, cache_T
-
-
-def _assert_state(name, ref, out, tol=TOL):
-    assert_close(f"{name} conv", ref["conv"][0], out["conv"][0], tol)
-    assert_close(f"{name} rec", ref["rec"][0], out["rec"][0], tol)
+    with stock_float64(model):
+        return mixer_case(model, ids, mamba2), prefill_states(model, ids[:, :L])
 
 
 # ----------------------------------------------------------------------------- 1. step = stock
@@ -157,14 +146,9 @@ def _assert_state(name, ref, out, tol=TOL):
 def test_step_chain_is_stock(case):
     """chain from the stock cache after L tokens = the stock full forward's mixer outputs of
     tokens L..T-1, and its final state = the stock cache after T tokens (tol 1e-11)."""
-    model = model_of(case)
-    seen, _, cache_L, cache_T = stock_runs(case)
-    for i, (m, fam) in families.recurrent_mixers(model).items():
-        h, ref = seen[i]
-        with torch.no_grad():
-            out, state = families.chain(fam, m, h[L:T], families.state_of(fam, cache_L, i))
-        assert_close(f"{case} layer{i} out", ref[L:T], out, TOL)
-        _assert_state(f"{case} layer{i}", families.state_of(fam, cache_T, i), state)
+    run = stock_runs(case)[0]
+    with stock_float64(run.model):
+        assert_chain_is_stock(run, L, TOL, t=T)
 
 
 @pytest.mark.parametrize("case", ["NemotronH-dtclamp", "Zamba2-dtclamp"])
@@ -175,7 +159,7 @@ def test_stock_decode_skips_dt_clamp(case):
     model, ids = model_of(case), ids_of(case)
     m = families.recurrent_mixers(model)[0][0]
     assert torch.nn.functional.softplus(m.dt_bias).min() < m.time_step_limit[0]
-    _, logits, _, _ = stock_runs(case)
+    logits = stock_runs(case)[0].logits
     with torch.no_grad(), stock_float64(model):
         cache = model(ids[:, :L], use_cache=True).past_key_values
         decoded = torch.stack([model(ids[:, t:t + 1], past_key_values=cache, position_ids=torch.tensor([[t]]),
@@ -187,14 +171,6 @@ def test_stock_decode_skips_dt_clamp(case):
 
 # ----------------------------------------------------------------------------- 2, 3. tree = fork = chain
 
-def _trees(n: int, gen: torch.Generator) -> dict:
-    """Parents of a chain, a star, a deep random tree (parent among the last 3) and a bushy one."""
-    deep = [-1] + [int(torch.randint(max(0, i - 3), i, (1,), generator=gen)) for i in range(1, n)]
-    bushy = [-1] + [int(torch.randint(0, i, (1,), generator=gen)) for i in range(1, n)]
-    return {"chain": torch.arange(-1, n - 1), "star": torch.tensor([-1] + [0] * (n - 1)),
-            "deep": torch.tensor(deep), "bushy": torch.tensor(bushy)}
-
-
 def _random_state(m, gen) -> dict:
     """A random state of mixer m: conv [C, K], rec [H, P, N], float64."""
     conv = torch.randn(m.conv_dim, m.conv_kernel_size, generator=gen, dtype=torch.float64)
@@ -202,36 +178,23 @@ def _random_state(m, gen) -> dict:
     return {"conv": {0: conv}, "rec": {0: rec}}
 
 
-def _path(parents: torch.Tensor, i: int) -> list:
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(int(parents[path[-1]]))
-    return path[::-1]
-
-
 TREE_CASES = ["NemotronH-dtclamp", "FalconH1-gatenorm-g2", "GraniteMoeHybrid", "Bamba-g2", "Zamba2"]
 
 
 @pytest.mark.parametrize("case", TREE_CASES)
 def test_tree_is_fork(case):
-    """tree = fork (outputs), commit = fork's per-node state (every node), on 4 trees of 20 nodes;
+    """tree = fork (outputs), commit = fork's per-node state (every node), on 4 trees of 20 nodes
+    (a chain, a star, a deep random tree: each node's parent among the 3 before it, a bushy one);
     and each fork node = chain over its own path (the exactness oracle)."""
     m = families.recurrent_mixers(model_of(case))[0][0]
     gen = torch.Generator().manual_seed(7)
     state = _random_state(m, gen)
-    for kind, parents in _trees(20, gen).items():
+    trees = {kind: tree_parents(kind, 20, gen) for kind in ("chain", "star", "deep", "bushy")}
+    for kind, parents in trees.items():
         h = torch.randn(20, m.hidden_size, generator=gen, dtype=torch.float64)
-        with torch.no_grad():
-            ref, states = families.fork(mamba2, m, h, state, parents)
-            out, record = mamba2.tree(m, h, state, parents, ancestor_mask_from_parents(parents))
-            assert_close(f"{case} {kind} tree out", ref, out, TOL)
-            for i in range(20):
-                _assert_state(f"{case} {kind} commit node{i}", states[i], mamba2.commit(m, record, _path(parents, i)))
-            for i in (19, int(torch.randint(20, (1,), generator=gen))):
-                path = _path(parents, i)
-                o, s = families.chain(mamba2, m, h[path], state)
-                assert_close(f"{case} {kind} fork node{i} out vs chain", o[-1], ref[i], TOL)
-                _assert_state(f"{case} {kind} fork node{i} vs chain", s, states[i])
+        assert_tree_is_fork(f"{case} {kind}", mamba2, m, h, state, parents, TOL)
+        nodes = (19, int(torch.randint(20, (1,), generator=gen)))
+        assert_fork_is_chain(f"{case} {kind} fork", mamba2, m, h, state, parents, TOL, nodes=nodes)
 
 
 def test_step_leaves_state_alone():
@@ -264,23 +227,6 @@ def _distracted_tree(n_main: int, gen: torch.Generator) -> tuple[torch.Tensor, l
     return torch.tensor(parents), main
 
 
-def _cache_with(model, ids, states: dict):
-    """A stock cache after T tokens whose recurrent layers hold ``states`` ({layer: state})."""
-    with torch.no_grad(), stock_float64(model):
-        cache = model(ids[:, :T], use_cache=True).past_key_values
-    for i, st in states.items():
-        families.write_state(cache, i, st)
-    return cache
-
-
-def _stock_continue(model, ids, cache, n: int) -> torch.Tensor:
-    """Stock logits [n, V] of tokens T..T+n-1 from ``cache`` (n = 1: the one-token decode path;
-    n > 1: the chunked path, as the full forward)."""
-    with torch.no_grad(), stock_float64(model):
-        pos = torch.arange(T, T + n)[None]  # explicit: BambaModel would start them at 0
-        return model(ids[:, T:T + n], past_key_values=cache, position_ids=pos, use_cache=True).logits[0]
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_commit_then_stock_decode(case):
     """Per recurrent layer, the stock mixer inputs of tokens L..T-1 as the accepted path of a tree
@@ -288,21 +234,23 @@ def test_commit_then_stock_decode(case):
     mixer outputs; its committed states, written into a stock cache after T tokens, then one
     stock decode step (token T) = the stock full forward's logits at T; and so does a stock
     2-token continuation (T, T+1: the chunked path). The dtclamp cases skip the one-token
-    decode: there the stock decode departs from the full forward (``test_stock_decode_skips_dt_clamp``)."""
-    model, ids = model_of(case), ids_of(case)
-    seen, logits, cache_L, _ = stock_runs(case)
+    decode: there the stock decode departs from the full forward (``test_stock_decode_skips_dt_clamp``).
+    Every stock call passes its positions (``BambaModel`` would start them at 0)."""
+    run, start = stock_runs(case)
+    model, ids, ins, outs, logits = run.model, run.ids, run.ins, run.outs, run.logits
     gen = torch.Generator().manual_seed(11)
     parents, main = _distracted_tree(T - L, gen)
     anc, committed = ancestor_mask_from_parents(parents), {}
     for i, (m, fam) in families.recurrent_mixers(model).items():
         h = torch.randn(len(parents), m.hidden_size, generator=gen, dtype=torch.float64)
-        h[main] = seen[i][0][L:T]
+        h[main] = ins[i][L:T]
         with torch.no_grad():
-            out, record = fam.tree(m, h, families.state_of(fam, cache_L, i), parents, anc)
-        assert_close(f"{case} layer{i} tree path out", seen[i][1][L:T], out[main], TOL)
+            out, record = fam.tree(m, h, start[i], parents, anc)
+        assert_close(f"{case} layer{i} tree path out", outs[i][L:T], out[main], TOL)
         committed[i] = fam.commit(m, record, main)
-    if not CASES[case][2]:
-        one = _stock_continue(model, ids, _cache_with(model, ids, committed), 1)
-        assert_close(f"{case} logits at T (stock decode)", logits[T], one[0], TOL)
-    two = _stock_continue(model, ids, _cache_with(model, ids, committed), 2)
+    with stock_float64(model):
+        if not CASES[case][2]:
+            one = decode_from_states(model, ids, T, committed, positions=True)[0]
+            assert_close(f"{case} logits at T (stock decode)", logits[T], one[0], TOL)
+        two = decode_from_states(model, ids, T, committed, n=2, positions=True)[0]
     assert_close(f"{case} logits at T, T+1 (stock chunked)", logits[T:T + 2], two, TOL)

@@ -2,15 +2,15 @@
 the stock layers: the plain step vs the stock full forward and its cache, the fast ancestor-window
 ``tree`` vs the generic ``fork``, a fork node vs ``chain`` over its path, and a committed state
 written into a stock cache vs the stock full forward's logits. float64, tiny random models
-(``build_tiny``: kernel ``conv_L_cache`` = 3, no conv bias)."""
+(``build_tiny``: kernel ``conv_L_cache`` = 3, no conv bias). The checks themselves are the shared
+family checks of ``helpers`` (relative to each tensor's max |ref|: the tiny model's mixer outputs
+are ~1e-4)."""
 import pytest
-import torch
-from helpers import assert_close, generator, random_tree
+from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, assert_step_keeps_input_state,
+                     assert_tree_is_fork, commit_then_decode, generator, some_nodes, stock_cache, tiny_case, tree_case)
 
-from ddtree_lab.core import families
 from ddtree_lab.core.families import short_conv
-from ddtree_lab.core.families.tiny import HYBRIDS, build_tiny
-from ddtree_lab.core.tree import ancestor_mask_from_parents
+from ddtree_lab.core.families.tiny import HYBRIDS
 
 CLASSES = [name for name, fam in HYBRIDS.items() if fam == "short_conv"]
 T, L = 20, 9  # sequence length, prefill length
@@ -21,55 +21,15 @@ DECODE_TOL = 1e-10  # logits of a stock decode from a written state vs the stock
 
 @pytest.fixture(scope="module", params=CLASSES)
 def setup(request):
-    """(model, ids [1, T], {layer: (mixer, family)}, {layer: mixer input [T, D]},
-    {layer: mixer output [T, D]}, full-forward logits [T, V]) of one class."""
-    model = build_tiny(request.param)
-    ids = torch.randint(model.config.vocab_size, (1, T), generator=generator("short_conv", request.param))
-    mixers = families.recurrent_mixers(model)
-    assert mixers and all(fam is short_conv for _, fam in mixers.values())
-    ins, outs = {}, {}
-
-    def hook(i):
-        def fn(mod, args, kwargs, out):
-            ins[i] = (args[0] if args else kwargs["hidden_states"])[0].clone()
-            outs[i] = out[0].clone()  # the stock forward returns a plain tensor [1, T, D]
-        return fn
-
-    handles = [m.register_forward_hook(hook(i), with_kwargs=True) for i, (m, _) in mixers.items()]
-    with torch.no_grad():
-        logits = model(ids).logits[0]
-    for h in handles:
-        h.remove()
-    return model, ids, mixers, ins, outs, logits
-
-
-def prefill(model, ids):
-    """The stock cache after a full forward over ids [1, t]."""
-    with torch.no_grad():
-        return model(ids, use_cache=True).past_key_values
-
-
-def rel_close(name, ref, out, tol):
-    """``assert_close`` relative to max |ref| (the tiny model's mixer outputs are ~1e-4, where
-    ``assert_close``'s floor of 1 would make its tolerance absolute)."""
-    scale = ref.abs().max().clamp(min=1e-300)
-    return assert_close(name, ref / scale, out / scale, tol)
-
-
-def assert_same_state(name, ref, out, tol):
-    """Both parts of two states agree (relative to each tensor's max |ref|)."""
-    for part in ("conv", "rec"):
-        assert ref[part].keys() == out[part].keys()
-        for k in ref[part]:
-            rel_close(f"{name} {part}{k}", ref[part][k], out[part][k], tol)
+    """``helpers.tiny_case`` of one class over T random tokens."""
+    return tiny_case(request.param, short_conv, T)
 
 
 def test_stock_cache_has_no_recurrent_state(setup):
     """The stock cache layer holds one conv state [1, D, K] and no recurrent state, so
     ``read_state`` gives {"conv": {0: [D, K]}, "rec": {}}."""
-    model, ids, mixers, *_ = setup
-    cache = prefill(model, ids[:, :L])
-    for i, (m, fam) in mixers.items():
+    cache = stock_cache(setup.model, setup.ids[:, :L])
+    for i, (m, fam) in setup.mixers.items():
         assert cache.layers[i].recurrent_states == {0: None}
         state = fam.read_state(cache, i)
         assert state["rec"] == {} and state["conv"][0].shape == (m.conv.in_channels, m.conv_kernel_size)
@@ -78,89 +38,29 @@ def test_stock_cache_has_no_recurrent_state(setup):
 def test_step_is_stock(setup):
     """chain of the plain step from the stock L-prefill cache == the stock full forward's mixer
     outputs of tokens L..T-1, and its final state == the stock cache after prefilling all T."""
-    model, ids, mixers, ins, outs, _ = setup
-    cache_l, cache_t = prefill(model, ids[:, :L]), prefill(model, ids)
-    with torch.no_grad():
-        for i, (m, fam) in mixers.items():
-            out, state = families.chain(fam, m, ins[i][L:], families.state_of(fam, cache_l, i))
-            rel_close(f"layer{i} out", outs[i][L:], out, STEP_TOL)
-            assert_same_state(f"layer{i}", families.state_of(fam, cache_t, i), state, STEP_TOL)
+    assert_chain_is_stock(setup, L, STEP_TOL, relative=True)
 
 
 def test_step_keeps_input_state(setup):
     """The step returns a fresh state and leaves its input untouched."""
-    model, ids, mixers, ins, _, _ = setup
-    i, (m, fam) = next(iter(mixers.items()))
-    state = fam.read_state(prefill(model, ids[:, :L]), i)
-    before = state["conv"][0].clone()
-    with torch.no_grad():
-        _, new = fam.step(m, ins[i][L], state)
-    assert torch.equal(state["conv"][0], before) and new["conv"][0].data_ptr() != state["conv"][0].data_ptr()
-
-
-def tree_case(setup, kind, budget):
-    """(mixer, h [n, D], state: the stock L-prefill state, parents [n]) of layer 0."""
-    model, ids, mixers, ins, _, _ = setup
-    i, (m, fam) = next(iter(mixers.items()))
-    gen = generator("short_conv tree", kind, budget)
-    parents = random_tree(kind, budget, 64, gen).parents
-    h = torch.randn(len(parents), ins[i].shape[-1], generator=gen, dtype=ins[i].dtype) * ins[i].std()
-    return m, h, families.state_of(fam, prefill(model, ids[:, :L]), i), parents
+    assert_step_keeps_input_state(setup, L)
 
 
 @pytest.mark.parametrize("kind,budget", [("chain", 12), ("star", 10), ("deep", 19), ("random", 19)])
 def test_tree_is_fork(setup, kind, budget):
-    """The fast ancestor-window tree == the generic per-node fork: outputs, and commit of every node."""
-    m, h, state, parents = tree_case(setup, kind, budget)
-    with torch.no_grad():
-        ref, states = families.fork(short_conv, m, h, state, parents)
-        out, record = short_conv.tree(m, h, state, parents, ancestor_mask_from_parents(parents))
-        rel_close(f"{kind} out", ref, out, TREE_TOL)
-        for node, path in enumerate(paths(parents)):
-            assert_same_state(f"{kind} node{node}", states[node], short_conv.commit(m, record, path), TREE_TOL)
+    """The fast ancestor-window tree (every node's conv window, its last K inputs along its own
+    path, gathered at once) == the generic per-node fork: outputs, and commit (a window lookup)
+    of every node."""
+    gen = generator("short_conv tree", kind, budget)
+    assert_tree_is_fork(kind, short_conv, *tree_case(setup, L, kind, budget, gen), TREE_TOL, relative=True)
 
 
 @pytest.mark.parametrize("kind", ["deep", "random"])
 def test_fork_node_is_chain(setup, kind):
     """A fork node == chain over its own path root..node (the exactness oracle)."""
-    m, h, state, parents = tree_case(setup, kind, 19)
-    with torch.no_grad():
-        ref, states = families.fork(short_conv, m, h, state, parents)
-        ps = paths(parents)
-        deepest = max(range(len(ps)), key=lambda j: len(ps[j]))
-        for node in sorted({1, len(ps) // 2, len(ps) - 1, deepest}):  # node 1: a path shorter than K
-            path = ps[node]
-            out, s = families.chain(short_conv, m, h[path], state)
-            rel_close(f"{kind} node{node} out", ref[node], out[-1], TREE_TOL)
-            assert_same_state(f"{kind} node{node}", states[node], s, TREE_TOL)
-
-
-def paths(parents):
-    """Path root..i of every node i (lists of node indices)."""
-    out = []
-    for p in parents.tolist():
-        out.append((out[p] if p >= 0 else []) + [len(out)])
-    return out
-
-
-def branched(h_path, gen):
-    """A tree whose path 0..len-1 is ``h_path`` [l, D], each path node with a random sibling
-    branch: (h [n, D], parents [n], the path's node indices)."""
-    h, parents, path = [], [], []
-    for t in range(h_path.shape[0]):
-        if t:  # a distractor child of the previous path node, before the real one
-            h.append(torch.randn(h_path.shape[1], generator=gen, dtype=h_path.dtype) * h_path.std())
-            parents.append(path[-1])
-        h.append(h_path[t])
-        parents.append(path[-1] if path else -1)
-        path.append(len(h) - 1)
-    return torch.stack(h), torch.tensor(parents), path
-
-
-def scramble(cache, i, gen):
-    """Overwrite layer i's conv state in a stock cache with noise (so a write that misses leaves junk)."""
-    conv = cache.layers[i].conv_states[0]
-    conv.copy_(torch.randn(conv.shape, generator=gen, dtype=conv.dtype))
+    m, h, state, parents = tree_case(setup, L, kind, 19, generator("short_conv tree", kind, 19))
+    nodes = some_nodes(parents, 1)  # node 1: a path shorter than K
+    assert_fork_is_chain(kind, short_conv, m, h, state, parents, TREE_TOL, nodes, relative=True)
 
 
 @pytest.mark.parametrize("source", ["chain", "tree"])
@@ -168,33 +68,15 @@ def test_commit_in_stock_cache(setup, source):
     """The state after tokens L..P-1 (chain's final state, or commit of that path in a tree with
     distractor branches), written into a stock cache prefilled to P whose conv states were then
     scrambled, then one stock decode step == the stock full forward's logits at P."""
-    model, ids, mixers, ins, _, logits = setup
-    P, gen = T - 3, generator("short_conv commit", source)
-    cache_l, cache = prefill(model, ids[:, :L]), prefill(model, ids[:, :P])  # attention rows 0..P-1
-    with torch.no_grad():
-        for i, (m, fam) in mixers.items():
-            start = families.state_of(fam, cache_l, i)
-            if source == "chain":
-                state = families.chain(fam, m, ins[i][L:P], start)[1]
-            else:
-                h, parents, path = branched(ins[i][L:P], gen)
-                state = fam.commit(m, fam.tree(m, h, start, parents, ancestor_mask_from_parents(parents))[1], path)
-            scramble(cache, i, gen)
-            fam.write_state(cache, i, state)
-        out = model(ids[:, P:P + 1], past_key_values=cache, use_cache=True).logits[0, -1]
-    assert_close(f"{source} logits at {P}", logits[P], out, DECODE_TOL)
+    P = T - 3
+    out, _ = commit_then_decode(setup, L, P, source, generator("short_conv commit", source))
+    assert_close(f"{source} logits at {P}", setup.logits[P], out, DECODE_TOL)
 
 
 def test_stale_state_is_caught(setup):
     """The control of ``test_commit_in_stock_cache``: leaving the conv states at the L-prefill
     departs from the full forward by far more than DECODE_TOL."""
-    model, ids, mixers, _, _, logits = setup
     P = T - 3
-    cache_l, cache = prefill(model, ids[:, :L]), prefill(model, ids[:, :P])
-    with torch.no_grad():
-        for i, (m, fam) in mixers.items():
-            fam.write_state(cache, i, fam.read_state(cache_l, i))
-        out = model(ids[:, P:P + 1], past_key_values=cache, use_cache=True).logits[0, -1]
-    err = (out - logits[P]).abs().max().item()
+    err = (commit_then_decode(setup, L, P, "stale", None)[0] - setup.logits[P]).abs().max().item()
     print(f"stale state: max err {err:.3e}")
     assert err > 100 * DECODE_TOL
