@@ -206,6 +206,29 @@ def _cost_fns(m, idx: int, mixer, fam, budget: int, seed: int):
 
 # ----------------------------------------------------------------------------- readings
 
+def tau_grid(table: pd.DataFrame, value: str = "tau") -> pd.DataFrame:
+    """One row per family, one column per budget: '``value`` exact / naive' ("tau" or "tau_outside_loops")."""
+    def cell(g):
+        t = g.set_index("mode")[value]
+        return f"{t['exact']:.2f} / {t['naive']:.2f}"
+    grid = table.groupby(["family", "budget"]).apply(cell, include_groups=False).unstack("budget")
+    grid.columns = [f"B={b}" for b in grid.columns]
+    return grid.rename_axis(f"{value}: exact / naive")
+
+
+def agreement(table: pd.DataFrame) -> pd.DataFrame:
+    """Per family and mode: the least share of prompts, over budgets, whose output equals AR (the
+    stock decode) and greedy decoding by the full forward."""
+    return table.groupby(["family", "mode"])[["matches_ar", "matches_full_forward"]].min().round(2).unstack("mode")
+
+
+def cost_grid(cost: pd.DataFrame) -> pd.DataFrame:
+    """One row per class: tree / stock median ratio [10th, 90th percentile] at each budget."""
+    cost = cost.assign(cell=[f"{r.ratio:.2f} [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]" for r in cost.itertuples()])
+    grid = cost.pivot(index=["family", "class"], columns="budget", values="cell")
+    grid.columns = [f"tree / stock, B={b}" for b in grid.columns]
+    return grid
+
 def decode_departure(name: str, prefix_len: int = 14, total: int = 20, seed: int = 0) -> dict:
     """The stock decode of class ``name`` (tiny, random, float64) against its own full forward:
     max |dlogit| over the decoded positions without explicit positions (as a bare
