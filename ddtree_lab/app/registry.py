@@ -101,7 +101,7 @@ EXPERIMENTS = (
     Experiment("family_leak", "notebook 11: the naive verify against each node's own path, every hybrid class "
                "(tiny, random, float64)", (), ("family_leak.csv",), (module("families", "leak"),)),
     Experiment("families", "notebook 11: naive vs exact tau by budget on one trained tiny target per recurrent "
-               "family", (), ("families.csv", "families_rows.jsonl"), (module("families", "tau"),)),
+               "family", ("families",), ("families.csv",), (module("families", "tau"),)),
     Experiment("family_cost", "notebook 11: each family's one-pass tree form vs the stock mixer on the same tokens "
                "(timing)", (), ("family_cost.csv",), (module("families", "cost"),)),
     Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted, Kimi K2.6 "

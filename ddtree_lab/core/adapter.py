@@ -166,10 +166,6 @@ def loop_ready(model) -> Iterator[None]:
         model.set_experts_implementation(before)
 
 
-def attention_layer_ids(model) -> list[int]:
-    return [i for i, layer in enumerate(decoder_layers(model)) if hasattr(layer, "self_attn")]
-
-
 # --- the packed verify's attention ------------------------------------------------------
 PACKED_ATTENTION = "ddtree_packed"
 

@@ -37,11 +37,10 @@ from .allocate import auto_trees
 from .compiled import compiled_module, compiled_tree_forward
 from .cache import TreeCache, commit_batch
 from .drafter import Draft, DrafterState
-from .rules import TreeRule, as_rule, check_tree, drafters_own
+from .rules import TreeRule, check_tree
 from .sampling import choose_tokens  # noqa: F401  (decode.choose_tokens: the AR loops' name for it)
 from .spec import (PHASES, Generation, GenerationSpec, Sampling, check_generate_args, entropies, round_rule,  # noqa: F401
-                   tree_rule)
-from .spec import token_ids
+                   token_ids, tree_rule)
 from .verify import padded_prefill, prefill_batch, tree_forward, verify_batch_unchecked
 
 
@@ -126,7 +125,7 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
     budgets, news = spec.per_prompt(len(prompts))
     if not fast_loop_covers(target):
         return _decode_by_specification(target, drafter, prompts, spec, budgets, news, cost_model=cost_model,
-                                    on_round=on_round)
+                                        on_round=on_round)
     s = spec.sampling
     rngs = [torch.Generator().manual_seed(s.seed + b) if not s.greedy else None for b in range(len(prompts))]
     clock = Generation()  # holds the batch's timings

@@ -28,6 +28,7 @@ exists. ``chain`` runs the plain step over a sequence (what an AR prefill leaves
 from __future__ import annotations
 
 import importlib
+import weakref
 from types import ModuleType
 
 import torch
@@ -64,7 +65,18 @@ def family_of(module: torch.nn.Module) -> ModuleType | None:
 
 def recurrent_mixers(model) -> dict[int, tuple[torch.nn.Module, ModuleType]]:
     """{decoder layer index: (its recurrent mixer, the mixer's family)} of ``model``, in layer
-    order (attention-only models: empty)."""
+    order (attention-only models: empty). The walk over the modules runs once per model (every
+    ``generate`` and every prefill asks): later calls return what it found."""
+    found = _MIXERS.get(model)
+    if found is None:
+        found = _MIXERS[model] = _walk_mixers(model)
+    return found
+
+
+_MIXERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent mixers
+
+
+def _walk_mixers(model) -> dict:
     out = {}
     for i, layer in enumerate(model.model.layers):
         for m in layer.modules():

@@ -8,8 +8,8 @@ one token with hidden input h [D] and kernel K = ``config.conv_L_cache``:
 
 a causal depthwise conv over u = B * x, with no activation. The stock cache layer
 (``LinearAttentionLayer``) keeps ``conv_states[0]`` [D, K]: the last K inputs u, oldest first,
-and no recurrent state (``recurrent_states[0]`` stays None, so the generic ``read_state`` of
-``families`` cannot read it: this module defines its own).
+and no recurrent state (``recurrent_states[0]`` stays None, which the generic ``families.read_state``
+leaves out: its state is {"conv": {0: [D, K]}, "rec": {}}).
 
 On a tree, node i's conv window is the last K inputs along its own path, continuing into the
 conv state above the root (``gdn_tree.ancestor_windows``); the state after an accepted path is
@@ -26,21 +26,6 @@ CLASS_NAMES = ("Lfm2ShortConv", "Lfm2MoeShortConv")
 
 
 # ----------------------------------------------------------------------------- stock cache <-> state
-
-def read_state(cache, layer_idx: int, row: int = 0) -> dict:
-    """The conv state of ``layer_idx`` in a stock ``DynamicCache``, batch row ``row``:
-    {"conv": {0: [D, K]}, "rec": {}} (fresh tensors; the stock layer has no recurrent state)."""
-    layer = cache.layers[layer_idx]
-    return {"conv": {i: t[row].clone() for i, t in layer.conv_states.items() if t is not None}, "rec": {}}
-
-
-def write_state(cache, layer_idx: int, state: dict, row: int = 0) -> None:
-    """Write ``state``'s conv state into batch row ``row`` of ``layer_idx``, in place (the stock
-    layer keeps its tensor at a static address)."""
-    layer = cache.layers[layer_idx]
-    for i, t in state["conv"].items():
-        layer.conv_states[i][row].copy_(t)
-
 
 # ----------------------------------------------------------------------------- the layer's pieces
 

@@ -36,7 +36,7 @@ from ...core.families.tiny import HYBRIDS, build_tiny
 from ...core.tree import ancestor_mask
 from ...train.pair import load_pair
 from ..plumbing import loops, measure
-from ..plumbing.results import write_timing_table
+from ..plumbing.results import ResultsStore, write_timing_table
 
 STUDIED = ("gdn", "kda", "mamba2", "short_conv")
 BUDGETS = (1, 4, 16, 64, 256)
@@ -44,7 +44,6 @@ BLOCK = 16  # the block the family drafters were trained at (train-drafter --pre
 MODES = {"naive": "naive", "exact": "wy"}  # the study's name -> the spec's gdn_mode (exact: the fork / WY)
 FAMILY_DIR = DATA_DIR / "checkpoints" / "families"
 LEAK_CSV, TAU_CSV, COST_CSV = (RESULTS_DIR / f"{n}.csv" for n in ("family_leak", "families", "family_cost"))
-TAU_ROWS = RESULTS_DIR / "families_rows.jsonl"
 
 
 def family_pair(family: str):
@@ -79,31 +78,38 @@ def leak_by_node(names=tuple(sorted(HYBRIDS)), budget: int = 16, prefix_len: int
 
 # ----------------------------------------------------------------------------- tau by budget
 
-def family_tau(fams=STUDIED, budgets=BUDGETS, prompts: int = 6, new_tokens: int = 48, rows: Path = TAU_ROWS,
-               out: Path = TAU_CSV) -> pd.DataFrame:
-    """Naive and exact DDTree on each family's trained pair, resumable (a stored row is kept);
-    -> the aggregated table, also written to ``out`` with its stamp."""
-    done = _stored(rows)
+def family_tau(fams=STUDIED, budgets=BUDGETS, prompts: int = 6, new_tokens: int = 48,
+               store: ResultsStore | None = None, out: Path = TAU_CSV) -> pd.DataFrame:
+    """Naive and exact DDTree on each family's trained pair, a row per (family, mode, budget,
+    prompt) in the results store ``families`` (keyed by meaning and both models' digests, so a
+    rerun keeps what is stored); -> the aggregated table, also written to ``out`` with its stamp."""
+    store = store or ResultsStore("families")
+    pairs = {f: family_pair(f) for f in fams}
+    done = store.done_keys()
     todo = [(f, m, b, p) for f in fams for m in MODES for b in budgets for p in range(prompts)
-            if (f, m, b, p, new_tokens) not in done]
-    print(f"family tau: {len(done)} of this run's rows already stored, {len(todo)} to run")
-    pairs, ar = {}, {}
+            if store.key(_config(f, m, b, new_tokens), p, pairs[f].digests) not in done]
+    print(f"family tau: {len(fams) * len(MODES) * len(budgets) * prompts - len(todo)} of this run's rows already "
+          f"stored, {len(todo)} to run")
+    truth = {}
     for f, mode, b, p in tqdm(todo, desc="family tau"):
-        pair = pairs.setdefault(f, family_pair(f))
-        ids = pair.prompt_ids(p)
-        if (f, p) not in ar:
-            ar[f, p] = (generate(pair.target, None, ids, method="ar", max_new_tokens=new_tokens).tokens,
-                        full_forward_greedy(pair.target, ids, new_tokens))
+        pair, ids = pairs[f], pairs[f].prompt_ids(p)
+        if (f, p) not in truth:
+            truth[f, p] = (generate(pair.target, None, ids, method="ar", max_new_tokens=new_tokens).tokens,
+                           full_forward_greedy(pair.target, ids, new_tokens))
         g = generate(pair.target, pair.drafter, ids, method="ddtree", budget=b, block_size=BLOCK,
                      gdn_mode=MODES[mode], max_new_tokens=new_tokens)
         flags = loops.round_loop_flags(ids, g.tokens, g.acceptance_lengths)
-        _append(rows, {"family": f, "class": type(pair.target).__name__, "mode": mode, "budget": b, "prompt": p,
-                       "new_tokens": new_tokens, "acceptance_lengths": g.acceptance_lengths,
-                       "looping": [bool(x) for x in flags], "matches_ar": g.tokens == ar[f, p][0],
-                       "matches_full_forward": g.tokens == ar[f, p][1]})
-    table = tau_table(rows, new_tokens)
+        store.add(_config(f, mode, b, new_tokens), p, {
+            "class": type(pair.target).__name__, "acceptance_lengths": g.acceptance_lengths,
+            "looping": [bool(x) for x in flags], "matches_ar": g.tokens == truth[f, p][0],
+            "matches_full_forward": g.tokens == truth[f, p][1]}, pair.digests)
+    table = tau_table(store, new_tokens)
     write_timing_table(table, out)
     return table
+
+
+def _config(family: str, mode: str, budget: int, new_tokens: int) -> dict:
+    return {"family": family, "mode": mode, "budget": budget, "new_tokens": new_tokens, "block_size": BLOCK}
 
 
 @torch.no_grad()
@@ -117,42 +123,20 @@ def full_forward_greedy(target, ids, n: int) -> list[int]:
     return seq[len(ids):]
 
 
-def tau_table(rows: Path = TAU_ROWS, new_tokens: int = 48) -> pd.DataFrame:
+def tau_table(store: ResultsStore | None = None, new_tokens: int = 48) -> pd.DataFrame:
     """The stored rows pooled per (family, class, budget, mode): tau over every round, tau over the
-    rounds outside loops, prompts, and the share of prompts whose output equals AR."""
-    frame = pd.DataFrame([r for r in _read(rows) if r["new_tokens"] == new_tokens])
+    rounds outside loops, prompts, and the shares of prompts whose output equals AR and greedy
+    decoding by the full forward."""
+    rows = [{**r["config"], **r["metrics"]} for r in (store or ResultsStore("families")).current_rows()
+            if r["config"]["new_tokens"] == new_tokens]
     out = []
-    for (f, cls, b, mode), g in frame.groupby(["family", "class", "budget", "mode"]):
-        lengths = [a for r in g["acceptance_lengths"] for a in r]
-        flags = [x for r in g["looping"] for x in r]
-        split = loops.loop_split(lengths, flags)
+    for (f, cls, b, mode), g in pd.DataFrame(rows).groupby(["family", "class", "budget", "mode"]):
+        split = loops.loop_split([a for r in g["acceptance_lengths"] for a in r], [x for r in g["looping"] for x in r])
         out.append({"family": f, "class": cls, "budget": b, "mode": mode, "tau": split["tau"],
                     "tau_outside_loops": split["tau_outside_loops"], "prompts": len(g),
                     "matches_ar": float(g["matches_ar"].mean()),
                     "matches_full_forward": float(g["matches_full_forward"].mean())})
     return pd.DataFrame(out)
-
-
-def _stored(rows: Path) -> set:
-    return {(r["family"], r["mode"], r["budget"], r["prompt"], r["new_tokens"]) for r in _read(rows)}
-
-
-def _read(rows: Path) -> list[dict]:
-    """The stored rows; a torn last line (an interrupted write) is skipped."""
-    if not Path(rows).is_file():
-        return []
-    out = []
-    for line in Path(rows).read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
-def _append(rows: Path, row: dict) -> None:
-    with open(rows, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 # ----------------------------------------------------------------------------- cost

@@ -1,7 +1,5 @@
 """The family study (notebook 11): the leak per node, the resumable tau rows and their table, the
 cost of each one-pass tree form, and the stored tables the notebook reads."""
-import json
-
 import pandas as pd
 import pytest
 
@@ -18,19 +16,19 @@ def test_the_leak_per_node_is_exact_before_the_first_branch_and_leaks_after():
     assert (after.groupby("class").max_dlogit.max() > 1e-4).all()
 
 
-def test_the_tau_table_pools_rounds_and_skips_a_torn_line(tmp_path):
-    rows = tmp_path / "rows.jsonl"
-    row = dict(family="kda", **{"class": "KimiLinearForCausalLM"}, mode="exact", budget=4, new_tokens=8,
-               acceptance_lengths=[3, 1, 4], looping=[False, False, True], matches_ar=True,
-               matches_full_forward=True)
-    rows.write_text(json.dumps({**row, "prompt": 0}) + "\n" + json.dumps({**row, "prompt": 1, "matches_ar": False})
-                    + "\n" + '{"family": "kda", "mo')
-    table = fs.tau_table(rows, new_tokens=8)
-    assert len(table) == 1
-    got = table.iloc[0]
+def test_the_tau_table_pools_rounds_and_prompts_from_the_store(tmp_path):
+    store = fs.ResultsStore("families", tmp_path)
+    config = fs._config("kda", "exact", 4, 8)
+    metrics = dict(acceptance_lengths=[3, 1, 4], looping=[False, False, True], matches_ar=True,
+                   matches_full_forward=True, **{"class": "KimiLinearForCausalLM"})
+    models = {"target": "t", "drafter": "d"}
+    store.add(config, 0, metrics, models)
+    store.add(config, 1, {**metrics, "matches_ar": False}, models)
+    store.add(fs._config("kda", "exact", 4, 16), 0, metrics, models)   # another length: not pooled
+    got = fs.tau_table(store, new_tokens=8).iloc[0]
     assert got.tau == pytest.approx(16 / 6) and got.tau_outside_loops == pytest.approx(8 / 4)
-    assert got.prompts == 2 and got.matches_ar == 0.5
-    assert fs._stored(rows) == {("kda", "exact", 4, 0, 8), ("kda", "exact", 4, 1, 8)}
+    assert got.prompts == 2 and got.matches_ar == 0.5 and got.matches_full_forward == 1.0
+    assert store.key(config, 1, models) in store.done_keys()
 
 
 def test_family_pair_names_the_families_it_has():

@@ -9,6 +9,7 @@ import pytest
 from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, assert_step_keeps_input_state,
                      assert_tree_is_fork, commit_then_decode, generator, some_nodes, stock_cache, tiny_case, tree_case)
 
+from ddtree_lab.core import families
 from ddtree_lab.core.families import short_conv
 from ddtree_lab.core.families.tiny import HYBRIDS
 
@@ -27,11 +28,11 @@ def setup(request):
 
 def test_stock_cache_has_no_recurrent_state(setup):
     """The stock cache layer holds one conv state [1, D, K] and no recurrent state, so
-    ``read_state`` gives {"conv": {0: [D, K]}, "rec": {}}."""
+    the generic ``families.read_state`` gives {"conv": {0: [D, K]}, "rec": {}}."""
     cache = stock_cache(setup.model, setup.ids[:, :L])
     for i, (m, fam) in setup.mixers.items():
         assert cache.layers[i].recurrent_states == {0: None}
-        state = fam.read_state(cache, i)
+        state = families.state_of(fam, cache, i)
         assert state["rec"] == {} and state["conv"][0].shape == (m.conv.in_channels, m.conv_kernel_size)
 
 
