@@ -1,5 +1,5 @@
 """One-off migration (issue 57): move every store from the key of code a4e81e3463096ec6 (a hash
-of core's source) to the key of meaning (``ddtree_lab.semantics``, version 1). Nothing is
+of core's source) to the key of meaning (``experiments.plumbing.meaning``, version 1). Nothing is
 recomputed; the golden check (``tests/test_golden.py``) proves the move.
 
 - JSON-lines stores: each row's key is recomputed with ``results.row_key`` (config, prompt,

@@ -1,7 +1,7 @@
 """The golden check: recompute a small fixed sample of every store's deterministic rows and
 compare them with the stored rows.
 
-Stores are keyed by meaning (``ddtree_lab.semantics``), not by the bytes of the source, so a
+Stores are keyed by meaning (``experiments.plumbing.meaning``), not by the bytes of the source, so a
 change that moves a result without bumping ``SEMANTICS`` would leave stale rows on show. The
 golden check is how the lab learns of it: per store, a fixed sample (``sample``: per target,
 T = 0 / T > 0 and tree / chain, one row of the richest method, cheapest first) is recomputed with the
@@ -165,7 +165,7 @@ def report(results: list[StoreCheck]) -> str:
     for r in bad:
         lines += [f"  {r.store}: {m}" for m in r.moved[:3]] + ([f"  {r.store}: ... {len(r.moved) - 3} more"]
                                                                if len(r.moved) > 3 else [])
-    lines += ["a change moved stored results. If it should: bump SEMANTICS in ddtree_lab/core/semantics.py with a dated "
+    lines += ["a change moved stored results. If it should: bump SEMANTICS in ddtree_lab/experiments/plumbing/meaning.py with a dated "
               "line saying what it changed, then recompute these stores:",
               f"  ddtree-lab recompute {' '.join(names)}",
               "If it should not: the change is a bug (a fast path that changes one token is a bug)."]

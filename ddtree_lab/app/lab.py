@@ -110,7 +110,7 @@ LEGACY_CODE_ENV = "DDTREE_MIGRATE_FROM_CODE"  # scripts/migrate_semantics.py: th
 
 def _migrate_legacy(name: str, config: dict, folder, path) -> None:
     """The one-off migration (``scripts/migrate_semantics.py`` sets ``LEGACY_CODE_ENV`` to the
-    code hash that keyed the tables before ``ddtree_lab.semantics``): the table stored under
+    code hash that keyed the tables before ``experiments.plumbing.meaning``): the table stored under
     that key moves, unchanged, to its new name. Nothing happens without the variable."""
     code = os.environ.get(LEGACY_CODE_ENV)
     legacy = Path(folder) / f"{name}-{stable_hash({'config': config, 'code': code}, 12)}.csv.gz"

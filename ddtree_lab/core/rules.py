@@ -37,19 +37,17 @@ one sample without replacement from ``child_probs(the node's drawn token, its de
 (DFlash's marginals, node by node): lossless for any shape; the rule's shape is kept and its
 tokens are drawn, as the built-ins' are.
 
-A rule's or a walk's ``key`` names its stored rows: a built-in's name, else its name plus a
-hash of its definition (``definition_hash``), so rows of one's own rule never mix with, or
-invalidate, the built-ins'.
+A stored row names a rule or a walk by its name (a built-in, ``builtin``) or by its name plus
+a hash of its ``definition`` (``experiments.plumbing.meaning.plugin_key``: the results layer),
+so rows of one's own rule never mix with, or invalidate, the built-ins'.
 """
 from __future__ import annotations
 
 import functools
-import inspect
 from dataclasses import dataclass
 
 import torch
 
-from ..common import stable_hash
 from .conditional import build_conditional_tree, conditional_chain as selector_chain
 from .sampling import ACCEPT_RULES, Conditional, Marginal, MarginalAnyTree, accept_rejection, choose_tokens
 from .tree import DraftTree, accept, build_tree, build_trees, chain_of, truncate
@@ -61,9 +59,10 @@ class TreeRule:
     """A tree rule: ``rule(draft, root_token, budget) -> DraftTree`` (module docstring), with
     what the loop asks of it: ``trees`` (a round's drafts at once), ``proposal`` (the drafter's
     q that a drawing walk samples the tree from), ``chain`` (the linear draft of method
-    "dflash"; None: none), ``check_drafter`` and ``key``. ``checked``: its trees are valid by
+    "dflash"; None: none), ``check_drafter`` and ``definition``. ``checked``: its trees are valid by
     construction and skip ``check_tree``. Subclass it, or pass any callable (``as_rule``)."""
     name = "rule"
+    builtin = False
     checked = False
     chain = None
 
@@ -82,18 +81,16 @@ class TreeRule:
         """ValueError when this rule cannot run with ``drafter`` (nothing by default)."""
 
     @property
-    def key(self) -> str:
-        return f"{self.name}-{definition_hash(self)}"
+    def definition(self):
+        """What defines it, for the results layer's key (``experiments.plumbing.meaning``)."""
+        return self
 
 
 class _Builtin:
     """A built-in rule or walk: stored under its name alone (a plug-in's key adds a hash of its
-    definition)."""
+    definition, ``experiments.plumbing.meaning.plugin_key``)."""
     kind = ""
-
-    @property
-    def key(self) -> str:
-        return self.name
+    builtin = True
 
     def __repr__(self) -> str:
         return f"<{self.kind} {self.name}>"
@@ -217,8 +214,8 @@ class PluginRule(TreeRule):
             own(drafter)
 
     @property
-    def key(self) -> str:
-        return f"{self.name}-{definition_hash(self.fn)}"
+    def definition(self):
+        return self.fn
 
 
 def as_rule(tree) -> TreeRule | None:
@@ -352,6 +349,7 @@ class Walk:
     drawn from the proposal (``proposal.sample_tree``) before the verify. Subclass it, or pass
     any callable (``as_walk``)."""
     name = "walk"
+    builtin = False
     draws_tree = False
 
     def __call__(self, tree: DraftTree, target_logits: torch.Tensor, proposal, temperature: float,
@@ -359,8 +357,9 @@ class Walk:
         raise NotImplementedError
 
     @property
-    def key(self) -> str:
-        return f"{self.name}-{definition_hash(self)}"
+    def definition(self):
+        """What defines it, for the results layer's key (``experiments.plumbing.meaning``)."""
+        return self
 
 
 class _BuiltinWalk(_Builtin, Walk):
@@ -409,8 +408,8 @@ class PluginWalk(Walk):
         return bool(getattr(self.fn, "draws_tree", False))
 
     @property
-    def key(self) -> str:
-        return f"{self.name}-{definition_hash(self.fn)}"
+    def definition(self):
+        return self.fn
 
 
 def as_walk(walk) -> Walk:
@@ -431,77 +430,3 @@ def _name_of(fn) -> str:
     if isinstance(fn, functools.partial):
         return _name_of(fn.func)
     return getattr(fn, "__name__", type(fn).__name__)
-
-
-def definition_hash(obj) -> str:
-    """12 hex digits of what defines a plug-in: its source (a function's, or its class's), its
-    parameters (defaults, closure cells, a partial's arguments, an object's attributes) and the
-    plain values (numbers, strings, lists of them) and same-module functions it reads as
-    globals. A helper it imports from elsewhere is not part of it: rename the rule, or give it
-    a parameter, when such a helper changes what it builds."""
-    return stable_hash(_definition(obj, set()), 12)
-
-
-def _definition(obj, seen: set):
-    if id(obj) in seen:
-        return "<seen>"
-    seen = seen | {id(obj)}
-    if isinstance(obj, functools.partial):
-        return {"func": _definition(obj.func, seen), "args": _value(obj.args, seen),
-                "keywords": _value(obj.keywords, seen)}
-    fn = getattr(obj, "__func__", obj)  # a bound method: its function
-    if inspect.isfunction(fn):
-        return {"source": _source(fn), "defaults": _value(fn.__defaults__, seen),
-                "kwdefaults": _value(fn.__kwdefaults__, seen),
-                "closure": [_value(c.cell_contents, seen) for c in fn.__closure__ or ()],
-                "globals": _globals_read(fn, seen)}
-    cls = type(obj)
-    state = {k: _value(v, seen) for k, v in sorted(vars(obj).items())} if hasattr(obj, "__dict__") else repr(obj)
-    return {"class": _source(cls), "state": state}
-
-
-def _source(obj) -> str:
-    """The source text of a function or class; where Python cannot find it (code made by
-    ``exec``), its bytecode and constants (a function) or its methods' (a class)."""
-    try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        if inspect.isclass(obj):
-            return repr([(k, _source(v)) for k, v in sorted(vars(obj).items()) if inspect.isfunction(v)])
-        code = obj.__code__
-        return code.co_code.hex() + repr([c for c in code.co_consts if not inspect.iscode(c)])
-
-
-def _globals_read(fn, seen: set) -> dict:
-    """The globals ``fn`` reads that are plain values or functions of its own module."""
-    out = {}
-    for name in sorted(set(fn.__code__.co_names)):
-        value = fn.__globals__.get(name)
-        if inspect.isfunction(value) and value.__module__ == fn.__module__:
-            out[name] = _definition(value, seen)
-        elif _plain(value):
-            out[name] = _value(value, seen)
-    return out
-
-
-def _plain(value) -> bool:
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return True
-    if isinstance(value, (list, tuple)):
-        return all(map(_plain, value))
-    return isinstance(value, dict) and all(isinstance(k, str) and _plain(v) for k, v in value.items())
-
-
-def _value(value, seen: set):
-    """A JSON-able stand-in for a parameter value (a callable: its definition)."""
-    if _plain(value):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [_value(v, seen) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _value(v, seen) for k, v in value.items()}
-    if isinstance(value, torch.Tensor):
-        return {"tensor": stable_hash(value.detach().cpu().contiguous().numpy().tobytes()), "shape": list(value.shape)}
-    if callable(value):
-        return _definition(value, seen)
-    return repr(value)

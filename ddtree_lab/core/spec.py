@@ -58,8 +58,8 @@ class Sampling:
         return not self.greedy and self.accept_rule.draws_tree
 
     def as_dict(self) -> dict:
-        """Plain names and numbers (the walk by its ``key``)."""
-        return {"temperature": self.temperature, "accept_rule": self.accept_rule.key, "seed": self.seed}
+        """Plain names and numbers (the walk by its name)."""
+        return {"temperature": self.temperature, "accept_rule": self.accept_rule.name, "seed": self.seed}
 
 
 def _check_per_prompt(name: str, value, check) -> None:
@@ -151,9 +151,10 @@ class GenerationSpec:
         return replace(self, **changes)
 
     def as_dict(self) -> dict:
-        """Plain names and numbers, for a stored row (the tree rule and the walk by their ``key``)."""
+        """Plain names and numbers (the tree rule and the walk by their names; a stored row keys a
+        plug-in by ``experiments.plumbing.meaning.plugin_key``)."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(sampling=self.sampling.as_dict(), tree=None if self.tree is None else self.tree.key,
+        d.update(sampling=self.sampling.as_dict(), tree=None if self.tree is None else self.tree.name,
                  gdn_mode=self.gdn_mode.name)
         return d
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ddtree_lab.core import semantics
+from ddtree_lab.experiments.plumbing import meaning as semantics
 from ddtree_lab.common import ROOT
 from ddtree_lab.app import golden
 from ddtree_lab.experiments.plumbing.results import ResultsStore

@@ -2,7 +2,7 @@
 
 A row is keyed by what it means: its config (the generation spec), its prompt, the digests of
 the target's and the drafter's weights (``Pair.digests``) and the semantics version
-(``ddtree_lab.core.semantics.SEMANTICS``), never by the bytes of the source: a comment or a
+(``meaning.SEMANTICS``), never by the bytes of the source: a comment or a
 refactor in core/ reuses every row; a change that moves results bumps the version (the golden
 check, ``app.golden``, catches one that did not). A re-run skips rows whose key is
 already stored; an interrupted run loses no finished row (each row is appended and fsynced on
@@ -27,7 +27,7 @@ import torch
 import transformers
 
 from ...common import RESULTS_DIR, ROOT, stable_hash
-from ...core.semantics import SEMANTICS
+from .meaning import SEMANTICS
 
 STAMP_FIELDS = ("git", "machine", "date", "load_avg_1min", "threads")  # a timing's context: never a key
 

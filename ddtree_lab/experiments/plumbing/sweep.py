@@ -22,6 +22,7 @@ from ...core.rules import TreeRule, Walk, as_rule
 from ...core.spec import GenerationSpec, Sampling
 from .costs import cost_model
 from .loops import generation_tags
+from .meaning import plugin_key
 from .results import ResultsStore
 
 AXES = ("arch", "method", "gdn_mode", "budget", "block_size", "temperature", "max_new_tokens", "accept_rule")
@@ -30,15 +31,15 @@ PLUGIN_AXES = ("tree",)  # optional axes: a grid has them only where asked (``ex
 
 def stored_config(cfg: dict) -> dict:
     """``cfg`` as it is keyed and stored: a plug-in (a tree rule or a walk object, or a plain
-    callable, read as a tree rule) by its ``key`` (``core.rules``: a built-in's name, else its
-    name plus a hash of its definition)."""
+    callable, read as a tree rule) by its key (``meaning.plugin_key``: a built-in's name, else
+    its name plus a hash of its definition)."""
     return {k: _label(v) for k, v in cfg.items()}
 
 
 def _label(value):
     if isinstance(value, (TreeRule, Walk)):
-        return value.key
-    return as_rule(value).key if callable(value) else value
+        return plugin_key(value)
+    return plugin_key(as_rule(value)) if callable(value) else value
 
 
 NO_TREE = ("ar", "official", "lookup")  # no tree of the lab's: no GDN mode or acceptance rule (stored as the exact one's)

@@ -25,7 +25,7 @@ from torch._dynamo.utils import counters
 
 from ...common import RESULTS_DIR
 from ...core.decode import generate
-from ...core.semantics import SEMANTICS
+from ..plumbing.meaning import SEMANTICS
 from ..plumbing.results import stamp
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 from .official import official_generate

@@ -25,6 +25,7 @@ from ...core.decode import first_draft
 from ...core.rules import as_rule, as_walk, best_first, check_tree
 from ...core.tree import accept
 from ...core.verify import verify
+from ..plumbing.meaning import plugin_key
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import summarize
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_sweep
@@ -41,7 +42,7 @@ CHECK = {"method": "ddtree", "budget": 16, "block_size": BLOCK_SIZE, "temperatur
 
 def names(rules) -> dict:
     """{stored key: display name}: DDTree's ("unary") and each rule's (its own name)."""
-    return {as_rule(r).key: display_name(r) for r in [best_first, *rules]}
+    return {plugin_key(as_rule(r)): display_name(r) for r in [best_first, *rules]}
 
 
 def grid(rules, archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = BLOCK_SIZE,
@@ -90,7 +91,7 @@ def lossless_row(rule, pair, prompt_ids, walk="rejection", samples: int = lossle
     prompts = [pair.prompt_ids(i) for i in prompt_ids]
     report = lossless.check_lossless(pair.target, pair.drafter, prompts, **CHECK, tree=rule, accept_rule=walk,
                                      samples=samples, positions=positions)
-    return {"arch": pair.arch, "rule": display_name(rule), "key": as_rule(rule).key,
+    return {"arch": pair.arch, "rule": display_name(rule), "key": plugin_key(as_rule(rule)),
             "walk": as_walk(walk).name, "temperature": CHECK["temperature"], "samples": samples,
             "positions": positions, "passed": report.passed, "p_value": report.p_value,
             **{f"p_{k}": p for k, p in report.p_values.items()}, "seconds": report.seconds}
@@ -108,7 +109,7 @@ def lossless_table(rules, pair, prompt_ids, cache=None, **kwargs) -> pd.DataFram
 def check_key(rule, pair, prompt_ids, walk="rejection", **kwargs) -> dict:
     """What one stored check means: the rule's and the walk's keys, the models, the prompts, the
     spec and the check's settings (``kwargs``: samples, positions)."""
-    return {"rule": as_rule(rule).key, "walk": as_walk(walk).key, "models": pair.digests, "prompts": list(prompt_ids),
+    return {"rule": plugin_key(as_rule(rule)), "walk": plugin_key(as_walk(walk)), "models": pair.digests, "prompts": list(prompt_ids),
             "statistic": lossless.STATISTIC, **CHECK, **kwargs}
 
 

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from ddtree_lab.experiments.plumbing.results import STAMP_FIELDS, ResultsStore, row_key
-from ddtree_lab.core.semantics import SEMANTICS
+from ddtree_lab.experiments.plumbing.meaning import SEMANTICS
 from ddtree_lab.experiments.plumbing.sweep import expand_grid, normalise, run_sweep
 
 GRID = dict(arch=["gdn", "mla"], method=["ar", "ddtree"], gdn_mode=["naive", "wy"], budget=[4, 16],

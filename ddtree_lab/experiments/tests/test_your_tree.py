@@ -7,6 +7,7 @@ import pytest
 from ddtree_lab import best_first, load_pair
 from ddtree_lab.core.rules import as_rule, from_rank_paths, target_matching
 from ddtree_lab.experiments.plumbing.results import ResultsStore
+from ddtree_lab.experiments.plumbing.meaning import plugin_key
 from ddtree_lab.experiments.plumbing.sweep import expand_grid, run_sweep, spec_of, stored_config
 from ddtree_lab.experiments.studies import your_tree as yt
 
@@ -24,7 +25,7 @@ GRID = dict(arch=["mla"], method=["ar", "ddtree"], gdn_mode=["wy"], budget=[4], 
 def test_a_rule_object_is_stored_under_its_key_and_a_label_config_is_stored_as_it_was():
     configs = expand_grid(**GRID, tree=[best_first, "unary", two_chains])
     stored = [stored_config(c) for c in configs]
-    assert [c["tree"] for c in stored] == [None, "unary", as_rule(two_chains).key]  # best_first and "unary": one config
+    assert [c["tree"] for c in stored] == [None, "unary", plugin_key(as_rule(two_chains))]  # best_first and "unary": one config
     assert stored[2]["tree"].startswith("two_chains-") and spec_of(configs[2], 0).tree == as_rule(two_chains)
     plain = expand_grid(**GRID)[1]
     assert stored_config(plain) == plain and "tree" not in plain  # the stores' existing configs: keys unchanged
@@ -49,7 +50,7 @@ def test_a_sweep_keeps_a_rules_rows_apart_and_an_edited_rule_gets_new_ones(tmp_p
                   progress=False)
     assert calls[:2] == [None, "unary"] and calls[2] is two_chains and calls[3] is wider  # stored rows skipped
     trees = [r["config"]["tree"] for r in ResultsStore("s", tmp_path).rows()]
-    assert trees == [None, "unary", as_rule(two_chains).key, as_rule(wider).key]
+    assert trees == [None, "unary", plugin_key(as_rule(two_chains)), plugin_key(as_rule(wider))]
 
 
 @pytest.fixture(scope="module")
@@ -90,5 +91,5 @@ def test_the_lossless_table_is_stored_per_rule(monkeypatch):
         return compute()
     table = yt.lossless_table([two_chains], Fake(), range(2), cache=cache, samples=48)
     assert table.rule.tolist() == ["DDTree", "two_chains"]
-    assert seen == [("your_tree_lossless", "unary", 48), ("your_tree_lossless", as_rule(two_chains).key, 48)]
+    assert seen == [("your_tree_lossless", "unary", 48), ("your_tree_lossless", plugin_key(as_rule(two_chains)), 48)]
     assert yt.readable(pd.DataFrame({"p_value": [1e-74]})).p_value.tolist() == ["1e-74"]
