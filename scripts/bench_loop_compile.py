@@ -1,48 +1,6 @@
-"""The compiled decoding loop against the eager one (``GenerationSpec.compile``), on the shipped
-pairs: AR, DFlash and DDTree 16 / 64 on the same HumanEval prompts, eager then compiled per
-prompt (``studies.compiled_loop``), one thread, after every graph is compiled (inductor's on-disk cache of
-earlier runs in use: the compile seconds are a warm machine's). Each kind is
-also compared with AR of its own kind (eager over eager, compiled over compiled).
-Writes data/results/loop_compile.csv (one row per target, config, prompt and kind, with the
-load average) and prints ``loop_summary``. ``ddtree-lab recompute loop_compile`` runs it (alone: a timing).
-
-    python scripts/bench_loop_compile.py [--prompts 8] [--archs gdn,mla]
-"""
-from __future__ import annotations
-
-import argparse
-import sys
-from pathlib import Path
-
-import pandas as pd
-import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ddtree_lab import load_pair  # noqa: E402
-from ddtree_lab.experiments.studies.compiled_loop import STORE, loop_summary, run_compiled_loop  # noqa: E402
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=8, help="HumanEval prompts (every 164 // n-th), >= 6")
-    ap.add_argument("--archs", default="gdn,mla", help="comma-separated targets of the shipped pairs")
-    args = ap.parse_args()
-    if args.prompts < 6:
-        raise SystemExit(f"--prompts must be >= 6 (a 95% interval needs 6 pairs), got {args.prompts}")
-    torch.set_num_threads(1)
-    rows = []
-    for arch in args.archs.split(","):
-        pair = load_pair(arch)
-        ids = {p: pair.prompt_ids(p) for p in range(0, 164, 164 // args.prompts)[:args.prompts]}
-        rows += run_compiled_loop(pair, arch, ids, progress=lambda r: print(
-            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}, flush=True))
-    frame = pd.DataFrame(rows)
-    frame.to_csv(STORE, index=False)
-    print(loop_summary(frame).to_string(index=False))
-    print(f"wrote {STORE}")
-
+"""The command line of ``ddtree_lab.experiments.benches.bench_loop_compile`` (what it measures: its docstring;
+``ddtree-lab run`` calls its ``run`` in process)."""
+from ddtree_lab.experiments.benches.bench_loop_compile import main
 
 if __name__ == "__main__":
     main()

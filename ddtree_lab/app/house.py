@@ -7,7 +7,7 @@ of an experiment's stores (``COMMANDS``: what their subcommands run; the parsers
     ddtree-lab status [--no-golden]           every store: rows, revisions, golden sample
 
 A recompute moves the experiment's files aside into ``data/results/recompute-backup/NAME/``
-before it runs its commands, and deletes them only when every command succeeded: an
+before it runs its steps, and deletes them only when every step succeeded: an
 interrupted recompute keeps both the old files and the rows it finished, and a rerun resumes it
 (the backup is made once).
 """
@@ -16,19 +16,19 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pandas as pd
 
-from ..common import RESULTS_DIR, ROOT
+from ..common import RESULTS_DIR
+from ..core.threads import set_threads
 from ..experiments.plumbing.results import STAMP_FIELDS, ResultsStore, stamp_line, stamp_path
 from ..experiments.plumbing.summary import summarize
 from ..experiments.plumbing.sweep import AXES, PLUGIN_AXES
 from ..experiments.studies.concurrency import concurrency_table, summarize_concurrency
 from ..experiments.studies.teacher_forced import tf_summary
 from . import golden
-from .registry import EXPERIMENTS, Experiment
+from .registry import EXPERIMENTS, Experiment, Step
 from ..experiments.studies.expert_auto import table as auto_table
 
 BACKUP_DIR = RESULTS_DIR / "recompute-backup"
@@ -41,17 +41,19 @@ def files_of(e: Experiment, directory: Path = RESULTS_DIR) -> list[Path]:
     return sorted(p for p in Path(directory).iterdir() if p.is_file() and any(fnmatch.fnmatch(p.name, n) for n in names))
 
 
-def run(e: Experiment, runner=subprocess.run) -> None:
-    """Run ``e``'s commands in order from the repository root (stored rows are skipped: each
-    store resumes); CalledProcessError on the first that fails."""
-    for cmd in e.run:
-        print(f"{e.name}: python {' '.join(cmd[1:])}", flush=True)
-        runner(list(cmd), cwd=ROOT, check=True)
+def run(e: Experiment, runner=None) -> None:
+    """Run ``e``'s steps in order, in this process, on one thread (stored rows are skipped:
+    each store resumes); the first step that fails raises. ``runner(step)``: how a step is
+    called (default: ``step()``; a test passes its own)."""
+    set_threads(1, "decode")
+    for step in e.run:
+        print(f"{e.name}: {step}", flush=True)
+        (runner or Step.__call__)(step)
 
 
-def recompute(e: Experiment, directory: Path = RESULTS_DIR, runner=subprocess.run) -> Path:
+def recompute(e: Experiment, directory: Path = RESULTS_DIR, runner=None) -> Path:
     """Replace ``e``'s stored files by a fresh run: the old ones wait in the backup folder
-    until every command succeeded (a rerun after an interruption resumes). -> the backup folder."""
+    until every step succeeded (a rerun after an interruption resumes). -> the backup folder."""
     backup = Path(directory) / BACKUP_DIR.name / e.name
     if not backup.is_dir():
         backup.mkdir(parents=True)

@@ -1,8 +1,8 @@
 """One way to run an experiment: a registry of every experiment the lab stores.
 
 Each ``Experiment`` has a name, the files it owns under data/results/ (JSON-lines stores,
-CSV tables, cached tables ``name-*.csv.gz``), the commands that (re)compute them (run from the
-repository root, one thread, timings alone), how its golden sample is recomputed
+CSV tables, cached tables ``name-*.csv.gz``), the steps that (re)compute them (in-process
+calls of the lab's functions, one thread, timings alone), how its golden sample is recomputed
 (``app.golden``) and how it is tabled (``show``). The CLI reads it:
 
     ddtree-lab run NAME          run (resumable: stored rows are skipped)
@@ -10,36 +10,67 @@ repository root, one thread, timings alone), how its golden sample is recomputed
     ddtree-lab recompute NAME... | --all      replace its stores (the old ones kept until it ends)
     ddtree-lab status            every store: rows, revisions, whether its golden sample reproduces
 
-The scripts under scripts/ that are not experiments, and why, are in ``NOT_EXPERIMENTS``.
+A step is a function of the package named by its import path (imported when it runs, so the
+registry loads at once) with keyword arguments: a study's function, a bench's ``run``, the
+notebooks' runner, or ``cli.command`` (a CLI subcommand's own handler with its defaults, so
+``ddtree-lab bench`` and ``ddtree-lab run bench`` are one code path). Nothing starts a
+subprocess, except the notebooks' kernels. The scripts under scripts/ are command lines of
+these functions; those that are not experiments, and why, are in ``NOT_EXPERIMENTS``.
 """
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
 
-LAB = (sys.executable, "-m", "ddtree_lab", "--threads", "1")
+from ..common import RESULTS_DIR, ROOT
 
-
-def notebooks(*numbers: str) -> tuple:
-    """The command that runs the numbered notebooks (their stores resume, their figures redraw)."""
-    return LAB + ("notebooks", *numbers)
+CHECKPOINTS, RESULTS = (ROOT / "data" / "checkpoints").as_posix(), RESULTS_DIR.as_posix()
 
 
-def module(study: str, *args: str) -> tuple:
-    """The command that runs a study module (``python -m ddtree_lab.experiments.studies.NAME ARGS``)."""
-    return (sys.executable, "-m", f"ddtree_lab.experiments.studies.{study}", *args)
+@dataclass(frozen=True)
+class Step:
+    """One in-process call: ``function`` ("package.module:name") with ``kwargs``."""
+    function: str
+    kwargs: dict = field(default_factory=dict)
+
+    def __call__(self):
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)(**self.kwargs)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
+        return f"{self.function}({args})"
+
+    def __hash__(self) -> int:
+        return hash((self.function, tuple(sorted(self.kwargs.items(), key=str)).__repr__()))
 
 
-def script(name: str, *args: str) -> tuple:
-    return (sys.executable, f"scripts/{name}", *args)
+def command(name: str, **options) -> Step:
+    """The CLI subcommand ``name`` with its defaults, ``options`` changed (``cli.command``)."""
+    return Step("ddtree_lab.app.cli:command", {"name": name, **options})
+
+
+def notebooks(*numbers: str) -> Step:
+    """The numbered notebooks, one at a time (their stores resume, their figures redraw)."""
+    return Step("ddtree_lab.app.notebooks:run_all", {"only": numbers, "jobs": 1})
+
+
+def study(name: str, function: str = "study", **kwargs) -> Step:
+    """A study module's function (``experiments/studies/NAME.py``)."""
+    return Step(f"ddtree_lab.experiments.studies.{name}:{function}", kwargs)
+
+
+def bench(name: str, **kwargs) -> Step:
+    """A bench's ``run`` (``experiments/benches/NAME.py``; its command line: scripts/NAME.py)."""
+    return Step(f"ddtree_lab.experiments.benches.{name}:run", kwargs)
 
 
 @dataclass(frozen=True)
 class Experiment:
     """name; what (one line); stores: ResultsStore names (data/results/NAME.jsonl); tables: other
-    files under data/results/ (``name-*.csv.gz``: a cached table of any config); run: commands
-    (argv tuples); golden: {store: golden kind} (``golden.KINDS``) of the stores whose sample the
-    fast lane recomputes; show: how ``ddtree-lab show`` tables it (``show.SHOW``)."""
+    files under data/results/ (``name-*.csv.gz``: a cached table of any config); run: ``Step``s;
+    golden: {store: golden kind} (``golden.KINDS``) of the stores whose sample the fast lane
+    recomputes; show: how ``ddtree-lab show`` tables it (``show.SHOW``)."""
     name: str
     what: str
     stores: tuple = ()
@@ -51,29 +82,35 @@ class Experiment:
 
 EXPERIMENTS = (
     Experiment("quality", "the 164-prompt lossless and tau table of the shipped pairs", ("quality",),
-               ("quality-gdn-mla.json",), (LAB + ("quality",),), (("quality", "generation"),), "summary"),
+               ("quality-gdn-mla.json",), (command("quality"),), (("quality", "generation"),), "summary"),
     Experiment("dflash2", "DDTree over DFlash 2: budget x temperature, lossless rows, teacher-forced",
-               ("dflash2", "teacher_forced_dflash2"), (), (LAB + ("dflash2",),),
+               ("dflash2", "teacher_forced_dflash2"), (), (command("dflash2"),),
                (("dflash2", "study"), ("teacher_forced_dflash2", "teacher_forced_dflash2")), "summary"),
     Experiment("exactness", "tree vs path logits per mode and precision", (), ("exactness.csv",),
-               (script("exactness.py"),)),
+               (bench("exactness"),)),
     Experiment("bench", "AR vs DFlash vs DDTree, held out, paired (timing)", ("bench",), ("bench.csv",),
-               (LAB + ("bench",),), (("bench", "generation"),), "summary"),
+               (command("bench"),), (("bench", "generation"),), "summary"),
     Experiment("concurrency", "budget x concurrency of batched AR / DFlash / DDTree (timing)", ("concurrency",), (),
-               (LAB + ("concurrency",),), (("concurrency", "group"),), "concurrency"),
-    Experiment("bench_tree", "build_tree cost by budget (timing)", (), ("bench_tree.csv",), (script("bench_tree.py"),)),
+               (command("concurrency"),), (("concurrency", "group"),), "concurrency"),
+    Experiment("compare_drafters", "`ddtree-lab compare-drafters`: the shipped DFlash drafter against the DFlash 2 "
+               "drafter on each target, tau and speed over AR, interleaved (timing)", (),
+               tuple(f"compare_drafters-{arch}.csv" for arch in ("gdn", "mla")),
+               tuple(command("compare-drafters", arch=arch, drafter=["shipped", f"{CHECKPOINTS}/{arch}-drafter2"],
+                             prompts=6, max_new_tokens=64, out=f"{RESULTS}/compare_drafters-{arch}.csv")
+                   for arch in ("gdn", "mla"))),
+    Experiment("bench_tree", "build_tree cost by budget (timing)", (), ("bench_tree.csv",), (bench("bench_tree"),)),
     Experiment("bench_verify", "verify cost per GDN mode and MLA (timing)", (), ("bench_verify.csv",),
-               (script("bench_verify.py"),)),
+               (bench("bench_verify"),)),
     Experiment("bench_compile", "compiled vs eager verify (timing)", (), ("bench_compile.csv",),
-               (script("bench_compile.py"),)),
-    Experiment("bench_batch", "batched verify cost (timing)", (), ("bench_batch.csv",), (script("bench_batch.py"),)),
+               (bench("bench_compile"),)),
+    Experiment("bench_batch", "batched verify cost (timing)", (), ("bench_batch.csv",), (bench("bench_batch"),)),
     Experiment("round_cost", "what a round costs, lab vs reference loop, and the verify floor (timing)",
-               ("round_cost",), ("verify_floor.csv",), (script("bench_round.py"),),
+               ("round_cost",), ("verify_floor.csv",), (bench("bench_round"),),
                (("round_cost", "generation"),), "summary"),
     Experiment("loop_compile", "the compiled loop vs eager and the compiled reference loop (timing)", (),
-               ("loop_compile.csv",), (script("bench_loop_compile.py"),)),
+               ("loop_compile.csv",), (bench("bench_loop_compile"),)),
     Experiment("recipe_cost", "a training step of the drafter recipe (timing)", (), ("recipe_cost.csv",),
-               (script("recipe_cost.py"),)),
+               (bench("recipe_cost"),)),
     Experiment("leakage", "notebook 02: GDN state leakage, per node and by budget; crop rollback", ("leakage",),
                ("leakage_per_node-*.csv.gz", "crop_rollback-*.csv.gz"), (notebooks("02"),),
                (("leakage", "generation"),), "summary"),
@@ -81,6 +118,9 @@ EXPERIMENTS = (
                (notebooks("03"),)),
     Experiment("gdn_cost", "notebook 04: GDN verify cost per mode (timing)", (), ("gdn_cost-*.csv.gz",),
                (notebooks("04"),)),
+    Experiment("sweep", "`ddtree-lab sweep` at its defaults on 4 prompts of 64 tokens: AR, DFlash and DDTree by "
+               "budget on both targets", ("sweep",), (), (command("sweep", store="sweep", prompts=4, max_new_tokens=64),),
+               (), "summary"),
     Experiment("sweeps", "notebooks 03-05: budget sweeps of every mode", ("sweeps",), (),
                (notebooks("03", "04", "05"),), (("sweeps", "generation"),), "summary"),
     Experiment("teacher_forced", "notebook 05: acceptance teacher-forced on HumanEval solutions", ("teacher_forced",),
@@ -95,18 +135,32 @@ EXPERIMENTS = (
                ("your_tree",), ("your_tree_lossless-*.csv.gz", "your_tree_power-*.csv.gz"), (notebooks("09"),)),
     Experiment("expert_union", "the MoE target's expert union by budget (tree / chain / independent) and the "
                "routing correlation", ("expert_union",), ("expert_union.csv", "expert_pairs.csv"),
-               (module("expert_union"),), (), "cases"),
+               (study("expert_union"),), (), "cases"),
     Experiment("expert_auto", "expert-aware auto vs node-count auto and fixed budgets on the MLA target (timing)",
-               ("expert_auto",), (), (module("expert_auto"),), (), "expert_auto"),
+               ("expert_auto",), (), (study("expert_auto"),), (), "expert_auto"),
     Experiment("family_leak", "notebook 11: the naive verify against each node's own path, every hybrid class "
-               "(tiny, random, float64)", (), ("family_leak.csv",), (module("families", "leak"),)),
+               "(tiny, random, float64)", (), ("family_leak.csv",), (study("families", "leak"),)),
     Experiment("families", "notebook 11: naive vs exact tau by budget on one trained tiny target per recurrent "
-               "family", ("families",), ("families.csv",), (module("families", "tau"),)),
+               "family", ("families",), ("families.csv",), (study("families", "tau"),)),
     Experiment("family_cost", "notebook 11: each family's one-pass tree form vs the stock mixer on the same tokens "
-               "(timing)", (), ("family_cost.csv",), (module("families", "cost"),)),
-    Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted, Kimi K2.6 "
-               "and Qwen3.6-27B projected (a projection)", (), ("gpu_projection.csv",),
-               (module("gpu_projection"),)),
+               "(timing)", (), ("family_cost.csv",), (study("families", "cost"),)),
+    Experiment("published_unions", "issue 69: the routing correlation fitted to published expert unions of real "
+               "MoEs, each fit checked on the points it did not use", (),
+               ("expert_union_published.csv", "routing_fit.json"), (study("published_unions"),)),
+    Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted (and the "
+               "cost model alone beside the trivial baseline), Kimi K2.6 and Qwen3.6-27B projected (a projection)",
+               (), ("gpu_projection.csv", "projection_validation.csv"), (study("gpu_projection"),)),
+    Experiment("k26_bounds", "issue 69: Kimi K2.6's best budget and winner over fixed cost per forward x routing x "
+               "chain tau x tree gain (a projection)", (), ("k26_bounds.csv",), (study("k26_bounds"),)),
+    Experiment("auto_chain", "issue 69: auto with the chain among its candidates against the chain and every fixed "
+               "budget, both targets, interleaved (timing)", ("auto_chain",), ("auto_chain.csv",),
+               (study("auto_chain"),)),
+    Experiment("unlikelihood", "issue 70: unlikelihood fine-tunes of both targets, their greedy loop share and "
+               "HumanEval-solution loss beside the shipped targets' (training: about an hour a run on this CPU)", (),
+               ("unlikelihood.csv", "unlikelihood_samples.json", "unlikelihood_rules.csv"),
+               (study("unlikelihood", "store_candidate_rules"),) + tuple(command("unlikelihood", **run) for run in (
+                   {"arch": "gdn", "alpha": 0.7, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
+                   {"arch": "mla", "alpha": 0.7, "steps": 150, "lr": 2e-4, "candidates": "ngram"}))),
 )
 
 # scripts/*.py that are not experiments of the registry, and why

@@ -97,10 +97,35 @@ def test_no_key_reads_the_source():
 
 
 def test_every_script_is_an_experiment_or_says_why_not():
-    used = {arg.split("/", 1)[1] for e in EXPERIMENTS for cmd in e.run for arg in cmd if arg.startswith("scripts/")}
+    """A script under scripts/ is the command line of a registry step's bench, or says why not."""
+    benches = {s.function.split(":")[0].rsplit(".", 1)[1] + ".py" for e in EXPERIMENTS for s in e.run
+               if s.function.startswith("ddtree_lab.experiments.benches.")}
     scripts = {p.name for p in (ROOT / "scripts").glob("*.py")}
-    assert scripts == used | set(NOT_EXPERIMENTS), (scripts - used - set(NOT_EXPERIMENTS), used | set(NOT_EXPERIMENTS) - scripts)
-    assert all(cmd[0] == sys.executable for e in EXPERIMENTS for cmd in e.run)
+    assert scripts == benches | set(NOT_EXPERIMENTS), (scripts - benches - set(NOT_EXPERIMENTS),
+                                                       benches | set(NOT_EXPERIMENTS) - scripts)
+    for name in benches:
+        assert f"ddtree_lab.experiments.benches.{name[:-3]} import main" in (ROOT / "scripts" / name).read_text()
+
+
+def test_every_step_is_an_in_process_function_of_the_package():
+    """No argv and no subprocess: each step names a function that exists, with keyword arguments
+    it accepts; sweep and compare-drafters are experiments too."""
+    import importlib
+    import inspect
+    from ddtree_lab.app import cli, registry
+    for e in EXPERIMENTS:
+        assert e.run and all(isinstance(step, registry.Step) for step in e.run), e.name
+        for step in e.run:
+            module, name = step.function.split(":")
+            fn = getattr(importlib.import_module(module), name)
+            inspect.signature(fn).bind(**step.kwargs)
+            if fn is cli.command:
+                assert step.kwargs["name"] in next(a for a in cli.parser()._actions if hasattr(a, "choices")
+                                                   and isinstance(a.choices, dict)).choices
+    commands = {s.kwargs["name"] for e in EXPERIMENTS for s in e.run if s.function.endswith(":command")}
+    assert {"sweep", "compare-drafters", "bench", "quality", "dflash2", "concurrency"} <= commands
+    text = (ROOT / "ddtree_lab" / "app" / "registry.py").read_text() + (ROOT / "ddtree_lab" / "app" / "house.py").read_text()
+    assert "import subprocess" not in text and "sys.executable" not in text
 
 
 def test_every_stored_file_has_an_owner():

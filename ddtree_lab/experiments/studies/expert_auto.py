@@ -88,13 +88,18 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
                 "mean_tree_size"]]
 
 
+def study(smoke: bool = False) -> None:
+    """Measure (resumable) and print the table (smoke: one prompt, few tokens, into
+    data/results/smoke/): the registry's step."""
+    torch.set_num_threads(1)
+    grid, store = (SMOKE, ResultsStore(STORE, RESULTS_DIR / "smoke")) if smoke else (AutoGrid(), ResultsStore(STORE))
+    print(run(load_pair("mla"), grid, store).to_string(index=False))
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="one prompt, few tokens, into data/results/smoke/")
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    grid, store = (SMOKE, ResultsStore(STORE, RESULTS_DIR / "smoke")) if args.smoke else (AutoGrid(), ResultsStore(STORE))
-    print(run(load_pair("mla"), grid, store).to_string(index=False))
+    study(p.parse_args(argv).smoke)
 
 
 if __name__ == "__main__":

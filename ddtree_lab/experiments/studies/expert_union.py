@@ -341,20 +341,24 @@ def write_tables(cases: pd.DataFrame, cfg: UnionConfig, n: int, k: int, director
     return union, pairs
 
 
-def main(argv=None) -> None:
-    """``python -m ddtree_lab.experiments.studies.expert_union [--smoke]``: measure (resumable)
-    and write the two tables."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="two small cases into data/results/smoke/")
-    args = p.parse_args(argv)
+def study(smoke: bool = False) -> None:
+    """Measure (resumable) and write the two tables (smoke: two small cases into
+    data/results/smoke/): the registry's step."""
     torch.set_num_threads(1)
-    cfg, directory = (SMOKE, RESULTS_DIR / "smoke") if args.smoke else (UnionConfig(), RESULTS_DIR)
+    cfg, directory = (SMOKE, RESULTS_DIR / "smoke") if smoke else (UnionConfig(), RESULTS_DIR)
     pair = load_pair("mla")
     cases = measure(pair, cfg, ResultsStore(STORE, directory))
     n, k = expert_counts(pair.target)
     union, pairs = write_tables(cases, cfg, n, k, directory)
     print(union[union.layer == union.layer.min()].to_string(index=False))
     print(pairs.to_string(index=False))
+
+
+def main(argv=None) -> None:
+    """``python -m ddtree_lab.experiments.studies.expert_union [--smoke]``."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="two small cases into data/results/smoke/")
+    study(p.parse_args(argv).smoke)
 
 
 if __name__ == "__main__":

@@ -248,17 +248,27 @@ def taxonomy(leak: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     return out
 
 
+def leak() -> None:
+    """Store ``family_leak.csv`` (the registry's step)."""
+    write_timing_table(leak_by_node(), LEAK_CSV)
+
+
+def tau() -> None:
+    """Store the family study's rows and ``families.csv`` (the registry's step)."""
+    family_tau()
+
+
+def cost() -> None:
+    """Store ``family_cost.csv`` (the registry's step)."""
+    write_timing_table(family_cost(), COST_CSV)
+
+
 def main(argv=None) -> None:
-    """``python -m ddtree_lab.experiments.studies.families {leak,tau,cost}`` (the registry's runs)."""
+    """``python -m ddtree_lab.experiments.studies.families {leak,tau,cost}``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("leak", "tau", "cost"))
     args = p.parse_args(argv)
-    if args.what == "leak":
-        write_timing_table(leak_by_node(), LEAK_CSV)
-    elif args.what == "tau":
-        family_tau()
-    else:
-        write_timing_table(family_cost(), COST_CSV)
+    {"leak": leak, "tau": tau, "cost": cost}[args.what]()
     print(f"wrote {dict(leak=LEAK_CSV, tau=TAU_CSV, cost=COST_CSV)[args.what]}")
 
 
