@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from pathlib import Path
 from dataclasses import fields
 
@@ -37,6 +38,19 @@ def setup(seed: int = 0, cpu_threads: int | None = None) -> None:
     hf_logging.disable_progress_bar()  # no 'Loading weights' bar in every model-loading cell
 
 
+FINDING = "Finding: "   # the first line a reader sees under a notebook's first screen (issue 67)
+
+
+def finding(*sentences: str) -> None:
+    """Print the notebook's finding, answer first: 'Finding: ' and one sentence per target or
+    lens, each rendered from the stored run and carrying its key number. A finding with no
+    number in it is no finding: ValueError, naming the sentence."""
+    for text in sentences:
+        if not re.search(r"\d", text):
+            raise ValueError(f"a finding states its key number; got {text!r}")
+    print(FINDING + "\n  ".join(sentences))
+
+
 def check_unless(skip: str | None, claim: Claim) -> None:
     """``check(claim)``, or, when ``skip`` gives a reason (e.g. a SMOKE run too small to
     decide it), print that the check was skipped, why, and what was measured."""
@@ -46,14 +60,23 @@ def check_unless(skip: str | None, claim: Claim) -> None:
     print(f"skipped:  {claim.claim}\n  why:      {skip}\n  got:      {claim.got}")
 
 
-def table(frame, columns=None, rows: int = 15, store: str | None = None, digits: int = 3) -> None:
+MISSING = "-"   # a value that does not apply: never NaN on the page
+
+
+def table(frame, columns=None, rows: int = 15, store: str | None = None, digits: int = 3,
+          missing: str | None = None) -> None:
     """Print at most ``rows`` rows of ``frame`` (``columns`` only), rounded; when rows are
-    left out, say how many and where the rest is (``store``, e.g. 'data/results/sweeps.jsonl')."""
+    left out, say how many and where the rest is (``store``, e.g. 'data/results/sweeps.jsonl').
+    A missing value prints as '-', explained once under the table (``missing``: why it does not
+    apply, e.g. 'prompt lookup on the GDN hybrid is not timed')."""
     shown = frame if columns is None else frame[list(columns)]
-    print(shown.head(rows).round(digits).to_string(index=False))
+    head = shown.head(rows)
+    print(head.round(digits).to_string(index=False, na_rep=MISSING))
     if len(shown) > rows:
         where = f" (all of them: {store})" if store else ""
         print(f"... {len(shown) - rows} more rows{where}")
+    if head.isna().to_numpy().any():
+        print(f"{MISSING}: {missing or 'no value: it does not apply to this row'}")
 
 
 def describe(config) -> None:

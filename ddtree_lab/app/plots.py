@@ -74,10 +74,10 @@ TARGET_STYLES = {"gdn": {"color": "#00796b", "marker": "o"}, "mla": {"color": "#
 # The two acceptance lenses: visibly different in the legend (thick solid + filled vs thin dashed + open).
 LENS_STYLES = {"tau": {"ls": "-", "lw": 2.4, "ms": 5},
                "tau_outside_loops": {"ls": (0, (3.5, 2)), "lw": 1.3, "ms": 6, "mfc": "white"}}
-OFFSET_NOTE = "series offset sideways: equal values stay visible"
 PLAIN = "ddtree"  # the series key of a target whose rows name no GDN mode (``shown_modes``): plain DDTree
 MODE_COLORS = {m: METHOD_STYLES[m]["color"] for m in ("naive", "fork", "wy", PLAIN)}
-METRIC_LABELS = {"tau": "τ (tokens per round)", "tokens_per_s": "tokens / s", "speedup": "speedup over AR"}
+METRIC_LABELS = {"tau": "τ (tokens per round)", "tokens_per_s": "tokens / s", "speedup": "speedup over AR",
+                 "tau_outside_loops": "τ outside loops (tokens per round)"}
 PATH_COLOR = PALETTE[1]
 
 
@@ -109,7 +109,8 @@ def spread(i: int, n: int, step: float = 0.07) -> float:
 
 def legend_below(fig: Figure, note: str | None = None, ncols: int | None = None) -> None:
     """One figure legend below the panels (outside every axes: it covers no data), holding
-    each distinct label of every panel once; ``note`` is its title (e.g. ``OFFSET_NOTE``)."""
+    each distinct label of every panel once; ``note`` is its title: what a reader needs to read the marks (never a note on how
+    they were drawn: series offset sideways need no title)."""
     seen = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
@@ -366,19 +367,27 @@ def mark_zeros_at_floor(ax, x, y, floor: float, label: str = "exact 0 (drawn at 
                    edgecolors=style.pop("color", "0.2"), s=style.pop("s", 22), label=f"{label}: {int(zero.sum())}",
                    zorder=3, **style)
         ax.set_ylim(bottom=floor / 4)   # the markers sit whole inside the axis
+        xs, counts = np.unique(x[zero], return_counts=True)
+        for at, n in zip(xs, counts):   # many exact nodes at one x are one marker: say how many
+            if n > 1:
+                ax.annotate(f"{n} nodes", (at, floor), textcoords="offset points", xytext=(7, 0), ha="left",
+                            va="center", fontsize=9, color="0.2")
     return int(zero.sum())
 
 
-def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]]) -> None:
-    """'peak value @ budget' per mode, stacked in the top-left corner inside the axes, in a
-    band of headroom added above every line drawn (so the labels never cover data and never
-    leave the axes, whatever the budget range)."""
+def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]], ties: list[int] | None = None) -> None:
+    """'highest value @ budget' per mode ('peak' only where ``ties``, the budgets the paired
+    intervals do not tell from the best, hold the best alone: ``reading.peak_label``, the
+    sentence's own rule), stacked in the top-left corner inside the axes, in a band of headroom
+    added above every line drawn (so the labels never cover data and never leave the axes)."""
+    from .reading import peak_label   # late: reading's sentences and this label share one rule
     if not peaks:
         return
     bottom, top = ax.get_ylim()
     ax.set_ylim(bottom, top + (0.1 + 0.1 * len(peaks)) * (top - bottom))
     for k, (mode, (b, v)) in enumerate(peaks.items()):
-        ax.annotate(f"peak {v:.3g} @ {b}", (0.03, 0.97), xycoords="axes fraction", xytext=(0, -12 * k),
+        ax.annotate(peak_label(b, v, ties if len(peaks) == 1 else None), (0.03, 0.97), xycoords="axes fraction",
+                    xytext=(0, -12 * k),
                     textcoords="offset points", ha="left", va="top", fontsize=9, color=MODE_COLORS[mode])
 
 
@@ -397,7 +406,7 @@ def _draw_auto(ax, rows: pd.DataFrame, metric: str, mode: str, budgets: list[int
             label=label)
 
 
-def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) -> dict:
+def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget, ties: list[int] | None = None) -> dict:
     """One panel: curves, peaks, references, the auto star, the mark_budget line."""
     curves = budget_curves(rows, metric, gdn_modes)
     peaks = _peaks(curves)
@@ -416,7 +425,7 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
     ax.margins(y=0.08)
     if budgets:
         budget_axis(ax, budgets)
-        _annotate_peaks(ax, peaks)
+        _annotate_peaks(ax, peaks, ties)
     else:
         ax.set_xlabel("budget (draft nodes)")
         ax.text(0.5, 0.5, "no DDTree rows", transform=ax.transAxes, ha="center", va="center")
@@ -426,7 +435,8 @@ def _draw_metric(ax, rows: pd.DataFrame, metric: str, gdn_modes, mark_budget) ->
 
 def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens_per_s", "speedup"),
                        gdn_modes=None, block_size=None, mark_budget=31, *, ax=None,
-                       temperature=None, max_new_tokens=None, title: str | None = None) -> Figure:
+                       temperature=None, max_new_tokens=None, title: str | None = None,
+                       ties: dict[str, list[int]] | None = None) -> Figure:
     """One panel per metric: DDTree curves vs budget (log2 x), one line per gdn_mode in its
     method colour (several modes: offset sideways, said in the legend below the panels).
 
@@ -436,14 +446,16 @@ def plot_budget_curves(summary: pd.DataFrame, arch: str, metrics=("tau", "tokens
     tree"; outside the budgets drawn: legend only), and a vertical line at ``mark_budget``
     when it lies within the budgets drawn (None: none). block_size / temperature /
     max_new_tokens None: the most common value (see ``slice_summary``). ax: None, or one
-    Axes per metric. title: the figure title (default: arch, block, T, length).
+    Axes per metric. title: the figure title (default: arch, block, T, length). ties: {metric:
+    the budgets not told apart from the best (``reading.peak_ties``)}: the label says 'peak'
+    only where the best stands alone, else 'highest ..., tied'; without: 'highest'.
     """
     with mpl.rc_context(STYLE):
         rows, chosen = slice_summary(summary, arch, block_size, temperature, max_new_tokens)
         fig, axes = _new_axes(ax, len(metrics), panel=(3.7, 3.0))
         for a, metric in zip(axes, metrics):
-            _draw_metric(a, rows, metric, gdn_modes, mark_budget)
-        legend_below(fig, OFFSET_NOTE if len(_modes(rows, gdn_modes)) > 1 else None)
+            _draw_metric(a, rows, metric, gdn_modes, mark_budget, (ties or {}).get(metric))
+        legend_below(fig)
         fig.suptitle(title or f"{arch}: block {chosen['block_size']}, T = {chosen['temperature']}, "
                               f"{chosen['max_new_tokens']} new tokens")
     return fig
@@ -459,10 +471,10 @@ def loop_split_lenses(temperatures) -> list[tuple[str, float, str, tuple]]:
     all rounds and outside loops, at every sampled T (ascending) all rounds (no loops there
     to speak of: its loop share is drawn beside)."""
     temps = sorted({float(t) for t in temperatures})
-    lenses = [("tau", 0.0, "T = 0, all rounds", PALETTE[0]),
-              ("tau_outside_loops", 0.0, "T = 0, outside loops", PALETTE[2])] if 0.0 in temps else []
+    lenses = [("tau", 0.0, "T = 0", PALETTE[0]),
+              ("tau_outside_loops", 0.0, "T = 0 outside loops", PALETTE[2])] if 0.0 in temps else []
     sampled = [t for t in temps if t > 0]
-    return lenses + [("tau", t, f"T = {t:g}, all rounds", SAMPLED_COLORS[i % len(SAMPLED_COLORS)])
+    return lenses + [("tau", t, f"T = {t:g}", SAMPLED_COLORS[i % len(SAMPLED_COLORS)])
                      for i, t in enumerate(sampled)]
 
 
@@ -470,17 +482,6 @@ def _ddtree_curve(rows: pd.DataFrame, column: str, mode: str) -> pd.Series:
     """column vs integer budget for the DDTree rows of one gdn_mode (``budget_curves``), NaN dropped."""
     curve = budget_curves(rows, column, [mode]).get(mode)
     return pd.Series(dtype=float) if curve is None else curve.set_index("budget")["value"].dropna()
-
-
-def _finish_loop_axes(ax_tau, ax_loop, budgets: set, tau_title: str) -> None:
-    """Budget axes and labels of a loop-split pair: tau (left), loop share (right); one legend
-    below both, saying the lenses are offset sideways."""
-    for ax in (ax_tau, ax_loop):
-        budget_axis(ax, budgets)
-    ax_tau.set(ylabel="τ (tokens per round)", title=tau_title)
-    ax_loop.set(ylabel="share of rounds in a loop", title="rounds whose context loops")
-    share_top(ax_loop)
-    legend_below(ax_tau.figure, "solid: all rounds, dashed open: outside loops; " + OFFSET_NOTE, ncols=2)
 
 
 def _plot_lens(ax, curve: pd.Series, column: str, shift: float, **style) -> None:
@@ -497,7 +498,7 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
 
     summary: ``summarize`` rows (arch, block_size, temperature, gdn_mode, method, budget, tau,
     tau_outside_loops, loop_round_share)."""
-    fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
+    fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(5.0, 3.6))
     mode = gdn_mode if names_mode(arch) else EXACT_MODE
     budgets, temps = set(), sorted(summary.loc[summary.arch == arch, "temperature"].unique())
     lenses = loop_split_lenses(temps)
@@ -508,44 +509,54 @@ def plot_loop_split(summary: pd.DataFrame, arch: str, block_size: int, gdn_mode:
         if curve.empty:
             continue
         budgets |= set(curve.index)
-        _plot_lens(ax_tau, curve, col, spread(i, len(lenses)), marker="o", color=color, label=f"DDTree, {label}")
+        _plot_lens(ax_tau, curve, col, spread(i, len(lenses)), marker="o", color=color, label=f"DDTree {label}")
         dfl = rows[rows["method"] == "dflash"][col].dropna()
         same = col != "tau" and len(dfl) and any(np.isclose(line.get_ydata()[0], dfl.iloc[0]) and
-                                                 line.get_label().startswith(f"DFlash (level), T = {temp:g}")
+                                                 line.get_label().startswith(f"DFlash T = {temp:g}")
                                                  for line in ax_tau.lines)
         if len(dfl) and not same:   # a level equal to its all-rounds level is not drawn over it
             ax_tau.axhline(dfl.iloc[0], ls=(0, (1, 1.5)) if col != "tau" else "--", lw=1.2, color=color, alpha=0.8,
-                           label=f"DFlash (level), {label}")
+                           label=f"DFlash {label}")
         if col == "tau":
             share = _ddtree_curve(rows, "loop_round_share", mode)
             ax_loop.plot(share.index * spread(i, len(lenses)), share.values, marker="o", ms=4, color=color,
                          label=f"_share {label.split(',')[0]}")   # its colour is its lens: no legend entry
-    _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance (levels: DFlash)")
+    for ax in (ax_tau, ax_loop):
+        budget_axis(ax, budgets)
+    ax_tau.set(ylabel="τ (tokens per round)", title="acceptance (levels: DFlash)")
+    ax_loop.set(ylabel="share of rounds in loops", title="rounds whose context loops")
+    share_top(ax_loop)
+    legend_below(fig, "DDTree: markers, solid (open, dashed: outside loops); DFlash: a level line", ncols=4)
     fig.suptitle(f"{arch}: block {block_size}, loops split out, T = {', '.join(f'{t:g}' for t in temps)}")
     return fig
 
 
 @styled
 def plot_loop_split_modes(summary: pd.DataFrame, title: str = "") -> Figure:
-    """Loop split per verification mode: left, tau vs budget over all rounds (thick solid) and
-    over rounds outside loops (thin dashed, open markers), one method colour per (arch,
-    gdn_mode) of the DDTree rows (mla: plain DDTree), series offset sideways; right, the share
-    of rounds in loops. summary: ``summarize`` rows at one block size and T."""
+    """Loop split per verification mode, three panels: tau vs budget over all rounds (left) and
+    over rounds outside loops (middle), on one y range, and the share of rounds in loops
+    (right); one method colour per (arch, gdn_mode) of the DDTree rows (mla: plain DDTree), series
+    offset sideways, so no panel holds more than one line per series. summary: ``summarize``
+    rows at one block size and T."""
     rows = summary[summary["method"] == "ddtree"]
     if rows["block_size"].nunique() > 1 or rows["temperature"].nunique() > 1:
         raise ValueError("plot_loop_split_modes draws one block size and one temperature: filter the summary first")
-    fig, (ax_tau, ax_loop) = _new_axes(None, 2, panel=(4.6, 3.2))
+    fig, (ax_all, ax_out, ax_loop) = _new_axes(None, 3, panel=(3.8, 3.2))
     budgets, groups = set(), list(shown_modes(rows).groupby(["arch", "gdn_mode"]))
-    n = 2 * len(groups)
     for i, ((arch, mode), g) in enumerate(groups):
-        style, name = method_style(mode), _series_name(arch, mode)
-        for j, (col, lens) in enumerate((("tau", "all rounds"), ("tau_outside_loops", "outside loops"))):
+        style, name, shift = method_style(mode), _series_name(arch, mode), spread(i, len(groups))
+        for ax, col in ((ax_all, "tau"), (ax_out, "tau_outside_loops"), (ax_loop, "loop_round_share")):
             curve = _ddtree_curve(g, col, mode)
             budgets |= set(curve.index)
-            _plot_lens(ax_tau, curve, col, spread(2 * i + j, n), label=f"{name}, {lens}", **style)
-        share = _ddtree_curve(g, "loop_round_share", mode)
-        ax_loop.plot(share.index * spread(i, len(groups)), share.values, ms=4, label=f"_share {name}", **style)
-    _finish_loop_axes(ax_tau, ax_loop, budgets, "acceptance: all rounds / outside loops")
+            ax.plot(curve.index * shift, curve.values, ms=4, label=name, **style)
+    for ax in (ax_all, ax_out, ax_loop):
+        budget_axis(ax, budgets)
+    ax_all.set(ylabel="τ (tokens per round)", title="acceptance, all rounds")
+    ax_out.set(ylabel="τ (tokens per round)", title="acceptance, outside loops")
+    share_y([ax_all, ax_out])
+    ax_loop.set(ylabel="share of rounds in a loop", title="rounds whose context loops")
+    share_top(ax_loop)
+    legend_below(fig, ncols=4)
     fig.suptitle(title or "loops split out")
     return fig
 
@@ -635,7 +646,7 @@ def plot_mode_curves(rows: pd.DataFrame, panels: dict[str, tuple[str, str]], tit
     for ax, (column, (ylabel, name)) in zip(axes, panels.items()):
         _draw_mode_curves(ax, rows, column)
         ax.set(ylabel=ylabel, title=name)
-    legend_below(fig, OFFSET_NOTE, ncols=4)
+    legend_below(fig, ncols=4)
     if title:
         fig.suptitle(title)
     return fig
@@ -654,9 +665,18 @@ def plot_leakage_vs_budget(rows: pd.DataFrame, exact_nodes: pd.Series) -> Figure
         _draw_mode_curves(ax, rows, column)
         ax.set(ylabel=ylabel, title=name)
     mean = exact_nodes.groupby("budget").mean()
-    axes[2].bar([str(b) for b in mean.index], mean.values, color=METHOD_STYLES["naive"]["color"])
-    axes[2].set(xlabel="budget (draft nodes)", ylabel="draft nodes", title="nodes naive scores exactly")
-    legend_below(fig, OFFSET_NOTE, ncols=4)
+    labels, leaked = [str(b) for b in mean.index], mean.index.to_numpy(float) - mean.values
+    ax = axes[2]   # each tree split: the nodes naive scores exactly, and the rest, scored on leaked state
+    ax.bar(labels, mean.values, color=METHOD_STYLES["naive"]["color"], label="scored exactly by naive")
+    ax.bar(labels, leaked, bottom=mean.values, color="0.85", hatch="//", edgecolor="0.6", label="after the first branch")
+    for k, (exact, rest) in enumerate(zip(mean.values, leaked)):
+        ax.annotate(f"{exact:.2f} exact", (k, exact), textcoords="offset points", xytext=(0, 3), ha="center",
+                    va="bottom", fontsize=9)
+        ax.annotate(f"{rest:.1f} leaked", (k, exact + rest), textcoords="offset points", xytext=(0, 3), ha="center",
+                    va="bottom", fontsize=9)
+    ax.set_ylim(0, float(mean.index.max()) * 1.15)
+    ax.set(xlabel="budget (draft nodes)", ylabel="draft nodes per tree", title="nodes naive scores exactly")
+    legend_below(fig, ncols=4)
     return fig
 
 
@@ -679,7 +699,7 @@ def plot_verify_cost(cost: pd.DataFrame) -> Figure:
         budget_axis(ax, cost.budget)
     ax_t.set(ylabel="verify ms", title="verify time (median)")
     ax_m.set(ylabel="MiB", title="extra memory: fork's per-node states,\nwy's N x N matrices (one layer)")
-    legend_below(fig, OFFSET_NOTE, ncols=4)
+    legend_below(fig, ncols=4)
     return fig
 
 
@@ -702,7 +722,7 @@ def plot_target_curves(summary: pd.DataFrame, block_size: int, metrics=("tau", "
             ax.axvline(mark_budget, ls=":", c="gray", label=f"budget {mark_budget}")
         budget_axis(ax, rows.budget)
         ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"block {block_size}")
-    legend_below(fig, OFFSET_NOTE, ncols=3)
+    legend_below(fig, ncols=3)
     return fig
 
 
@@ -778,7 +798,7 @@ def draw_tree(tree, labels: list[str] | None = None, path: list[int] | None = No
             i = index[node]
             face = PATH_COLOR if node in on_path else ("0.85" if node == 0 else "white")
             shown = _printable(labels[node]) or f"#{tokens[node]}"   # a token decoding to no text: its id
-            ax.text(x[i], y[i], shown, ha="center", va="center", fontsize=7, zorder=2,
+            ax.text(x[i], y[i], shown, ha="center", va="center", fontsize=8.5, zorder=2,
                     bbox=dict(boxstyle="round,pad=0.25", fc=face, ec="0.3", lw=0.6))
         ax.set_xlim(-0.6, max(x) + 0.6)
         ax.set_ylim(min(y) - 0.7, 0.7)
@@ -813,9 +833,12 @@ def plot_error_scatter(x, y, hue=None, ax=None, xlabel: str = "node", ylabel: st
             groups.sort()
         except TypeError:  # mixed kinds: keep the order of first appearance
             pass
-        for group in groups:
+        ordered = len(groups) > 1 and all(isinstance(g, (int, np.integer)) for g in groups)
+        colors = (mpl.colormaps["viridis"](np.linspace(0, 0.9, len(groups))) if ordered   # an order (a depth): one hue
+                  else [PALETTE[i % len(PALETTE)] for i in range(len(groups))])           # ramp, every step distinct
+        for group, color in zip(groups, colors):
             sel = (hue == group) & (raw != 0)
-            ax.scatter(x[sel], y[sel], s=14, alpha=0.75, label=str(group) if len(groups) > 1 else None)
+            ax.scatter(x[sel], y[sel], s=14, alpha=0.75, color=color, label=str(group) if len(groups) > 1 else None)
         log10_axis(ax, "y")
         if xlog:
             log10_axis(ax, "x")
@@ -953,7 +976,7 @@ def plot_best_budget(table: pd.DataFrame, ax=None) -> Figure:
     ax.set_yticks(budgets, [str(b) for b in budgets])
     ax.yaxis.set_minor_locator(mpl.ticker.NullLocator())
     ax.set(ylabel="best fixed budget", title="best DDTree budget vs load")
-    note = "markers: the best budget (offset sideways: equal values stay visible)"
+    note = "markers: the best budget (T = 0 filled, T = 1 open)"
     legend_below(fig, note + ("; light bars: the budgets tied with it\n(their paired 95% interval holds 1); "
                               "no line joins the best budgets: among tied ones, which is best is noise"
                               if ties else ""), ncols=4)
@@ -981,16 +1004,20 @@ def plot_concurrency_speedup(table: pd.DataFrame, archs, temperature: float = 0.
         if "best_ceiling" in rows and rows.best_ceiling.notna().any():
             ax.plot(rows.concurrency, rows.best_ceiling, lw=1, ms=5, marker="^", alpha=0.6, ls="-.",
                     c=METHOD_STYLES["ddtree"]["color"], label="DDTree ceiling (models' work alone)")
-        for r in rows.itertuples():
-            tied = tied_of(r)
-            ax.annotate("|".join(str(b) for b in tied), (r.concurrency * spread(1, len(series), 0.1), r.best_speedup),
-                        textcoords="offset points", xytext=(0, 7), ha="center", fontsize=9)
+        for r in rows.itertuples():   # the best budget along the panel's foot: never on an error bar
+            ax.annotate("|".join(str(b) for b in tied_of(r)), (r.concurrency, 0.03),
+                        xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=8,
+                        color=METHOD_STYLES["ddtree"]["color"])
         ax.axhline(1.0, c=METHOD_STYLES["ar"]["color"], lw=0.8, label="batched AR (1)")
         _concurrency_axis(ax, rows.concurrency)
+        levels = rows.concurrency.astype(float)
+        ax.set_xlim(levels.min() / 1.5, levels.max() * 1.5)   # room for the offset markers: no star clipped
+        bottom, top = ax.get_ylim()
+        ax.set_ylim(bottom - 0.12 * (top - bottom), top)   # a band for the budget labels
         ax.set(ylabel="speedup over batched AR", title=f"{arch}, T = {temperature:g}")
     share_y(axes)
-    legend_below(fig, "bars: 95% intervals of the paired per-batch ratios; labels: the best budget "
-                      "(a|b: a tie); " + OFFSET_NOTE, ncols=3)
+    legend_below(fig, "bars: 95% intervals of the paired per-batch ratios; numbers along the foot: the best "
+                      "budget (a|b: a tie)", ncols=3)
     return fig
 
 
@@ -1074,11 +1101,11 @@ def plot_chain_leak(curve: pd.DataFrame, divergence: pd.DataFrame, max_new_token
     axes[1].set_title("next-token distribution\nafter the crop")
     ax = axes[2]
     bins = np.arange(0, max_new_tokens + 9, 8)
-    for i, (block, g) in enumerate(divergence[divergence.arch == "gdn"].groupby("block_size")):
-        first = pd.to_numeric(g.first_divergence, errors="coerce")
-        departs = first.dropna()
-        ax.hist(departs, bins=bins, alpha=0.55, color=PALETTE[i + 2],
-                label=f"reference, block {block}: {len(departs)}/{len(g)} depart")
+    blocks = list(divergence[divergence.arch == "gdn"].groupby("block_size"))
+    departs = [pd.to_numeric(g.first_divergence, errors="coerce").dropna() for _, g in blocks]
+    if blocks:   # the block sizes' bars side by side in each bin, opaque: no blend of two colours
+        ax.hist(departs, bins=bins, color=[PALETTE[i + 2] for i in range(len(blocks))], rwidth=0.9,
+                label=[f"reference, block {b}: {len(d)}/{len(g)} depart" for (b, g), d in zip(blocks, departs)])
     ax.set(xlabel="first new token that differs from AR", ylabel="prompts",
            title="dflash_generate on\nthe GDN hybrid")
     legend_below(fig, ncols=2)
@@ -1151,20 +1178,23 @@ def plot_dflash2_budgets(summary: pd.DataFrame, metric: str = "tau", temperature
     panels = list(s.groupby(["arch", "temperature"]).groups)
     if not panels:
         raise ValueError(f"no rows to draw for arch={arch!r}, temperature={temperature!r}")
-    fig, axes = _new_axes(None, len(panels), panel=(3.6, 3.2))
+    one = len(panels) == 1   # the explorer's single panel: drawn as wide as its legend
+    fig, axes = _new_axes(None, len(panels), panel=(6.4, 3.8) if one else (3.6, 3.2))
+    label = METRIC_LABELS.get(metric, metric)   # words, never a column name
     for ax, (a, t) in zip(axes, panels):
         _draw_proposals(ax, s[(s.arch == a) & (s.temperature == t)], metric)
-        ax.set(ylabel=metric, title=f"{a}, T = {t:g}")
+        ax.set(ylabel=label, title=f"{a}, T = {t:g}")
     share_y(axes)   # the panels compare one metric: one y range
-    legend_below(fig, OFFSET_NOTE)
-    fig.suptitle(f"DDTree over DFlash 2: {metric} by budget")
+    legend_below(fig, ncols=3)
+    fig.suptitle(f"DDTree over DFlash 2: {label.split(' (')[0]} by budget")
     return fig
 
 
 def plot_after_sibling(table: pd.DataFrame) -> Figure:
     """After a sibling: marginal vs conditional trees. Per arch, the observed chance that the
     next depth is accepted on the main path and right after an accepted rank >= 1 sibling,
-    for each proposal (bars), outside loops; the after-sibling / main-path ratio on top.
+    for each proposal (bars), outside loops; the after-sibling / main-path ratio (with its 95%
+    interval where the table has ``ratio_lo`` / ``ratio_hi``) on a bracket above each pair.
 
     table: ``experiments.dflash2.sibling_table`` output."""
     archs = list(dict.fromkeys(table.arch))
@@ -1175,9 +1205,14 @@ def plot_after_sibling(table: pd.DataFrame) -> Figure:
             for j, (group, (label, color)) in enumerate(CONTINUATION_STYLES.items()):
                 x = np.arange(len(rows)) + 0.38 * j
                 ax.bar(x, rows[group], width=0.36, color=color, label=label)
-            for i, r in rows.iterrows():
-                ax.text(i + 0.19, max(r.main_path, r.after_sibling) + 0.03, f"x{r.ratio:.2f}", ha="center", fontsize=9)
-            ax.set(xticks=np.arange(len(rows)) + 0.19, xticklabels=rows.proposal, ylim=(0, 1.3),
+            for i, r in rows.iterrows():   # the ratio with its interval, on a bracket clear of both bars
+                top = max(r.main_path, r.after_sibling) + 0.06
+                ax.add_collection(LineCollection([[(i, top - 0.03), (i, top), (i + 0.38, top), (i + 0.38, top - 0.03)]],
+                                                 colors="0.35", linewidths=0.9))
+                spread_text = (f" [{r.ratio_lo:.2f}, {r.ratio_hi:.2f}]"
+                               if "ratio_lo" in rows and np.isfinite(r.get("ratio_lo", np.nan)) else "")
+                ax.text(i + 0.19, top + 0.02, f"ratio {r.ratio:.2f}{spread_text}", ha="center", va="bottom", fontsize=9)
+            ax.set(xticks=np.arange(len(rows)) + 0.19, xticklabels=rows.proposal, ylim=(0, 1.3), yticks=np.linspace(0, 1, 6),
                    ylabel="P(next depth accepted)", title=f"{arch}, outside loops")
         legend_below(fig, ncols=2)
         fig.suptitle("after a sibling: marginal vs conditional trees")
@@ -1189,6 +1224,17 @@ GRID_SOURCES = {"trained": ("grid point", None), "shipped": ("shipped before the
 
 LABEL_SPOTS = ((4, 4, "left", "bottom"), (4, -4, "left", "top"), (-4, 4, "right", "bottom"), (-4, -4, "right", "top"),
                (7, 0, "left", "center"), (-7, 0, "right", "center"), (0, 7, "center", "bottom"), (0, -7, "center", "top"))
+
+
+def _crosses(box, line) -> bool:
+    """Whether a drawn line (its vertices and the segments between them, in display space) passes
+    through ``box``: sampled along each segment."""
+    xy = line.get_transform().transform(np.asarray(line.get_xydata(), float))
+    if len(xy) < 2 or not np.isfinite(xy).all():
+        return False
+    t = np.linspace(0, 1, 24)[:, None]
+    pts = np.concatenate([a + t * (b - a) for a, b in zip(xy[:-1], xy[1:])])
+    return bool(((pts[:, 0] > box.x0) & (pts[:, 0] < box.x1) & (pts[:, 1] > box.y0) & (pts[:, 1] < box.y1)).any())
 
 
 def place_labels(ax, xs, ys, texts, fontsize: float = 8) -> list:
@@ -1212,6 +1258,7 @@ def place_labels(ax, xs, ys, texts, fontsize: float = 8) -> list:
             cost = (sum(box.overlaps(b) for b in placed) * 10
                     + int(((others[:, 0] > box.x0) & (others[:, 0] < box.x1) & (others[:, 1] > box.y0)
                            & (others[:, 1] < box.y1)).sum()) * 3
+                    + sum(_crosses(box, line) for line in ax.lines) * 2   # a label over a drawn line reads badly
                     + (0 if (box.x0 >= inside.x0 and box.x1 <= inside.x1 and box.y0 >= inside.y0
                              and box.y1 <= inside.y1) else 5))
             if best is None or cost < best[0]:
@@ -1232,10 +1279,13 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
     (``y``: decoding HumanEval prompts, every round) against teacher-forced DFlash tau on the
     canonical solutions (``x``); every point labelled share x steps (``place_labels``: no two
     labels overlap), the Pareto front joined,
-    teacher-forced floor of the drafter shipped before the grid (``floor[arch]``) dashed."""
+    teacher-forced floor of the drafter shipped before the grid (``floor[arch]``) dashed, and the
+    ship rule's pick (``drafter_grid.ship_rule``) ringed."""
+    from ..experiments.studies.drafter_grid import ship_rule
     archs = sorted(grid.arch.unique())
+    picks = ship_rule(grid, floor).set_index("arch") if (grid.source == "trained").any() else pd.DataFrame()
     with mpl.rc_context(STYLE):
-        fig, axes = _new_axes(None, len(archs), (5.0, 3.9))
+        fig, axes = _new_axes(None, len(archs), (5.6, 4.4))
         for ax, arch in zip(axes, archs):
             rows, style = grid[grid.arch == arch], TARGET_STYLES[arch]
             front = pareto_front(rows, x, y)
@@ -1246,6 +1296,9 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
                            ec="k", lw=0.6, zorder=3, label=label if len(pts) else None,
                            alpha=1.0 if source == "trained" else 0.55)
             ax.axvline(floor[arch], ls="--", color="0.45", lw=1, label="teacher-forced floor (drafter shipped before the grid)")
+            if arch in picks.index:
+                ax.scatter([picks.loc[arch, x]], [picks.loc[arch, y]], s=260, facecolors="none", edgecolors="k",
+                           lw=1.6, zorder=4, label="the ship rule's pick")
             ax.set(xlabel="teacher-forced DFlash τ (real code)", ylabel="free-running DFlash τ (decoding)",
                    title=f"{arch}: drafter grid")
             ax.margins(x=0.12, y=0.12)
@@ -1273,17 +1326,22 @@ def plot_expected_acceptance(curve, chain: float, block_size: int, arch: str) ->
 
 
 def plot_tree_shape(shape: pd.DataFrame, budget: int = 64) -> Figure:
-    """Max depth, mean depth and root children of the best tree against the draft temperature
-    (``tree_shape.shape_by_temperature``), one plain label per temperature."""
+    """Max depth and mean depth (left) and root children (right) of the best tree against the
+    draft temperature (``tree_shape.shape_by_temperature``), one plain label per temperature; each
+    panel its own y axis, so the depths are not flattened under a 0-``budget`` children scale."""
     with mpl.rc_context(STYLE):
-        fig, (ax,) = _new_axes(None, 1, (6.0, 3.4))
-        for i, col in enumerate(("max_depth", "mean_depth", "root_children")):
-            ax.plot(shape.index, shape[col], marker="o", color=PALETTE[i], label=col.replace("_", " "))
-        ax.set_xscale("log")
-        value_axis(ax, shape.index)
-        ax.set(xlabel="draft temperature (<1 sharper, >1 flatter)", ylabel="nodes / depth",
-               title=f"budget-{budget} tree shape vs drafter confidence")
-        legend_right(ax)
+        fig, (depth, root) = _new_axes(None, 2, (4.2, 3.2))
+        for i, col in enumerate(("max_depth", "mean_depth")):
+            depth.plot(shape.index, shape[col], marker="o", color=PALETTE[i], label=col.replace("_", " "))
+        root.plot(shape.index, shape["root_children"], marker="o", color=PALETTE[2], label="root children")
+        for ax, ylabel, title in ((depth, "depth (draft nodes)", "depth"), (root, "children of the root", "width at the root")):
+            ax.set_xscale("log")
+            value_axis(ax, shape.index)
+            ax.set(xlabel="draft temperature (<1 sharper, >1 flatter)", ylabel=ylabel, title=title)
+        depth.set_ylim(bottom=0)
+        root.set_ylim(0, max(budget, float(shape["root_children"].max())) * 1.05)
+        fig.suptitle(f"budget-{budget} tree shape vs drafter confidence")
+        legend_below(fig, ncols=3)
     return fig
 
 
@@ -1392,9 +1450,12 @@ def plot_rules_by_budget(summary: pd.DataFrame, metrics=("tau", "tokens_per_s"))
     for ax, (metric, arch) in zip(axes, [(m, a) for m in metrics for a in archs]):
         _draw_rules(ax, summary[summary.arch == arch], metric)
         ax.set(ylabel=METRIC_LABELS.get(metric, metric), title=f"{arch}: {METRIC_LABELS.get(metric, metric)}")
-    legend_below(fig, OFFSET_NOTE, ncols=4)
+    legend_below(fig, ncols=4)
     fig.suptitle("Rules of one's own beside DDTree, T = 0")
     return fig
+
+
+RULE_TREE_NODES = 24   # nodes of a rule's tree the widget draws (plus its accepted path): labels stay readable
 
 
 @styled
@@ -1403,11 +1464,13 @@ def plot_rule_round(rounds: dict, summary: pd.DataFrame, arch: str, rule: str, b
     rule, budget): ``your_tree.first_round``}, its accepted path coloured) beside every rule's tau
     by budget, ``rule`` thick and ``budget`` marked."""
     tree, path, labels = rounds[arch, rule, budget]
-    leaves = sum(not kids for kids in tree.children[:64])  # rows of the drawn tree: its height
-    fig = Figure(figsize=(MAX_WIDTH_IN, min(10.0, max(4.2, 0.8 + 0.24 * leaves))), layout="constrained")
+    shown = RULE_TREE_NODES   # a budget-64 tree drawn whole is too tall to read: its first nodes and the path
+    leaves = sum(not [k for k in kids if k < shown] for kids in tree.children[:shown])  # rows of the drawn tree
+    fig = Figure(figsize=(MAX_WIDTH_IN, min(7.5, max(4.2, 0.8 + 0.3 * leaves))), layout="constrained")
     tree_ax, curve_ax = fig.subplots(1, 2, width_ratios=(1.5, 1))
-    draw_tree(tree, labels=labels, path=path, ax=tree_ax, max_nodes=64)
-    tree_ax.set_title(f"{rule}, budget {budget}: the first round of a prompt ({len(path) - 1} accepted)", fontsize=9)
+    draw_tree(tree, labels=labels, path=path, ax=tree_ax, max_nodes=shown)
+    drawn = "" if len(tree.parents) <= shown else f"; its first {shown} nodes and the path drawn"
+    tree_ax.set_title(f"{rule}, budget {budget}: the first round of a prompt ({len(path) - 1} accepted{drawn})", fontsize=9)
     _draw_rules(curve_ax, summary[summary.arch == arch], "tau", highlight=rule)
     curve_ax.axvline(budget, color="0.5", lw=0.8, ls="--", label="the budget drawn")
     curve_ax.set(ylabel=METRIC_LABELS["tau"], title=f"{arch}: tau by budget, T = 0")

@@ -6,12 +6,14 @@ reading and the output above it always agree (``app/tests/test_reading.py``).
 """
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from ..experiments.plumbing.loops import loop_period, loop_split, round_tags
 from ..experiments.studies.concurrency import budget_label, tied_of
 from .claims import goal_count
-from .verdicts import axis_verdict, compare_configs, decide, interval_text
+from .verdicts import apart, axis_verdict, compare_configs, decide, interval_text, versus
 
 
 def _pct(x: float) -> str:
@@ -26,16 +28,27 @@ def calibration_reading(gaps: pd.DataFrame, ratios: dict, tol: float = 0.25) -> 
     for arch, g in gaps.groupby("arch", sort=False):
         g = g.set_index("group")
         r0, r1 = g.loc["rank0"], g.loc["rank1+"]
-        shows = r1.observed < 0.5 * r1.predicted
-        lines.append(f"{arch}: rank 0 predicted {r0.predicted:.2f}, accepted {r0.observed:.2f}; rank 1+ predicted "
-                     f"{_pct(r1.predicted)}, accepted {_pct(r1.observed)} (the published gap "
-                     f"{'shows' if shows else 'does not show'}).")
+        lines.append(f"{arch}: rank 0 predicted {r0.predicted:.2f}, accepted {r0.observed:.2f}; rank 1+ "
+                     f"{_rate_vs_prediction(r1.observed, r1.predicted)}.")
     for arch, r in ratios.items():
         within = 1 - tol <= r <= 1 + tol
-        side = "under" if r > 1 else "over"
+        side = {"above": "the surrogate underestimates", "below": "the surrogate overestimates",
+                "tie": "the surrogate neither under- nor overestimates as printed"}[versus(r, 1.0)]
         lines.append(f"{arch}: verification accepts {r:.2f} x the surrogate's expected tokens per round: "
-                     f"{'within' if within else 'outside'} {tol:.0%}, the surrogate {side}estimates.")
+                     f"{'within' if within else 'outside'} {tol:.0%}, {side}.")
     return "\n".join(lines)
+
+
+def _rate_vs_prediction(observed: float, predicted: float, half: float = 0.5) -> str:
+    """'predicted 0.043, accepted 0.024 (0.56x the prediction: below it, not below half of it, so
+    the published gap does not show)': the rates with the digits printed, their ratio, and the
+    direction by the one rule (``verdicts.versus``), never 'about as rarely' beside a 0.56x."""
+    ratio = observed / predicted if predicted else math.nan
+    side = {"above": "above it", "tie": "level with it", "below": "below it"}[versus(observed, predicted, 3)]
+    gap = "shows" if observed < half * predicted else "does not show"
+    under = "below half of it" if observed < half * predicted else "not below half of it"
+    return (f"predicted {predicted:.3f}, accepted {observed:.3f} ({ratio:.2f}x the prediction: {side}, {under}, "
+            f"so the published gap {gap})")
 
 
 def bf16_reading(table: pd.DataFrame, rates: pd.Series) -> str:
@@ -53,12 +66,12 @@ def bf16_reading(table: pd.DataFrame, rates: pd.Series) -> str:
 # ----------------------------------------------------------------------------- shared
 
 def table_text(frame: pd.DataFrame, missing: str, digits: int = 2) -> str:
-    """``frame`` as text with every NaN cell shown as 'n/a' and one footnote saying why
-    (``missing``): no blank NaN cell a reader has to guess about."""
+    """``frame`` as text with every NaN cell shown as '-' (``lab.MISSING``) and one footnote saying
+    why (``missing``): no blank or NaN cell a reader has to guess about."""
     has_nan = bool(frame.isna().to_numpy().any())
-    shown = frame.round(digits).astype(object).where(frame.notna(), "n/a")
+    shown = frame.round(digits).astype(object).where(frame.notna(), "-")
     text = shown.to_string()
-    return f"{text}\nn/a: {missing}" if has_nan else text
+    return f"{text}\n-: {missing}" if has_nan else text
 
 
 def conclusion(record, findings=()) -> str:
@@ -67,8 +80,10 @@ def conclusion(record, findings=()) -> str:
     to two ``findings`` sentences the notebook rendered from its own numbers."""
     lines = ["What this notebook showed:"]
     lines += [f"- {f}" for f in list(findings)[:2]]
-    if record.checks:
-        lines.append(f"- {len(record.checks)} checks held, among them: " + "; ".join(c.claim for c in record.checks[:2]))
+    skipped = getattr(record, "skipped", [])
+    if record.checks or skipped:
+        lines.append(f"- {check_count(record)}" + (", among them: " + "; ".join(c.claim for c in record.checks[:2])
+                                                   if record.checks else ""))
     done = [c for c, why in record.published if c.ok]
     missed = [(c, why) for c, why in record.published if not c.ok and c.decided]
     untold = [(c, why) for c, why in record.published if not c.decided]
@@ -86,6 +101,14 @@ def conclusion(record, findings=()) -> str:
     if len(lines) == 1:
         lines.append("- nothing was checked, compared or aimed at")
     return "\n".join(lines[:8])
+
+
+def check_count(record) -> str:
+    """'9 checks held' (', 1 skipped (printed with why, not asserted)'): every check the notebook printed,
+    ``Record.check`` and ``Record.check_unless`` alike."""
+    skipped = len(getattr(record, "skipped", []))
+    held = f"{len(record.checks)} check{'s' if len(record.checks) != 1 else ''} held"
+    return held + (f", {skipped} skipped (printed with why, not asserted)" if skipped else "")
 
 
 def winners(sums: pd.DataFrame, a: dict, b: dict, name_a: str, name_b: str, row_a, row_b) -> str:
@@ -116,11 +139,15 @@ def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
                 f"is tau outside loops; {copied}; {clean}.")
     period = loop_period(tokens)
     shape = f" (period {period} tokens at the end)" if period else " (a loop that drifts)"
-    outside = (f"tau outside the loop is {split['tau_outside_loops']:.2f} over {split['rounds_outside_loops']} rounds"
-               if split["rounds_outside_loops"] else "no round lies outside the loop, so there is no tau outside it")
+    if split["rounds_outside_loops"]:
+        outside = f"tau outside the loop is {split['tau_outside_loops']:.2f} over {split['rounds_outside_loops']} rounds"
+        effect = {"above": "is inflated by it", "tie": "is not moved by it",   # the one rule, on the printed values
+                  "below": "is not inflated by it (the loop's rounds accepted less)"}[versus(split["tau"], split["tau_outside_loops"])]
+    else:
+        outside, effect = "no round lies outside the loop, so there is no tau outside it", "rests on the loop alone"
     return (f"This generation falls into a repetition loop{shape}: {split['loop_round_share']:.0%} of "
-            f"{split['rounds']} rounds start in it, and a loop is trivially predictable. tau over all rounds "
-            f"{split['tau']:.2f} is inflated by it; {outside}; {copied}; {clean}.")
+            f"{split['rounds']} rounds start in it. tau over all rounds {split['tau']:.2f} {effect}; "
+            f"{outside}; {copied}; {clean}.")
 
 
 # ----------------------------------------------------------------------------- 02
@@ -171,6 +198,41 @@ def naive_above_exact(tau_naive: pd.Series, tau_exact: pd.Series, matches_naive:
 
 # ----------------------------------------------------------------------------- 05
 
+def peak_ties(arch: str, block: int, rows: pd.DataFrame, sums: pd.DataFrame, temperature: float = 0.0) -> list[int]:
+    """Notebook 05: the budgets whose tokens/s the best budget does not beat outside the noise
+    (``verdicts.decide`` on their paired ratio), the best included, ascending. rows:
+    ``summarize`` rows of (arch, block, temperature); sums: ``verdicts.prompt_sums``."""
+    fixed = rows[(rows.method == "ddtree") & (rows.budget != "auto")].astype({"budget": int}).set_index("budget")
+    at = dict(arch=arch, block_size=block, temperature=temperature, method="ddtree")
+    top = int(fixed.tokens_per_s.idxmax())
+    beats = lambda b: decide(**{k: compare_configs(sums, {**at, "budget": top}, {**at, "budget": b})["tokens_per_s"][k]  # noqa: E731
+                                for k in ("lo", "hi")}) == "above"
+    return sorted(int(b) for b in fixed.index if b == top or not beats(b))
+
+
+def peak_text(top: int, values: pd.Series, ties: list[int], unit: str = "") -> str:
+    """The one wording of a curve's best point, in a sentence and on a figure alike (values:
+    index budget; ties: ``peak_ties``): 'tokens/s peaks at budget 31 (1.86x AR), told apart from
+    every other budget', or, when other budgets tie with it, 'the tokens/s peak is not told
+    apart among budgets 8, 16, 31, 32 (1.80-1.86x AR)': never a peak the intervals do not show."""
+    if list(ties) == [top]:
+        return f"tokens/s peaks at budget {top} ({values[top]:.2f}{unit}), told apart from every other budget"
+    span = values[list(ties)]
+    return (f"the tokens/s peak is not told apart among budgets {', '.join(map(str, ties))} "
+            f"({span.min():.2f}-{span.max():.2f}{unit})")
+
+
+def peak_label(top: int, value: float, ties: list[int] | None) -> str:
+    """The figure's label of a curve's best point: 'peak 1.86 @ 31' only when it is told apart
+    from every other budget (``ties`` == [top]); 'highest 1.86 @ 31, tied 8-32' when the
+    intervals hold other budgets; 'highest 1.86 @ 31' when no intervals were given."""
+    if ties is None:
+        return f"highest {value:.3g} @ {top}"
+    if list(ties) == [top]:
+        return f"peak {value:.3g} @ {top}"
+    return f"highest {value:.3g} @ {top}, tied {min(ties)}-{max(ties)}"
+
+
 def sweep_reading(arch: str, block: int, rows: pd.DataFrame, sums: pd.DataFrame) -> str:
     """Notebook 05: the winner on each axis at one target and block, T = 0: tau (the tree of the
     highest tau against the DFlash chain) and tokens/s (the tree of the highest tokens/s
@@ -185,12 +247,7 @@ def sweep_reading(arch: str, block: int, rows: pd.DataFrame, sums: pd.DataFrame)
     top_tau, top_tps = int(fixed.tau.idxmax()), int(fixed.tokens_per_s.idxmax())
     tau_r = compare_configs(sums, tree(top_tau), {**at, "method": "dflash"})["tau"]
     tps_r = compare_configs(sums, tree(top_tps), {**at, "method": "dflash"})["tokens_per_s"]
-    peers = [b for b in fixed.index if b == top_tps
-             or decide(**{k: compare_configs(sums, tree(top_tps), tree(b))["tokens_per_s"][k] for k in ("lo", "hi")}) != "above"]
-    span = fixed.speedup[peers]
-    peak = (f"tokens/s peaks at budget {top_tps} ({fixed.speedup[top_tps]:.2f}x AR), told apart from every other budget"
-            if len(peers) == 1 else f"the tokens/s peak is not told apart among budgets {', '.join(map(str, peers))} "
-            f"({span.min():.2f}-{span.max():.2f}x AR)")
+    peak = peak_text(top_tps, fixed.speedup, peak_ties(arch, block, rows, sums), "x AR")
     text = (f"{arch} (block {block}, T = 0, {int(chain.n_prompts)} prompts): "
             + axis_verdict("tau", f"DDTree-{top_tau}", "DFlash", f"{fixed.tau[top_tau]:.2f}", f"{chain.tau:.2f}", tau_r)
             + "; " + axis_verdict("tokens/s", f"DDTree-{top_tps}", "DFlash", f"{fixed.speedup[top_tps]:.2f}x AR",
@@ -282,8 +339,7 @@ def sibling_gap_why(arch: str, main: float, sibling: float, nodes: int, enough: 
 
 def branches_why(branch: pd.DataFrame) -> str:
     """Notebook 06: why rank-1+ branches are (not) over-predicted (rows: arch, predicted, observed)."""
-    return "; ".join(f"{r.arch}: the surrogate predicts rank 1+ branches accepted {_pct(r.predicted)} and they are "
-                     f"accepted {_pct(r.observed)}, so there is little predicted mass to over-predict"
+    return "; ".join(f"{r.arch}: rank 1+ branches {_rate_vs_prediction(r.observed, r.predicted)}"
                      for r in branch.itertuples())
 
 
@@ -302,13 +358,23 @@ def _edge_phrase(t: pd.DataFrame) -> str:
               for side, name in (("below", "DFlash wins"), ("above", "the best tree wins"), ("tie", "a tie"))}
     who = "; ".join(f"{name} at c={', '.join(cs)}" for name, cs in groups.items() if cs)
     a, b = t.index.min(), t.index.max()
-    gap = abs(edge[b] - 1) < abs(edge[a] - 1)
-    move = ("the gap narrows" if gap else "the gap widens") if edge[a] != edge[b] else "the gap holds"
-    below = (edge < 1).all()
     ends = f"{interval_text({'ratio': edge[a], 'lo': lo[a], 'hi': hi[a]}, 2, 'x')} -> " \
            f"{interval_text({'ratio': edge[b], 'lo': lo[b], 'hi': hi[b]}, 2, 'x')}"
-    return (f"tokens/s, the best fixed tree over DFlash: {who} ({ends} from c={a} to c={b}, {move}"
-            + ("; below 1 at every load" if below else "") + ")")
+    return f"tokens/s, the best fixed tree over DFlash: {who} ({ends} from c={a} to c={b}, {_gap_move(sides, a, b, edge, lo, hi)})"
+
+
+def _gap_move(sides: dict, a, b, edge: pd.Series, lo: pd.Series, hi: pd.Series) -> str:
+    """How the gap between the best tree and DFlash moved from load ``a`` to ``b``, by the one
+    rule (``verdicts.apart``): it narrows or widens only when the two intervals are told apart."""
+    if math.isnan(lo[a]) or math.isnan(lo[b]):
+        return "no interval, so no change in the gap is told apart"
+    if sides[a] == sides[b] == "tie":
+        return "a tie at both ends: no gap to narrow or widen"
+    if apart({"lo": lo[a], "hi": hi[a]}, {"lo": lo[b], "hi": hi[b]}) == "tie":
+        return "the two intervals overlap: no change in the gap is told apart"
+    if "tie" not in (sides[a], sides[b]) and sides[a] != sides[b]:
+        return "the lead changes sides"
+    return "the gap narrows" if abs(edge[b] - 1) < abs(edge[a] - 1) else "the gap widens"
 
 
 def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
@@ -318,8 +384,10 @@ def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
     lo, hi = t0.index.min(), t0.index.max()
     best = ", ".join(budget_label(r) for r in t0.itertuples())
     ties = sum(len(getattr(r, "tied_budgets", ())) > 1 for r in t0.itertuples())
-    b_dir = ("falls" if t0.best_budget[hi] < t0.best_budget[lo] else
-             "rises" if t0.best_budget[hi] > t0.best_budget[lo] else "ends where it started")
+    end, start = tied_of(t0.loc[hi]), tied_of(t0.loc[lo])   # the budgets not told apart from the best at each end
+    b_dir = ("falls" if max(end) < min(start) else "rises" if min(end) > max(start) else
+             "ends where it started" if t0.best_budget[hi] == t0.best_budget[lo] else
+             "moves, but no move is told apart (a budget is among the best at both ends)")
     return (f"{arch}, T = 0: over concurrency {', '.join(str(c) for c in t0.index)} the best budget goes {best} "
             f"({b_dir} from c={lo} to c={hi}); {_edge_phrase(t0)}; auto reaches "
             f"{t0.auto_vs_best.min():.2f}-{t0.auto_vs_best.max():.2f} of the best fixed budget's tokens/s"
@@ -357,3 +425,26 @@ def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
               f"the best at c={hi} ({', '.join(map(str, ties(hi)))}) is not below every best at c={lo} "
               f"({', '.join(map(str, ties(lo)))})")
     return f"{arch}'s best budget goes {path}: {reason}; at c={hi} the best tree runs at {t0.best_speedup[hi]:.2f}x batched AR"
+
+
+# ----------------------------------------------------------------------------- 09
+
+def rules_reading(summary: pd.DataFrame, sums: pd.DataFrame, built_in: str = "DDTree") -> list[str]:
+    """Notebook 09: per target, each rule against DDTree at the largest budget, on tau and
+    tokens/s, each with its interval over prompts (``verdicts.axis_verdict``: a tie where it holds
+    1), so no rule 'beats' DDTree on a ratio its interval does not tell apart. summary:
+    ``your_tree.summary`` (rule: display name, tree: stored key); sums: ``verdicts.prompt_sums`` of
+    the run's rows."""
+    lines = []
+    for arch, rows in summary[summary.method == "ddtree"].groupby("arch", sort=False):
+        big = rows.budget.max()
+        top = rows[rows.budget == big].set_index("rule")
+        at = {"arch": arch, "method": "ddtree", "budget": big}
+        base = top.loc[built_in]
+        for rule, r in top.drop(index=built_in).iterrows():
+            ratio = compare_configs(sums, {**at, "tree": r.tree}, {**at, "tree": base.tree})
+            lines.append(f"{arch}, budget {int(big)} ({int(r.n_prompts)} prompts), {rule} against {built_in}: "
+                         + axis_verdict("tau", rule, built_in, f"{r.tau:.2f}", f"{base.tau:.2f}", ratio["tau"]) + "; "
+                         + axis_verdict("tokens/s", rule, built_in, f"{r.tokens_per_s:.0f}", f"{base.tokens_per_s:.0f}",
+                                        ratio["tokens_per_s"]))
+    return lines

@@ -6,6 +6,9 @@ README keeps the test times and the headline table, docs/results.md every other 
 splices the markdown into its page between ``<!-- results:NAME -->`` and
 ``<!-- /results:NAME -->``; app/tests/test_readme.py checks that both pages, JSON and stored
 files agree, and that no table outside these blocks holds a number.
+
+Code here reads the stores, formats the numbers and builds the tables; the sentences around
+them live in one Jinja2 template per block, ``templates/readme/NAME`` (``templating.render``).
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ from ..experiments.studies.bench import copy_table
 from ..experiments.studies.official import chain_divergence
 from ..experiments.studies.teacher_forced import tf_summary
 from . import seed_readme
+from .templating import render
+from .verdicts import apart
 
 README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"  # every table the README does not keep
@@ -110,12 +115,12 @@ def render_quality() -> str:
               "drafter top-1 agreement on HumanEval, block positions 1 / 8 / 15",
               f"linear tau, {n} HumanEval prompts, block 8 (goal >= {LINEAR_TAU_GOAL:g}) / block 16", "DDTree-64 tau, block 8",
               f"speculative output == AR ({n} prompts; DFlash 8 and 16, DDTree-64 with wy and with fork)"]
-    shipped = [p for p in CKPT_DIR.rglob("*") if p.is_file() and "families" not in p.relative_to(CKPT_DIR).parts]
+    shipped = [p for p in CKPT_DIR.rglob("*") if p.is_file()   # the shipped pairs: not the studies' own models
+               and not {"families", "unlikelihood"} & set(p.relative_to(CKPT_DIR).parts)]
     mb = sum(p.stat().st_size for p in shipped) / 2**20
-    head = (f"**Shipped models** (`ddtree-lab quality`; their checkpoints {mb:.0f} MB in all, weights in bf16; the "
-            f"family study's pairs under `checkpoints/families/` apart):\n\n")
-    return head + _table([""] + [ARCH_TITLES[t["arch"]] for t in q["targets"]],
-                         [[label] + [c[i] for c in cols] for i, label in enumerate(labels)])
+    return render("readme/quality", mb=mb, table=_table(
+        [""] + [ARCH_TITLES[t["arch"]] for t in q["targets"]],
+        [[label] + [c[i] for c in cols] for i, label in enumerate(labels)]))
 
 
 # ----------------------------------------------------------------------------- speed
@@ -173,42 +178,34 @@ def _speedup_cell(r: pd.Series) -> str:
     return f"{r.speedup:.2f}x"
 
 
-SPEEDUP_NOTE = "speedup: median over prompts of tokens/s over AR's on the same prompt [95% interval], 'noise' when it holds 1"
-
-
 def render_speed() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
     t = t[t.temperature == 0].copy()   # T = 1 has its own table (render_temperature)
     t["speedup"], t["tau"] = t.speedup.round(6), t.tau.round(6)
-    n, new, block = int(t.n_prompts.max()), int(t.max_new_tokens.max()), int(t[t.method == "ddtree"].block_size.max())
-    head = (f"**Speed** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block {block}, T = 0, one thread, "
-            f"interleaved per prompt; AR and prompt lookup are transformers' own; {SPEEDUP_NOTE}; "
-            "bold: the best fixed budget by pooled tokens/s):\n\n")
     table = _table(["budget", "GDN wy tau", "GDN wy speedup", "GDN naive tau (== AR)", "MLA tau", "MLA speedup"],
                    _speed_rows(t))
     share = t[(t.budget == "256") & (t.gdn_mode == EXACT_MODE)].tree_share * 100
-    return head + table + (f"\n\nTree building is {share.min():.1f}-{share.max():.1f}% of a round at budget 256 "
-                           f"(exact modes, both targets). {chain_against_trees(t)}")
+    return render("readme/speed", prompts=int(t.n_prompts.max()), new_tokens=int(t.max_new_tokens.max()),
+                  block=int(t[t.method == "ddtree"].block_size.max()), table=table, tree_share_min=share.min(),
+                  tree_share_max=share.max(), chain_against_trees=chain_against_trees(t))
 
 
 def chain_against_trees(t: pd.DataFrame) -> str:
     """Which decodes more tokens per second here, per target: the DFlash chain or the best
-    fixed tree budget (pooled tokens/s, all tokens over all seconds; exact mode, T = 0)."""
-    cells, chain_wins = [], {}
+    fixed tree budget (exact mode, T = 0), by the lab's one rule (``verdicts.apart``): a side
+    wins only where its speedup interval lies wholly above the other's."""
+    cells = []
     for arch in ("gdn", "mla"):
         a = t[(t.arch == arch) & (t.gdn_mode == EXACT_MODE)]
         chain = a[a.method == "dflash"].iloc[0]
         fixed = a[(a.method == "ddtree") & (a.budget != "auto")]
         best = fixed.loc[fixed.tokens_per_s.idxmax()]
-        chain_wins[arch] = chain.tokens_per_s > best.tokens_per_s
-        cells.append(f"{arch} {chain.tokens_per_s:.0f} against {best.tokens_per_s:.0f} at budget {best.budget}, "
-                     f"tau {chain.tau:.2f} against {best.tau:.2f}")
-    won = [a for a, w in chain_wins.items() if w]
-    verdict = {2: "more tokens per second than the best tree budget on both targets",
-               0: "fewer tokens per second than the best tree budget on both targets",
-               1: f"more tokens per second than the best tree budget on {won[0]} only"}[len(won)]
-    return (f"On this CPU the DFlash chain decodes {verdict} (pooled tokens/s, chain against the best tree, and "
-            f"their tau: {'; '.join(cells)}; the speedups above carry the per-prompt intervals).")
+        ends = lambda r: {"lo": r.speedup_paired_lo, "hi": r.speedup_paired_hi}  # noqa: E731
+        cells.append({"arch": arch, "verdict": apart(ends(chain), ends(best)), "budget": best.budget,
+                      "chain_speedup": format_ratio_columns(chain, "speedup_paired"),
+                      "tree_speedup": format_ratio_columns(best, "speedup_paired"),
+                      "chain_tau": chain.tau, "tree_tau": best.tau})
+    return render("readme/chain_against_trees", targets=cells)
 
 
 def _official_row(t: pd.DataFrame, arch: str) -> list:
@@ -230,37 +227,29 @@ def _official_row(t: pd.DataFrame, arch: str) -> list:
 
 def render_official() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
-    n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
-    head = (f"**The field's reference loop beside the lab's** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new "
-            "tokens, block 8, T = 0, interleaved per prompt in one run; the reference loop is `dflash_generate` of "
-            "z-lab's `dflash` 0.1.0 on the same target and drafter, on the same kernels as every lab loop (MoE experts as "
-            "`grouped_mm`, `adapter.loop_ready`); tau: accepted tokens per target forward; "
-            "'vs reference' is tokens/s over the reference loop's on the same prompt, median [95% interval]; "
-            f"{SPEEDUP_NOTE}):\n\n")
     rows = [_official_row(t, a) for a in ("gdn", "mla")]
-    return head + _table(["target", "reference tau", "reference speedup", "reference == AR", "lab DFlash tau",
-                          "lab DFlash vs reference", "lab DDTree best budget: tau", "lab DDTree best vs reference",
-                          "lab DDTree auto vs reference"], rows) + "\n\n" + render_copy_baseline(t)
+    table = _table(["target", "reference tau", "reference speedup", "reference == AR", "lab DFlash tau",
+                    "lab DFlash vs reference", "lab DDTree best budget: tau", "lab DDTree best vs reference",
+                    "lab DDTree auto vs reference"], rows)
+    return render("readme/official", prompts=int(t.n_prompts.max()), new_tokens=int(t.max_new_tokens.max()),
+                  table=table, copy_baseline=render_copy_baseline(t))
 
 
 def render_copy_baseline(t: pd.DataFrame) -> str:
     """The copy baseline beside the drafters (bench.csv, T = 0): prompt lookup's tau and whether
     it equals AR, then per method tau over all rounds, in copyable rounds / the others, and
     over prompt lookup's (``bench.copy_table``); not measured yet without lookup rows."""
-    head = ("**The copy baseline** (prompt-lookup decoding, transformers' `prompt_lookup_num_tokens`, drafting as many "
-            "tokens as DFlash, no drafter, `experiments/studies/lookup.py`; transformers refuses a stateful model, so "
-            "on the GDN hybrid a cache-free twin with the same proposer and acceptance gives its tau, not timed)")
     table = copy_table(t[t.temperature == 0])
     if not (table.method == "lookup").any():
-        return head + ": not measured yet (`ddtree-lab recompute bench`)."
+        return render("readme/copy_baseline", table=None)
     fixed = table[table.method != "ar"]
     rows = [[r.arch, r.method if r.method != "ddtree" else f"ddtree {r.budget}", f"{r.tau:.2f}",
              f"{r.tau_copyable:.2f} / {r.tau_not_copyable:.2f}", f"{100 * r.copyable_share:.0f}%", f"{r.tau_clean:.2f}",
              f"{r.over_lookup:.2f}x"] for r in fixed.itertuples()]
     same = t[(t.method == "lookup") & (t.temperature == 0)].set_index("arch").matches_ar
-    return (head + "; " + ", ".join(f"{a}: equal to AR on {100 * v:.0f}% of the prompts" for a, v in same.items())
-            + ":\n\n" + _table(["target", "method", "tau", "tau in copyable rounds / the others", "copyable rounds",
-                                 "clean tau", "tau over prompt lookup's"], rows))
+    return render("readme/copy_baseline", equal_to_ar=same.to_dict(), table=_table(
+        ["target", "method", "tau", "tau in copyable rounds / the others", "copyable rounds", "clean tau",
+         "tau over prompt lookup's"], rows))
 
 
 def render_leak() -> str:
@@ -276,12 +265,10 @@ def render_leak() -> str:
         median = f"{pd.Series(departs).median():.0f}" if departs else "-"
         rows.append([arch, block, f"{len(departs)} / {len(divs)}", median, f"{100 * lab.matches_ar:.0f}%",
                      f"{off.tau:.2f} / {off.tau_outside_loops:.2f}", f"{lab.tau:.2f} / {lab.tau_outside_loops:.2f}"])
-    n, new = int(s.n_prompts.max()), int(s.max_new_tokens.max())
-    head = (f"**The leak in the chain** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0; the reference "
-            "loop `dflash_generate` rolls back with transformers' `DynamicCache.crop`, which leaves the GDN recurrent "
-            "state of the rejected tokens in place; tau: all rounds / outside loops):\n\n")
-    return head + _table(["target", "block", "reference loop departs from AR", "median first divergence (new token)",
-                          "lab DFlash == AR", "reference tau", "lab DFlash tau"], rows)
+    table = _table(["target", "block", "reference loop departs from AR", "median first divergence (new token)",
+                    "lab DFlash == AR", "reference tau", "lab DFlash tau"], rows)
+    return render("readme/leak", prompts=int(s.n_prompts.max()), new_tokens=int(s.max_new_tokens.max()),
+                  table=table)
 
 
 def render_round_cost() -> str:
@@ -289,37 +276,20 @@ def render_round_cost() -> str:
     and over AR) and the lab's verify against its floor."""
     frame = round_cost.stored_round_run()
     if frame is None:
-        return "No stored round-cost run for these models and this code: `python scripts/bench_round.py` makes one."
+        return render("readme/round_cost", table=None)
     t = round_cost.round_table(frame)
     loads = pd.Series([r.get("load_avg_1min") for r in ResultsStore("round_cost").rows()
                        if r.get("run") == round_cost.ROUND_RUN], dtype=float)
     shown = round_cost.round_display(t)
-    n, new = int(frame.prompt.nunique()), int(frame.max_new_tokens.max())
-    head = (f"**What a round costs** (`python scripts/bench_round.py`: one interleaved run, {n} HumanEval prompts, "
-            f"{new} new tokens, block 8, T = 0, one thread, one lane; load average over its rows "
-            f"{loads.median():.2f} median, {loads.max():.2f} max; ms per round, the median over prompts: in all, and in "
-            "the target's forwards (the prefill left out), the drafter's (its forwards and its logits on the target's "
-            "head) and the rest of the loop, every loop timed alike from outside by hooks on its two models (the reference loop's own timer needs CUDA; "
-            "the lab's phases are in notebook 05's figure); 'vs' columns: tokens/s over the reference loop's "
-            "and over AR's on the same prompt, median [95% interval]; ceiling: the loop's tokens per second of its "
-            "models' work alone (both forwards, prefill included, and the drafter's head; its own work left out) over the reference loop's tokens/s "
-            "as it runs, the same pairing; on the GDN target the reference loop "
-            "departs from AR, see **The leak in the chain**):\n\n")
-    note = round_cost.ceiling_note(t)
-    table = _table(list(shown.columns), shown.values.tolist()) + (f"\n\n{note}" if note else "")
     floor = round_cost.floor_summary(pd.read_csv(RESULTS_DIR / "verify_floor.csv"))
     frows = [[r.arch, r.budget, r.states, f"{r.lab_ms:.1f}", f"{r.floor_ms:.1f}",
               format_ratio_columns({"x": r.ratio, "x_lo": r.ratio_lo, "x_hi": r.ratio_hi}, "x")]
              for r in floor.itertuples()]
-    fhead = ("\n\n**Verify against its floor** (the same script: at real decoding states, every 4th round of greedy "
-             "DDTree runs, the lab's verify as the loop calls it against transformers' stock forward of the same "
-             "flattened tree tokens with the same tree mask on a `DynamicCache` holding the same rows, both on the "
-             "loops' kernels, the lab's cache as the loop holds it (buffers with room; each verify discarded), "
-             "the `DynamicCache` a fresh copy per repeat, 10 interleaved "
-             "pairs per state; on GDN the floor's linear layers read the tree as a chain; ratio: median over states "
-             "[95% interval]):\n\n")
-    return head + table + fhead + _table(["target", "budget", "states", "lab verify ms", "floor ms",
-                                          "verify / floor"], frows)
+    return render("readme/round_cost", prompts=int(frame.prompt.nunique()),
+                  new_tokens=int(frame.max_new_tokens.max()), load_median=loads.median(), load_max=loads.max(),
+                  table=_table(list(shown.columns), shown.values.tolist()), note=round_cost.ceiling_note(t),
+                  floor_table=_table(["target", "budget", "states", "lab verify ms", "floor ms", "verify / floor"],
+                                     frows))
 
 
 # ----------------------------------------------------------------------------- verify cost, build_tree, exactness
@@ -332,35 +302,26 @@ def _ratio_cell(r: pd.Series, name: str, percent: bool = False) -> str:
 def render_verify_cost() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_verify.csv")
     gdn, mla = t[t.arch == "gdn"].set_index("budget"), t[t.arch == "mla"].set_index("budget")
-    head = (f"**Exact verification cost** (`python scripts/bench_verify.py`: random-init targets at the shipped "
-            f"width, prefix {int(t.prefix_len.iloc[0])}, one thread, {int(t.repeats.iloc[0])} interleaved repeats; "
-            "every ratio is the median of the per-repeat paired ratio, [95% interval], 'noise' when the interval "
-            "holds 1; stock: transformers' own forward of the same flattened tokens on its own cache, the "
-            "model's GDN path as a chain verification runs it; naive is the lab's WY kernel on chain parents; "
-            "commit as a share of the same repeat's verify):\n\n")
     rows = [[b, f"{r['naive_ms']:.1f} / " + (f"{r['stock_ms']:.1f}" if "stock_ms" in r and pd.notna(r["stock_ms"]) else "-"),
              *(_ratio_cell(r, name) for name in ("naive/stock", "wy/stock", "fork/stock", "wy/naive", "fork/naive")),
              f"{_ratio_cell(r, 'commit/wy', True)} / {_ratio_cell(r, 'commit/fork', True)}",
              _ratio_cell(mla.loc[b], "verify/root") if b in mla.index else ""] for b, r in gdn.iterrows()]
-    return head + _table(["budget", "GDN verify ms: naive / stock", "naive / stock", "wy / stock", "fork / stock",
-                          "wy / naive", "fork / naive", "commit wy / fork", "MLA verify / 1-node verify"], rows)
+    table = _table(["budget", "GDN verify ms: naive / stock", "naive / stock", "wy / stock", "fork / stock",
+                    "wy / naive", "fork / naive", "commit wy / fork", "MLA verify / 1-node verify"], rows)
+    return render("readme/verify_cost", prefix=int(t.prefix_len.iloc[0]), repeats=int(t.repeats.iloc[0]),
+                  table=table)
 
 
 def render_compile() -> str:
     """A compiled verify against the eager one (scripts/bench_compile.py), per target and budget."""
     t = pd.read_csv(RESULTS_DIR / "bench_compile.csv")
-    head = (f"**Compiled verify** (`python scripts/bench_compile.py`: `torch.compile(verify.tree_forward)`, "
-            f"mode {t['mode'].iloc[0]}, on {t.device.iloc[0]}, random-init targets of the shipped shapes, prefix "
-            f"{int(t.prefix.iloc[0])}, one thread, {int(t.repeats.iloc[0])} interleaved eager / compiled pairs; "
-            "MoE experts as `grouped_mm` in both, as in the compiled loop; "
-            "compile: seconds of the first call at that budget's static shape, inductor's on-disk cache used where "
-            "earlier runs on the machine left one (a machine's first compile takes longer); ratio: median of the paired "
-            "ratios [95% interval]; error: max |compiled - eager| / max |eager| of the logits):\n\n")
     rows = [[r.arch, int(r.budget), f"{r.compile_s:.0f}", f"{r.eager_ms:.1f}", f"{r.compiled_ms:.1f}",
              format_ratio_columns(r, "compiled/eager"), f"{r.max_rel_err:.0e}", int(r.graph_breaks)]
             for _, r in t.iterrows()]
-    return head + _table(["target", "budget", "compile s", "eager ms", "compiled ms", "compiled / eager",
-                          "error", "graph breaks"], rows)
+    return render("readme/compile", mode=t["mode"].iloc[0], device=t.device.iloc[0], prefix=int(t.prefix.iloc[0]),
+                  repeats=int(t.repeats.iloc[0]), table=_table(
+                      ["target", "budget", "compile s", "eager ms", "compiled ms", "compiled / eager", "error",
+                       "graph breaks"], rows))
 
 
 def render_loop_compile() -> str:
@@ -368,51 +329,34 @@ def render_loop_compile() -> str:
     (scripts/bench_loop_compile.py)."""
     rows = compiled_loop.stored_loop_compile()
     if rows is None:
-        return ("No stored compiled-loop run for this code: `python scripts/bench_loop_compile.py` makes one "
-                "(for the shipped pairs).")
+        return render("readme/loop_compile", table=None)
     t = compiled_loop.loop_summary(rows)
-    head = (f"**The loop compiled** (`python scripts/bench_loop_compile.py`: `generate(..., compile=True)`, "
-            f"{int(t.prompts.max())} HumanEval prompts, 128 new tokens, block 8, T = 0, one thread, one lane, "
-            "load average over its rows "
-            f"{rows.load_avg_1min.median():.2f} median, {rows.load_avg_1min.max():.2f} max; per prompt eager then "
-            "compiled, after every graph is built (compile s: that warm-up, two prompts, inductor's on-disk "
-            "cache used where earlier runs on the machine left one: a machine's first compile takes longer); "
-            "the reference loop "
-            "compiled is `dflash_generate` as shipped on compiled copies of both models; MoE experts run as "
-            "`grouped_mm` in every loop, eager and compiled alike, so the ratios are the compiler's; ratios: medians of per-prompt tokens/s ratios [95% interval]; "
-            "'vs AR' compares each kind with AR of the same kind):\n\n")
     shown = compiled_loop.loop_display(t)
-    return head + _table(list(shown.columns), shown.values.tolist())
+    return render("readme/loop_compile", prompts=int(t.prompts.max()), load_median=rows.load_avg_1min.median(),
+                  load_max=rows.load_avg_1min.max(), table=_table(list(shown.columns), shown.values.tolist()))
 
 
 def render_build_tree() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_tree.csv")
-    head = (f"**`build_tree`** (`python scripts/bench_tree.py`: [{int(t.depth.iloc[0])}, {int(t.vocab.iloc[0])}] "
-            f"drafter logits, one thread, median of {int(t.runs.iloc[0])} runs):\n\n")
-    return head + _table(["budget", "build_tree ms", "of which heap ms"],
-                         [[int(r.budget), f"{r.build_ms:.2f}", f"{r.heap_ms:.2f}"] for r in t.itertuples()])
+    return render("readme/build_tree", depth=int(t.depth.iloc[0]), vocab=int(t.vocab.iloc[0]),
+                  runs=int(t.runs.iloc[0]), table=_table(
+                      ["budget", "build_tree ms", "of which heap ms"],
+                      [[int(r.budget), f"{r.build_ms:.2f}", f"{r.heap_ms:.2f}"] for r in t.itertuples()]))
 
 
 def render_recipe_cost() -> str:
     t = pd.read_csv(RESULTS_DIR / "recipe_cost.csv")
     r0 = t.iloc[0]
-    head = (f"**A training step of the shipped recipe** (`python scripts/recipe_cost.py`: `drafter_loss` with the "
-            f"target's top-{int(r0.soft_top_k)} soft labels over {int(r0.batch)} sequences of {int(r0.seq_len)} tokens x "
-            f"{int(r0.anchors)} blocks of {int(r0.block)}, backward, clip, AdamW; one thread, median of "
-            f"{int(r0.repeats)} steps; peak: tensor storage alive during one step; shipped run: its training seconds "
-            "per step with its evaluations, from its manifest). On a GPU (`--device cuda`) the rollouts, the "
-            "target's features and every step run on the device; not measured here, no GPU was lent:\n\n")
-    return head + _table(["target", "step (s)", "peak tensor memory (MiB)", "drafter parameters (MiB)",
-                          "shipped run (s / step)"],
-                         [[r.arch, f"{r.step_s:.3f}", f"{r.peak_mib:.0f}", f"{r.params_mib:.1f}",
-                           f"{r.shipped_s_per_step:.2f}"] for r in t.itertuples()])
+    table = _table(["target", "step (s)", "peak tensor memory (MiB)", "drafter parameters (MiB)",
+                    "shipped run (s / step)"],
+                   [[r.arch, f"{r.step_s:.3f}", f"{r.peak_mib:.0f}", f"{r.params_mib:.1f}",
+                     f"{r.shipped_s_per_step:.2f}"] for r in t.itertuples()])
+    return render("readme/recipe_cost", table=table,
+                  **{k: int(r0[k]) for k in ("soft_top_k", "batch", "seq_len", "anchors", "block", "repeats")})
 
 
 def render_exactness() -> str:
     t = pd.read_csv(RESULTS_DIR / "exactness.csv")
-    head = (f"**Exactness** (`python scripts/exactness.py`: every node of the first DDTree-{int(t.budget.iloc[0])} "
-            f"tree of {int(t.prompts.iloc[0])} HumanEval prompts against a forward of its own path, max |logit "
-            "error|; commit: the cache after verify + commit against a fresh prefill):\n\n")
     rows = []
     for (arch, mode), g in t.groupby(["arch", "mode"], sort=False):
         s = g.set_index("setting")
@@ -420,8 +364,9 @@ def render_exactness() -> str:
         rows.append([f"{arch} {mode}" if names_mode(arch) else arch, f"{s.loc['float64 + harness', 'max_err']:.1e}",
                      f"{s.loc['float32', 'max_err']:.1e}", int(s.loc["float32", "flips"]),
                      "" if pd.isna(commit) else f"{commit:.1e}"])
-    return head + _table(["target, mode", "float64 (harness)", "float32", "argmax flips (float32)",
-                          "commit (float64)"], rows)
+    return render("readme/exactness", budget=int(t.budget.iloc[0]), prompts=int(t.prompts.iloc[0]),
+                  table=_table(["target, mode", "float64 (harness)", "float32", "argmax flips (float32)",
+                                "commit (float64)"], rows))
 
 
 # ----------------------------------------------------------------------------- loops, temperature, real text
@@ -459,28 +404,21 @@ def lens_line(path: Path = LOOP_LABELS) -> str:
     cells = []
     for i, name in enumerate(("looping", "copyable")):
         tp = sum(t[i] and r[name] for t, r in zip(tags, rounds))
-        cells.append(f"{name} precision {tp / max(1, sum(t[i] for t in tags)):.2f}, recall "
-                     f"{tp / max(1, sum(r[name] for r in rounds)):.2f}")
-    return (f"Against {len(rounds)} held-out rounds labelled by reading them (`data/loop_labels.json`, both targets): "
-            + "; ".join(cells) + ".")
+        cells.append((name, tp / max(1, sum(t[i] for t in tags)), tp / max(1, sum(r[name] for r in rounds))))
+    return render("readme/lens_line", rounds=len(rounds), tags=cells)
 
 
 def render_loops() -> str:
     s = _store_summary("quality")
-    n, new = int(s.n_prompts.max()), int(s.max_new_tokens.max())
-    head = (f"**Loops and copies** (the quality store: {n} HumanEval prompts, {new} new tokens, T = 0, block 8; a round "
-            "is *looping* when the output before it ends in a loop: three copies of a unit of up to 32 tokens, a "
-            "quarter of the comparisons allowed to break, or a loop whose unit drifts; *copyable* when its accepted "
-            "block, after the last 3 committed tokens, occurs earlier in the prompt or output; *clean*: neither "
-            "(`experiments/plumbing/loops.py`); tau pooled over rounds):\n\n")
     labels = ["greedy continuations ending in a loop"] + [
         f"{m}: {what}" for m in ("DFlash", "DDTree-64") for what in (
             "tau all / outside loops / **clean**", "rounds looping / copyable", "tau in copyable rounds / in the others")]
     labels.append("DDTree-64 / DFlash tau: all / outside loops / **clean**")
     cols = {a: _loop_cells(s, a) for a in ("gdn", "mla")}
-    return (head + _table(["", ARCH_TITLES["gdn"], ARCH_TITLES["mla"]],
-                          [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
-            + "\n\n" + lens_line())
+    table = _table(["", ARCH_TITLES["gdn"], ARCH_TITLES["mla"]],
+                   [[label, cols["gdn"][i], cols["mla"][i]] for i, label in enumerate(labels)])
+    return render("readme/loops", prompts=int(s.n_prompts.max()), new_tokens=int(s.max_new_tokens.max()),
+                  table=table, lens=lens_line())
 
 
 def _temperature_row(t: pd.DataFrame, arch: str, temp: float, rule: str) -> list:
@@ -503,34 +441,28 @@ def render_temperature() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench.csv", dtype={"budget": str})
     n, new = int(t.n_prompts.max()), int(t.max_new_tokens.max())
     temps = sorted(t.temperature.unique())
-    head = (f"**Temperature** (`ddtree-lab bench`: {n} HumanEval prompts, {new} new tokens, block 8, "
-            f"T = {', '.join(f'{x:g}' for x in temps)}; exact modes; at T > 0 under each acceptance rule "
-            "(rejection: DFlash's, draft sampled from q and accepted with min(1, p/q), recursively over a node's "
-            "children; target: target-only matching); tau pooled over all rounds / over rounds "
-            "outside loops; entropy: the target's, nats per new token, of softmax(logits / T) (T = 0: of its own "
-            f"softmax); rounds in loops: DFlash's; {SPEEDUP_NOTE}):\n\n")
     rows = [_temperature_row(t, a, temp, rule) for a in ("gdn", "mla") for temp in temps
             for rule in (sorted(set(t[t.temperature == temp].accept_rule)) if temp else ["rejection"])]
-    return head + _table(["target", "T", "acceptance rule", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
-                          "DDTree-16 tau", "DDTree-64 tau", "DDTree-64 / DFlash tau", "DFlash speedup",
-                          "DDTree-64 speedup"], rows)
+    table = _table(["target", "T", "acceptance rule", "entropy", "rounds in loops", "DFlash tau: all / outside loops",
+                    "DDTree-16 tau", "DDTree-64 tau", "DDTree-64 / DFlash tau", "DFlash speedup",
+                    "DDTree-64 speedup"], rows)
+    return render("readme/temperature", prompts=n, new_tokens=new, temperatures=temps, table=table)
 
 
 def render_teacher_forced() -> str:
     frame = ResultsStore("teacher_forced").frame()
     tf = tf_summary(frame)
     budgets = [b for b in (4, 16, 64, 128) if b in set(tf.budget[tf.method == "ddtree"])]
-    head = (f"**Real text, teacher-forced** (notebook 05: {frame.prompt.nunique()} HumanEval canonical solutions, "
-            f"a position every {int(frame.stride.iloc[0])} tokens, block {int(frame.block_size.iloc[0])}: the context "
-            "is the real code, the target's own greedy choices decide what the tree accepts; no loop can touch it):\n\n")
     rows = []
     for arch, g in tf.groupby("arch"):
         t = g.set_index(["method", "budget"]).tau
         dfl = g[g.method == "dflash"].iloc[0]
         rows.append([arch, int(dfl.positions), f"{dfl.tau:.2f}"] + [f"{t['ddtree', b]:.2f}" for b in budgets]
                     + [f"{t['ddtree', budgets[-1]] / dfl.tau:.2f}"])
-    return head + _table(["target", "positions", "DFlash tau"] + [f"DDTree-{b} tau" for b in budgets]
-                         + [f"DDTree-{budgets[-1]} / DFlash"], rows)
+    table = _table(["target", "positions", "DFlash tau"] + [f"DDTree-{b} tau" for b in budgets]
+                   + [f"DDTree-{budgets[-1]} / DFlash"], rows)
+    return render("readme/teacher_forced", solutions=frame.prompt.nunique(), stride=int(frame.stride.iloc[0]),
+                  block=int(frame.block_size.iloc[0]), table=table)
 
 
 # ----------------------------------------------------------------------------- concurrency
@@ -543,22 +475,11 @@ def render_concurrency(directory: Path = RESULTS_DIR) -> str:
     it is not measured yet when the store holds none (no stored file is then required)."""
     grid = GRIDS["full"]
     frame = grid_frame(concurrency_store(directory=directory), grid)
-    head = (f"**Concurrency** (`ddtree-lab concurrency`: {grid.num_prompts} HumanEval prompts decoded as batches of "
-            f"1-{max(grid.concurrency)} sequences, {grid.max_new_tokens} new tokens each, block {grid.block_size}, T = 0, "
-            f"one thread; every config timed on at least {grid.min_pairs} units, a unit one batch of one repeat, "
-            "each method back to back; speedup: the median of the per-unit tokens/s ratios over batched AR at the "
-            "same concurrency, [95% interval], 'noise' where it holds 1; best budget: the highest median, shown "
-            "as a tie with every budget it does not beat outside the noise; auto: the load-aware budget, its "
-            "tokens/s over the best fixed budget's, paired the same way; DDTree ceiling: the highest over fixed "
-            "budgets of the same paired median of a budget's tokens per second of its models' work alone (both "
-            "forwards, prefill included, and the drafter's head) over batched AR's tokens/s as it runs, the speedup at no cost of the "
-            "loop's own, with that budget; tau of the best budget, all rounds / outside loops (rounds in loops))")
     if frame.empty:
-        return head + (": not measured yet; run `ddtree-lab concurrency` (both targets, concurrency "
-                       f"{', '.join(str(c) for c in grid.concurrency)}; about 15 min of one thread).")
+        return render("readme/concurrency", grid=grid, table=None)
     table = concurrency_table(summarize_concurrency(frame))
     shown = concurrency_display(table[table.temperature == 0])
-    return head + ":\n\n" + _table(list(shown), shown.values.tolist())
+    return render("readme/concurrency", grid=grid, table=_table(list(shown), shown.values.tolist()))
 
 
 # ----------------------------------------------------------------------------- batched verify cost
@@ -607,42 +528,28 @@ def render_batch_cost() -> str:
     t = pd.read_csv(RESULTS_DIR / "bench_batch.csv")
     per = t[t.table == "per_node"].set_index(["arch", "mode", "budget"]).verify_ms
     gdn_mla = per.get(("gdn", "wy", 256), float("nan")) / per.get(("mla", "wy", 256), float("nan"))
-    head = (f"**Batched verify cost** (`python scripts/bench_batch.py`: random-init targets of the shipped shapes, "
-            f"float32, the loops' kernels (MoE experts as `grouped_mm`), one thread, prefix {int(t.prefix.iloc[0])}, thread CPU time, {int(t.repeats.iloc[0])} interleaved "
-            f"repeats, load average {t.load_avg_1min.iloc[0]:.2f} at its end; goals: batched verify <= {BATCH_GOALS['batch16']}x an AR step of the same batch, a node <= "
-            f"{BATCH_GOALS['per_node']}x its FLOP floor (2 x active parameters at this core's measured fp32 matmul rate), "
-            f"GDN wy verify at 256 nodes <= {BATCH_GOALS['gdn_over_mla']}x MLA's: measured {gdn_mla:.2f}x, medians of "
-            "separate runs; the stock forward is transformers' own forward of the same batch x (budget + 1) tokens as "
-            "plain causal rows, the floor of a batch of that many tokens, on the GDN target through transformers' "
-            "multi-token linear-attention path):\n\n")
-    return head + _table(["target", "GDN mode", "batch x budget", "batched verify / batched AR step",
-                          "stock forward of the same tokens, no tree / batched AR step",
-                          "batched verify / that stock forward",
-                          "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms",
-                          "peak MB of one batched verify (batch x budget)",
-                          "trees of different sizes: padded verify / packed verify"],
-                         _batch_cost_rows(t))
+    table = _table(["target", "GDN mode", "batch x budget", "batched verify / batched AR step",
+                    "stock forward of the same tokens, no tree / batched AR step",
+                    "batched verify / that stock forward",
+                    "marginal ms per node / FLOP floor, at 64 / 256", "batch-1 verify of 256 nodes, ms",
+                    "peak MB of one batched verify (batch x budget)",
+                    "trees of different sizes: padded verify / packed verify"],
+                   _batch_cost_rows(t))
+    return render("readme/batch_cost", prefix=int(t.prefix.iloc[0]), repeats=int(t.repeats.iloc[0]),
+                  load_avg=t.load_avg_1min.iloc[0], goals=BATCH_GOALS, gdn_over_mla=gdn_mla, table=table)
 
 
 # ----------------------------------------------------------------------------- suite times
 
 def render_suite_times() -> str:
-    """What the main job and the README's two test commands took on a clean clone
-    (``scripts/suite_times.sh``)."""
+    """What a newcomer's fresh install, the main job and the README's two test commands took on a
+    clean clone (``scripts/suite_times.sh``)."""
     t = json.loads((RESULTS_DIR / "suite_times.json").read_text())
     runs = {r["name"]: r for r in t["runs"]}
-
-    def said(r: dict) -> str:
-        skipped = f", {r['skipped']} skipped" if r["skipped"] else ""
-        return (f"{r['wall_s'] / 60:.1f} min ({r['tests_s']:.0f} s of tests, {r['passed']} passed{skipped}; "
-                f"load {r['load_avg_1min']:.1f} before)")
-    job = runs.get("main_job")
-    main = (f"the main job (`bash scripts/lab.sh`: {job['notebooks']} notebooks, {job['jobs']} at a time) took "
-            f"{job['wall_s'] / 60:.1f} min (load {job['load_avg_1min']:.1f} before), " if job else "")
-    return (f"On a clean clone of commit `{t['commit']}` on this {t['cpus']}-core CPU (`bash scripts/suite_times.sh`, "
-            f"installs included), {main}the fast lane (`bash scripts/test.sh`) "
-            f"{said(runs['fast_lane'])} and the full suite (`bash scripts/test.sh --full`, what CI runs) "
-            f"{said(runs['full_suite'])}.")
+    fresh = runs.get("fresh_install")  # a newcomer's first install: read first; its commit said where it is another
+    return render("readme/suite_times", commit=t["commit"], cpus=t["cpus"], fresh_install=fresh,
+                  fresh_install_commit=fresh["commit"] if fresh and fresh.get("commit", t["commit"]) != t["commit"]
+                  else None, main_job=runs.get("main_job"), fast_lane=runs["fast_lane"], full_suite=runs["full_suite"])
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -654,10 +561,8 @@ def render_corpus() -> str:
              f"{c[split]['tokens'] / 1e6:.2f}M"] for split in ("train", "val")]
     dropped = ", ".join(f"{n} {why}" for why, n in c["dropped"].items())
     skipped = ", ".join(f"{k} ({v})" for k, v in c["skipped_licences"].items())
-    head = ("**Corpus** (`python -m ddtree_lab.train.corpus`: the standard library plus the permissively licensed "
-            f"dependency closure of the pins, Python {c['python']}; files dropped: {dropped}; skipped for their "
-            f"licence: {skipped}; validation held out by package):\n\n")
-    return head + _table(["split", "packages", "files", "MB", "tokens"], rows)
+    return render("readme/corpus", python=c["python"], dropped=dropped, skipped=skipped,
+                  table=_table(["split", "packages", "files", "MB", "tokens"], rows))
 
 
 def render_dflash2(directory: Path = RESULTS_DIR) -> str:
@@ -666,7 +571,7 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
     drafters = {a: d2.load_drafters(a) for a in ("gdn", "mla")}  # the shipped models: their rows only
     frame = ResultsStore(d2.STORE, directory).frame(models={a: d.digests for a, d in drafters.items()})
     if frame.empty:
-        return "**DDTree over DFlash 2**: not measured yet (`ddtree-lab dflash2`)."
+        return render("readme/dflash2", goals_table=None)
     quality = ResultsStore("quality", directory).frame(models={a: d.pairs["dflash"].digests for a, d in drafters.items()})
     goals = d2.goal_table(frame[frame.run == d2.LOSSLESS_RUN], quality)
     g = {(r.arch, r.config): r for r in goals.itertuples()}
@@ -677,12 +582,9 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
              f"**{g[a, 'ddtree64_conditional'].tau_outside_loops / g[a, 'ddtree64'].tau_outside_loops:.2f}**",
              f"{same(a, 'dflash2')} / {same(a, 'ddtree64_conditional')} of {g[a, 'ddtree64_conditional'].prompts}"]
             for a in archs]
-    prompts = int(goals.prompts.max()) if len(goals) else 0
-    out = (f"**DDTree over DFlash 2** (notebook 08; T = 0, block 8, {prompts} HumanEval prompts; tau: all rounds / "
-           "outside loops; DFlash rows from the quality store, DFlash 2 rows from `ddtree-lab dflash2`):\n\n"
-           + _table(["target", "DFlash linear", "DFlash 2 linear (selector path)", "DDTree-64, DFlash marginals",
-                     "DDTree-64, DFlash 2 conditional", "conditional / marginal, outside loops (goal >= 1.15)",
-                     "equal to AR: DFlash 2 linear / DDTree-64 conditional"], rows))
+    goals_table = _table(["target", "DFlash linear", "DFlash 2 linear (selector path)", "DDTree-64, DFlash marginals",
+                          "DDTree-64, DFlash 2 conditional", "conditional / marginal, outside loops (goal >= 1.15)",
+                          "equal to AR: DFlash 2 linear / DDTree-64 conditional"], rows)
     study = d2.summary(frame[frame.run == d2.RUN])
     pick = lambda r, m, d, t, b: r[(r.method == m) & (r.drafter == d) & (r.tree == t) & (r.budget == b)]  # noqa: E731
     rows = []
@@ -691,27 +593,14 @@ def render_dflash2(directory: Path = RESULTS_DIR) -> str:
         rows.append([a, f"{temp:g}"] + [f"{c.tau.iloc[0]:.2f} ({c.speedup.iloc[0]:.2f}x)" if len(c) else "-"
                                         for c in [pick(r, "dflash", "dflash", "unary", 7),
                                                   pick(r, "dflash", "dflash2", "conditional", 7)] + cells])
-    out += (f"\n\nOne interleaved run (`{d2.RUN}`, {int(study.n_prompts.max())} prompts, "
-            f"{int(study.max_new_tokens.max())} new tokens, block 8, the rejection rule at T > 0 with each proposal's "
-            "own q): tau (speedup: tokens/s over the same run's AR, prompts interleaved):\n\n"
-            + _table(["target", "T", "DFlash linear", "DFlash 2 linear", "DDTree-64, DFlash marginals",
-                      "DDTree-64, DFlash 2 unary", "DDTree-64, DFlash 2 conditional"], rows))
-    table = d2.drafter_table()
-    out += ("\n\nThe drafters (their manifests: held-out greedy rollouts, block 8; DFlash 2 trained 1000 steps from "
-            "the DFlash drafter): " + "; ".join(
-                f"{r.arch}: linear tau DFlash {r.dflash_tau:.2f}, DFlash 2 unary path {r.dflash2_unary_tau:.2f}, "
-                f"selector path {r.dflash2_selector_tau:.2f}; unary top-16 recall {r.unary_recall:.2f}, "
-                f"teacher-forced selector accuracy {r.selector_accuracy:.2f}" for r in table.itertuples()) + ".")
+    run_table = _table(["target", "T", "DFlash linear", "DFlash 2 linear", "DDTree-64, DFlash marginals",
+                        "DDTree-64, DFlash 2 unary", "DDTree-64, DFlash 2 conditional"], rows)
     nodes = cached_table_path("dflash2_calibration", d2.calibration_config(drafters, **d2.CALIBRATION), directory)
-    if not nodes.is_file():
-        out += "\n\nThe sibling table: not measured yet (notebook 08)."
-    else:
-        sib = d2.sibling_table(pd.read_csv(nodes))
-        parts = [f"{r.arch} {r.proposal}: {r.after_sibling:.2f} vs {r.main_path:.2f} (x{r.ratio:.2f})"
-                 for r in sib.itertuples()]
-        out += ("\n\nRight after an accepted rank >= 1 sibling vs on the main path, the next depth accepted "
-                "(notebook 08, DDTree-64 at block 16, outside loops; goal >= 0.85x): " + "; ".join(parts) + ".")
-    return out
+    siblings = list(d2.sibling_table(pd.read_csv(nodes)).itertuples()) if nodes.is_file() else None
+    return render("readme/dflash2", prompts=int(goals.prompts.max()) if len(goals) else 0,
+                  goals_table=goals_table, run=d2.RUN, run_prompts=int(study.n_prompts.max()),
+                  run_new_tokens=int(study.max_new_tokens.max()), run_table=run_table,
+                  drafters=list(d2.drafter_table().itertuples()), siblings=siblings)
 
 
 BLOCKS = {

@@ -9,7 +9,13 @@ same pooled ratio over prompts, both sides resampled together (a prompt's two ru
     [lo, hi] = 2.5 / 97.5 percentiles of the ratio over prompts drawn with replacement
 
 A fixed seed makes the same numbers give the same interval. ``decide`` says which side of a
-threshold (1 for a winner, a goal's target) the interval lies on, or that it holds it.
+threshold (1 for a winner, a goal's target) the interval lies on, or that it holds it, judged
+on the interval AS PRINTED (``DIGITS`` decimals): '[1.00, 1.55]' holds 1 and is a tie, whatever
+the unrounded end was, so a sentence never calls a win that its own printed bound contradicts.
+It is the one rule: every generated sentence about a direction ('wins', 'falls', 'narrows',
+'peaks', 'inflated', 'as rarely', 'beats') goes through ``decide`` (an interval against a
+threshold), ``apart`` (two intervals) or ``versus`` (two point values with no interval, at the
+precision printed), or states the interval it rests on.
 """
 from __future__ import annotations
 
@@ -21,19 +27,47 @@ import pandas as pd
 from ..experiments.plumbing.spread import pooled_ratio
 
 
-def decide(lo: float, hi: float, threshold: float = 1.0) -> str:
-    """'above' (the interval lies above ``threshold``), 'below', or 'tie' (it holds it, or there
-    is no interval: nothing is told apart)."""
-    if math.isnan(lo) or math.isnan(hi):
+DIGITS = 2   # the decimals an interval's ends are printed with ('[0.85, 1.15]'): the verdict reads those
+
+
+def _printed(x: float, digits: int) -> float:
+    """``x`` as it is printed with ``digits`` decimals (the value the reader sees)."""
+    return float(f"{x:.{digits}f}")
+
+
+def decide(lo: float, hi: float, threshold: float = 1.0, digits: int = DIGITS) -> str:
+    """'above' (the interval, printed with ``digits`` decimals, lies above ``threshold``), 'below',
+    or 'tie' (the printed interval holds it, or there is no interval: nothing is told apart).
+    [1.00, 1.55] against 1 is a tie even when its unrounded low end is 1.004."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return "tie"
+    lo, hi = _printed(lo, digits), _printed(hi, digits)
     return "above" if lo > threshold else "below" if hi < threshold else "tie"
+
+
+def apart(a: dict, b: dict, digits: int = DIGITS) -> str:
+    """Two intervals ({lo, hi} each) as printed: 'above' (a's lies wholly above b's), 'below',
+    or 'tie' (they overlap, or either has none). What 'the gap narrows' or 'the best budget
+    falls' must rest on: two ties, or two overlapping intervals, tell no movement apart."""
+    if any(v is None or math.isnan(v) for v in (a["lo"], a["hi"], b["lo"], b["hi"])):
+        return "tie"
+    return ("above" if _printed(a["lo"], digits) > _printed(b["hi"], digits) else
+            "below" if _printed(a["hi"], digits) < _printed(b["lo"], digits) else "tie")
+
+
+def versus(a: float, b: float, digits: int = DIGITS) -> str:
+    """Two point values with no interval (one generation's tau over all rounds and outside its
+    loop): 'above', 'below' or 'tie' as printed with ``digits`` decimals. 9.71 vs 10.00 is
+    'below', so 9.71 is never called inflated beside a 10.00."""
+    pa, pb = _printed(a, digits), _printed(b, digits)
+    return "above" if pa > pb else "below" if pa < pb else "tie"
 
 
 def interval_text(r: dict, digits: int = 3, unit: str = "") -> str:
     """'1.141x [1.10, 1.18]': the ratio with ``digits`` (enough that no rounding decides a
     verdict) and its interval ('1.141x' alone without one)."""
     text = f"{r['ratio']:.{digits}f}{unit}"
-    return text if math.isnan(r["lo"]) else f"{text} [{r['lo']:.2f}, {r['hi']:.2f}]"
+    return text if math.isnan(r["lo"]) else f"{text} [{r['lo']:.{DIGITS}f}, {r['hi']:.{DIGITS}f}]"
 
 
 def axis_verdict(axis: str, a: str, b: str, value_a: str, value_b: str, r: dict) -> str:

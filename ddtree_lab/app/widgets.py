@@ -38,7 +38,7 @@ def sweep_controls_spec(frame: pd.DataFrame, arch: str | None = None) -> dict:
     """Values each control offers, from a summary or a raw results frame.
 
     arch: restrict every value but ``arch`` to that arch's rows (None: all rows). Returns
-    {arch: [...], gdn_mode: ['all', modes...] (mla: ['all'] only), block_size: [...],
+    {arch: [...], gdn_mode: ['all', modes...] ('all' only with two modes or more; mla: ['all'] only), block_size: [...],
     temperature: [...], max_new_tokens: [...], prompt: ['all', ids...] (ids only from a raw
     frame), budgets: [...] (int DDTree budgets), budget: (min, max)}.
     """
@@ -46,9 +46,10 @@ def sweep_controls_spec(frame: pd.DataFrame, arch: str | None = None) -> dict:
     spec_rows = rows[rows["method"] != "ar"]
     budgets = _int_budgets(rows)
     prompts = sorted(int(p) for p in rows["prompt"].unique()) if _is_raw(rows) else []
+    modes = sorted(spec_rows.loc[spec_rows["arch"].map(names_mode), "gdn_mode"].unique())
     return {
         "arch": sorted(frame["arch"].unique()),
-        "gdn_mode": [ALL] + sorted(spec_rows.loc[spec_rows["arch"].map(names_mode), "gdn_mode"].unique()),
+        "gdn_mode": ([ALL] if len(modes) != 1 else []) + modes,   # 'all' only where it draws more than one mode
         "block_size": sorted(int(b) for b in spec_rows["block_size"].unique()),
         "temperature": sorted(float(t) for t in rows["temperature"].unique()),
         "max_new_tokens": sorted(int(n) for n in rows["max_new_tokens"].unique()),
@@ -150,6 +151,26 @@ def explorer_defaults(frame: pd.DataFrame, arch: str, gdn_mode=ALL, block_size=N
     return chosen
 
 
+def budgets_at(frame: pd.DataFrame, arch: str, temperature: float, block_size=None, gdn_mode=None,
+               max_new_tokens=None) -> list[int]:
+    """The int DDTree budgets stored at this selection (the budget slider's range follows what
+    the figure can draw: at T = 0.3 the sweep stops at 64, so the slider does too)."""
+    rows = frame[(frame["arch"] == arch) & (frame["temperature"] == temperature)]
+    for name, value in (("block_size", block_size), ("max_new_tokens", max_new_tokens)):
+        if value is not None:
+            rows = rows[rows[name] == value]
+    if gdn_mode not in (None, ALL) and names_mode(arch):
+        rows = rows[rows["gdn_mode"] == gdn_mode]
+    return _int_budgets(rows)
+
+
+def _fit_slider(slider, budgets: list[int]) -> None:
+    """The budget slider over ``budgets`` (the whole range selected), greyed out with one or none."""
+    slider.options = budgets or [0]
+    slider.value = (budgets[0], budgets[-1]) if budgets else (0, 0)
+    slider.disabled = len(slider.options) < 2
+
+
 def _set_options(controls: dict, frame: pd.DataFrame, selection: dict) -> None:
     """Point every control at ``selection``'s arch: its options, values, greyed-out state."""
     spec = sweep_controls_spec(frame, selection["arch"])
@@ -190,12 +211,16 @@ def explorer(frame: pd.DataFrame, arch: str | None = None, gdn_mode=ALL, block_s
     def redraw(change=None):
         if busy[0]:
             return
-        if change is not None and change["owner"] is controls["arch"]:
-            busy[0] = True
-            try:
+        busy[0] = True
+        try:
+            if change is not None and change["owner"] is controls["arch"]:
                 _set_options(controls, frame, defaults(change["new"]))
-            finally:
-                busy[0] = False
+            if change is None or change["owner"] is not controls["budget_range"]:   # the range follows the data
+                _fit_slider(controls["budget_range"], budgets_at(frame, controls["arch"].value, controls["temperature"].value,
+                                                                controls["block_size"].value, controls["gdn_mode"].value,
+                                                                controls["max_new_tokens"].value))
+        finally:
+            busy[0] = False
         selection = {name: c.value for name, c in controls.items()}
         out.outputs = (figure_output(render(frame, **selection)),)  # a pyplot-free Figure: nothing to close
 
@@ -280,19 +305,20 @@ def rule_explorer(summary: pd.DataFrame, rules, pairs: dict, arch: str | None = 
 
 # ----------------------------------------------------------------------------- notebook 10 (issue 61)
 
-CORRELATION_SCALES = [0.0, 0.25, 0.5, 0.75, 1.0]   # x the measured routing correlation (0: independent)
+CORRELATION_SCALES = [0.0, 0.25, 0.5, 0.75, 1.0]   # x the fitted routing correlation (0: independent)
 
 
 def correlation_explorer(inputs, overheads: dict, model: str = "Kimi K2.6", accelerator: str = "h200",
-                         gpus: int = 8, chain_tau: float = 6.49, stacks=("kernel-floor", "transformers-eager")):
+                         gpus: int = 8, chain_tau: float = 5.3, stacks=("kernel-floor", "transformers-eager")):
     """``dropdown_explorer`` over (correlation scale, stack): the projected speedup of ``model`` on
-    ``gpus`` x ``accelerator`` by budget when the measured routing correlation is scaled, between the
-    independent and measured bounds (``gpu_projection.best_budget_at``; the title says the best budget)."""
+    ``gpus`` x ``accelerator`` by budget when the routing correlation fitted to published unions is
+    scaled, between the independent and fitted bounds (``gpu_projection.best_budget_at``; the title
+    names the best budget of the grid; chain_tau: the published chain's, ``gpu_specs.CHAIN_TAU``)."""
 
     def draw(correlation, stack):
         s = gp.setting(model, accelerator, gpus, stack, overheads[stack])
         answer = gp.best_budget_at(s, correlation, inputs, chain_tau)
-        bounds = {r.name: gp.curve(s, r, inputs.trees, chain_tau, inputs.shape) for r in (gp.INDEPENDENT, inputs.measured)}
+        bounds = {r.name: gp.curve(s, r, chain_tau, inputs.shape) for r in (gp.INDEPENDENT, inputs.fitted)}
         title = (f"{model}, {gpus} x {accelerator}, {stack}: best budget {answer['best_budget']} "
                  f"({answer['best_speedup']:.2f}x; chain {answer['dflash_speedup']:.2f}x)")
         return plot_rho_scaled(answer["curve"], correlation, bounds, title)

@@ -145,3 +145,63 @@ def test_notebook_06_attributes_22_vs_65_84_to_the_engines_measurement_only():
     caddtree = text[text.index("**Claim tested (CaDDTree"):text.index("**Second measurement")]
     engines = text[text.index("**Second measurement"):text.index("**Expected.**")]
     assert "22%" not in caddtree and "22% after a sibling vs 65-84% on the main path" in engines
+
+
+# ----------------------------------------------------------------------------- issue 67: the finding on the first screen
+
+FIRST_SCREEN = 4   # cells: the title, the parameters, the setup, the finding
+FINDING_NOTEBOOKS = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10"]   # 11, 12: add when theirs is first
+
+
+def _path(number: str):
+    return next(p for p in notebook_paths() if p.name.startswith(number))
+
+
+def _finding_cells(nb) -> list:
+    """The committed notebook's first-screen code cells that print its finding (``lab.finding``)."""
+    return [c for c in nb.cells[:FIRST_SCREEN] if c.cell_type == "code" and "lab.finding(" in c.source]
+
+
+@pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
+def test_the_finding_is_on_the_first_screen(number):
+    """Answer first: one of the first four cells prints the finding (``lab.finding``, which refuses
+    a sentence without a number); the question and the method come after it."""
+    nb = nbformat.read(_path(number), as_version=4)
+    assert _finding_cells(nb), f"{number}: no lab.finding(...) in the first {FIRST_SCREEN} cells"
+    question = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "**Question.**" in c.source), None)
+    assert question is None or question >= FIRST_SCREEN - 1, f"{number}: the question comes before the finding"
+
+
+def test_a_finding_without_a_number_is_refused():
+    from ddtree_lab.app import lab
+    with pytest.raises(ValueError, match="key number"):
+        lab.finding("the tree wins")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
+def test_the_executed_finding_states_a_number_on_the_first_screen(number):
+    path = EXECUTED_DIR / _path(number).name
+    if not path.is_file():
+        pytest.skip(f"no executed copy at {path} (python -m ddtree_lab notebooks {number})")
+    committed = nbformat.read(_path(number), as_version=4)
+    ids = {c.id for c in _finding_cells(committed)}
+    executed = nbformat.read(path, as_version=4)
+    text = "\n".join(o.get("text", "") for c in executed.cells if c.get("id") in ids for o in c.get("outputs", []))
+    found = re.search(r"^Finding: (.*)$", text, re.MULTILINE)
+    assert found and re.search(r"\d", found.group(1)), f"{number}: no finding with a number in {text[:300]!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
+def test_the_conclusion_counts_every_check_the_run_printed(number):
+    """08 said '1 checks held' with two 'match: True' printed (a check_unless went uncounted)."""
+    path = EXECUTED_DIR / _path(number).name
+    if not path.is_file():
+        pytest.skip(f"no executed copy at {path}")
+    text = _output_text(nbformat.read(path, as_version=4))
+    held = len(re.findall(r"^  match:    True$", text, re.MULTILINE))
+    skipped = len(re.findall(r"^skipped:  |^  asserted: no ", text, re.MULTILINE))
+    said = re.search(r"^- (\d+) checks? held(?:, (\d+) skipped)?", text, re.MULTILINE)
+    assert said, f"{number}: no check count in the conclusion"
+    assert (int(said.group(1)), int(said.group(2) or 0)) == (held, skipped), said.group(0)

@@ -14,7 +14,7 @@ NOTEBOOKS = notebook_paths()
 
 def test_there_are_notebooks():
     assert [p.name[:2] for p in NOTEBOOKS] == [f"{i:02d}" for i in range(len(NOTEBOOKS))]
-    assert len(NOTEBOOKS) == 12
+    assert len(NOTEBOOKS) == 13
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -108,9 +108,9 @@ CHECKS_NOT_YET_IN_CLAIMS: set = set()   # notebooks whose checks are still writt
 def test_every_check_comes_from_the_package_and_smoke_never_downgrades_one(path):
     """Checks are ``claims`` functions (``tests/test_claims.py`` feeds each a wrong result):
     no claim spelled out in a cell, and no SMOKE switch from check to compare (a SMOKE run
-    skips a check it cannot make with ``lab.check_unless``, which says so)."""
+    skips a check it cannot make with ``record.check_unless``, which says so and counts it)."""
     source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
-    inline = re.findall(r"lab\.(?:check|compare|check_unless)\((?:f?[\"']|SMOKE and [^,]*, *f?[\"'])", source)
+    inline = re.findall(r"(?:lab|record)\.(?:check|compare|check_unless)\((?:f?[\"']|SMOKE and [^,]*, *f?[\"'])", source)
     assert not inline, f"{path.name}: a check written in the notebook: {inline}"
     assert "lab.compare if SMOKE" not in source and "if SMOKE else lab.check" not in source
 

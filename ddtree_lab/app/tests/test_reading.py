@@ -21,12 +21,13 @@ GAPS = pd.DataFrame({"arch": ["gdn", "gdn"], "group": ["rank0", "rank1+"], "pred
 
 def test_calibration_reading_states_the_measured_numbers():
     text = calibration_reading(GAPS, {"gdn": 1.696})
-    assert "rank 0 predicted 0.53, accepted 0.74" in text and "rank 1+ predicted 4%, accepted 3%" in text
+    assert "rank 0 predicted 0.53, accepted 0.74" in text and "rank 1+ predicted 0.038, accepted 0.028" in text
     assert "does not show" in text
     assert "1.70 x" in text and "outside 25%" in text and "underestimates" in text
     assert "within 25%" in calibration_reading(GAPS, {"gdn": 1.1})
     shows = GAPS.assign(observed=[0.742, 0.01])
-    assert "(the published gap shows)" in calibration_reading(shows, {"gdn": 1.0})
+    assert "so the published gap shows)" in calibration_reading(shows, {"gdn": 1.0})
+    assert "neither under- nor overestimates" in calibration_reading(GAPS, {"gdn": 1.001})
 
 
 def test_bf16_reading_never_says_bit_identical_when_an_error_was_measured():
@@ -61,8 +62,8 @@ def s(values: dict) -> pd.Series:
 def test_table_text_names_every_missing_cell():
     grid = pd.DataFrame({"DFlash": [2.1, 3.0], "DFlash 2 unary": [float("nan"), 3.2]}, index=["linear", 64])
     text = table_text(grid, "no linear form")
-    assert "NaN" not in text and "nan" not in text and "n/a" in text and text.endswith("n/a: no linear form")
-    assert "n/a" not in table_text(grid.fillna(1.0), "no linear form")
+    assert "NaN" not in text and "nan" not in text and " -" in text and text.endswith("-: no linear form")
+    assert "-:" not in table_text(grid.fillna(1.0), "no linear form")
 
 
 def test_conclusion_names_what_reproduced_what_did_not_and_why(capsys):
@@ -76,7 +77,7 @@ def test_conclusion_names_what_reproduced_what_did_not_and_why(capsys):
     lines = text.splitlines()
     assert lines[0] == "What this notebook showed:" and 4 <= len(lines) <= 7
     assert "- tau 3.19 over all rounds" in lines
-    assert "1 checks held" in text and "NOT reproduced" in text and "because the main path carries" in text
+    assert "1 check held" in text and "NOT reproduced" in text and "because the main path carries" in text
     assert "reproduced here: the same crop is exact on MLA" in text
     assert "0 of 1 met; missed: gdn: auto" in text and "0.70" in text
     empty = conclusion(claims.Record())
@@ -119,7 +120,7 @@ def test_sibling_and_branch_reasons_render_the_numbers():
     assert "too few to decide" in sibling_gap_why("gdn", 0.8, 0.7, 5)
     text = sibling_gap_why("gdn", 0.80, 0.62, 120)
     assert "0.6200 vs 0.8000" in text and "0.7750x" in text and "120 nodes" in text and "above the published" in text
-    assert "accepted 4% and they are accepted 3%" in branches_why(
+    assert "predicted 0.038, accepted 0.028 (0.74x the prediction" in branches_why(
         pd.DataFrame({"arch": ["gdn"], "predicted": [0.038], "observed": [0.028]}))
 
 
@@ -131,9 +132,10 @@ T0 = pd.DataFrame({"best_budget": [16, 16, 4, 8, 16], "best_speedup": [1.35, 1.4
 def test_concurrency_reading_says_which_way_each_went():
     text = concurrency_reading("gdn", T0)
     assert "best budget goes 16, 16, 4, 8, 16 (ends where it started" in text
-    assert "1.35x -> 1.48x from c=1 to c=16, the gap widens" in text and "0.70-0.96" in text
+    assert "1.35x -> 1.48x from c=1 to c=16, no interval, so no change in the gap is told apart" in text
+    assert "0.70-0.96" in text
     falls = concurrency_reading("gdn", T0.assign(best_budget=[16, 8, 8, 4, 4], best_speedup=[1.5, 1.4, 1.3, 1.2, 1.1]))
-    assert "(falls from c=1 to c=16)" in falls and "the gap narrows" in falls
+    assert "(falls from c=1 to c=16)" in falls and "narrows" not in falls   # no interval: no narrowing told apart
     assert "16 (c=1), 16 (c=2), 4 (c=4), 8 (c=8), 16 (c=16)" in best_budget_why("gdn", T0)
 
 
@@ -267,8 +269,8 @@ def test_the_concurrency_reading_says_dflash_wins_when_the_ratio_stays_below_one
     """07: 'the best tree's speedup over DFlash's goes 0.91 -> 0.98 (widens)' while below 1 at every load."""
     text = concurrency_reading("gdn", T_EDGE)
     assert "DFlash wins at c=1, 4; a tie at c=16" in text
-    assert "0.91x [0.85, 0.97] -> 0.98x [0.95, 1.02] from c=1 to c=16, the gap narrows; below 1 at every load" in text
-    assert "widens" not in text
+    assert "0.91x [0.85, 0.97] -> 0.98x [0.95, 1.02] from c=1 to c=16, the two intervals overlap: no change in the gap" in text
+    assert "widens" not in text and "narrows" not in text
 
 
 def test_the_sampled_reading_says_every_method_runs_below_batched_ar():
@@ -306,3 +308,220 @@ def test_winners_name_both_axes():
     text = winners(sums, {"method": "ddtree", "budget": 64}, {"method": "dflash"}, "DDTree-64", "DFlash",
                    rows.loc[64], rows.loc[15])
     assert text.startswith("tau: DDTree-64 wins") and "; tokens/s: DFlash wins" in text
+
+
+# ----------------------------------------------------------------------------- issue 67: verdicts that follow their own intervals
+
+def test_one_rule_reads_the_interval_as_printed():
+    """'[1.00, 1.55]' and '[0.77, 1.00]' both hold 1 as printed: both ties, never a win and a tie."""
+    from ddtree_lab.app.verdicts import apart, decide, versus
+    assert decide(1.004, 1.55) == "tie" and decide(0.77, 0.9996) == "tie"
+    assert decide(1.006, 1.55) == "above" and decide(0.5, 0.994) == "below"
+    assert decide(float("nan"), 1.2) == "tie" and decide(1.31, 1.4, 1.3) == "above" and decide(1.23, 1.301, 1.3) == "tie"
+    assert apart({"lo": 0.80, "hi": 1.10}, {"lo": 0.95, "hi": 1.02}) == "tie"
+    assert apart({"lo": 1.15, "hi": 1.18}, {"lo": 0.95, "hi": 1.12}) == "above"
+    assert versus(9.71, 10.0) == "below" and versus(4.191, 4.189) == "tie" and versus(4.8, 3.0) == "above"
+
+
+def _interval_of(text: str) -> tuple[float, float]:
+    lo, hi = re.search(r"\[(\d+\.\d+), (\d+\.\d+)\]", text).groups()
+    return float(lo), float(hi)
+
+
+def test_08_the_same_printed_bound_gets_one_verdict():
+    """08 printed '1.265x [1.00, 1.55]: conditional trees win here' beside '0.892x [0.77, 1.00]; the
+    interval holds 1'. Rendered from such numbers, both are ties, in the reading and in the goal."""
+    from ddtree_lab.experiments.studies import dflash2 as d2
+    study = pd.DataFrame({"arch": "gdn", "temperature": [0.0, 0.0, 1.0, 1.0], "method": "ddtree", "budget": 64,
+                          "drafter": ["dflash2", "dflash", "dflash2", "dflash"],
+                          "tree": ["conditional", "unary", "conditional", "unary"],
+                          "tau": [5.06, 4.0, 2.23, 2.5], "n_prompts": 6})
+    spreads = iter([{"ratio": 1.265, "lo": 1.0004, "hi": 1.55}, {"ratio": 0.892, "lo": 0.77, "hi": 1.0001}])
+    original = d2.tau_ratio
+    d2.tau_ratio = lambda *a, **k: next(spreads)
+    try:
+        text = d2.reading(pd.DataFrame({"arch": []}), pd.DataFrame(), study, frame=study)
+    finally:
+        d2.tau_ratio = original
+    lines = [l for l in text.splitlines() if "DDTree-64 tau" in l]
+    assert len(lines) == 2
+    for line in lines:
+        assert "[1.00," in line or "1.00]" in line
+        assert "a tie: the interval holds 1" in line and "win here" not in line and "lose here" not in line, line
+    goal = claims.conditional_tree_gain("gdn", 5.06, 4.0, goal=1.0, interval={"lo": 1.0004, "hi": 1.55})
+    assert not goal.decided and not goal.ok
+
+
+def test_00_tau_is_called_inflated_only_when_it_is_above_tau_outside_the_loop():
+    """00: 'tau over all rounds 9.71 is inflated by it; tau outside the loop is 10.00'."""
+    from ddtree_lab.app.verdicts import versus
+    prompt = list(range(100, 160))
+    loop = list(range(200, 216)) + [7, 8, 9] * 40
+    for lengths in ([4] * 4 + [8] * 15, [8] * 2 + [4] * 30):   # the loop's rounds accept more, then fewer
+        text = loop_reading(prompt, loop[:sum(lengths)], lengths)
+        every = float(re.search(r"tau over all rounds (\d+\.\d+)", text).group(1))
+        outside = float(re.search(r"tau outside the loop is (\d+\.\d+)", text).group(1))
+        said = "is inflated by it" in text
+        assert said == (versus(every, outside) == "above"), text
+    assert "is not inflated by it" in text
+
+
+def test_05_the_figure_and_the_sentence_name_the_same_peak():
+    """05: the figure labelled 'peak 1.86 @ 31' while the text said the peak 'is not told apart
+    among budgets 8, 16, 31, 32'. One rule words both."""
+    from ddtree_lab.app import plots
+    from ddtree_lab.app.reading import peak_label, peak_text, peak_ties
+    summary, sums = _sweep(chain_seconds=0.225, jitter=0.08)
+    rows = summary[summary.method != "ar"]
+    ties = peak_ties("gdn", 16, rows, sums)
+    text = sweep_reading("gdn", 16, rows, sums)
+    top = int(rows[rows.method == "ddtree"].set_index("budget").tokens_per_s.astype(float).idxmax())
+    label = peak_label(top, 1.0, ties)
+    assert ("not told apart among budgets" in text) == ("tied" in label) == (len(ties) > 1)
+    assert peak_text(31, pd.Series({8: 1.75, 31: 1.86}), [8, 31], "x AR").startswith("the tokens/s peak is not told apart")
+    assert peak_label(31, 1.86, [8, 16, 31, 32]) == "highest 1.86 @ 31, tied 8-32"
+    assert peak_label(31, 1.86, [31]) == "peak 1.86 @ 31" and peak_label(31, 1.86, None) == "highest 1.86 @ 31"
+    curves = summary.assign(gdn_mode="wy", max_new_tokens=64)
+    fig = plots.plot_budget_curves(curves, "gdn", metrics=("tokens_per_s",), mark_budget=None, ties={"tokens_per_s": [16, 64]})
+    notes = [t.get_text() for t in fig.axes[0].texts]
+    assert any(n.startswith("highest") and "tied 16-64" in n for n in notes) and not any(n.startswith("peak") for n in notes)
+
+
+def test_readme_chain_against_trees_follows_the_intervals():
+    """README: the chain 'decodes more tokens per second than the best tree budget on both targets'
+    while 05 printed a tie for gdn. Overlapping speedup intervals are said to be a tie."""
+    from ddtree_lab.app.readme import chain_against_trees
+    rows = []
+    for arch, (c, c_lo, c_hi), (t, t_lo, t_hi) in (("gdn", (2.97, 1.94, 3.94), (2.62, 2.02, 3.16)),
+                                                   ("mla", (2.45, 2.30, 2.60), (1.86, 1.70, 2.00))):
+        rows.append({"arch": arch, "gdn_mode": "wy", "method": "dflash", "budget": "7", "tokens_per_s": 100 * c,
+                     "tau": 4.0, "speedup_paired": c, "speedup_paired_lo": c_lo, "speedup_paired_hi": c_hi})
+        rows.append({"arch": arch, "gdn_mode": "wy", "method": "ddtree", "budget": "16", "tokens_per_s": 100 * t,
+                     "tau": 5.0, "speedup_paired": t, "speedup_paired_lo": t_lo, "speedup_paired_hi": t_hi})
+    text = chain_against_trees(pd.DataFrame(rows))
+    assert "gdn: not told apart; mla: the chain is faster" in text and "2.97x [1.94, 3.94] against 2.62x" in text
+    assert "not told apart on both targets" in chain_against_trees(pd.DataFrame(rows).assign(speedup_paired_lo=1.5))
+    assert "more tokens per second than the best tree budget on both targets" not in text
+
+
+def test_06_rank_one_branches_are_never_said_to_be_accepted_about_as_rarely():
+    """06: 'accepted about as rarely' as predicted, against 0.024 vs 0.043 and 0.021 vs 0.073."""
+    branch = pd.DataFrame({"arch": ["gdn", "mla"], "predicted": [0.043, 0.073], "observed": [0.024, 0.021]})
+    text = branches_why(branch)
+    assert "0.56x the prediction: below it, not below half of it" in text
+    assert "0.29x the prediction: below it, below half of it, so the published gap shows" in text
+    assert "as rarely" not in text
+    reading = calibration_reading(branch.assign(group="rank1+").pipe(
+        lambda b: pd.concat([b.assign(group="rank0", predicted=0.5, observed=0.7), b])), {"gdn": 1.0, "mla": 1.0})
+    assert "accepted 0.024 (0.56x the prediction: below it" in reading
+    source = "\n".join(c.source for c in nbformat.read(notebook_paths()[6], as_version=4).cells)
+    assert "about as rarely" not in source
+
+
+def test_07_the_figure_is_described_as_drawn():
+    """07: the markdown said '(solid: T = 0, dashed: T = 1)' of a figure that draws markers only."""
+    from ddtree_lab.app.plots import plot_best_budget
+    table = pd.DataFrame({"arch": "gdn", "temperature": [0.0, 0.0, 1.0, 1.0], "concurrency": [1, 16, 1, 16],
+                          "best_budget": [16, 8, 4, 4], "tied_budgets": [(8, 16), (8,), (4,), (4,)]})
+    fig = plot_best_budget(table)
+    drawn = [l for l in fig.axes[0].lines if len(l.get_xdata())]
+    assert drawn and all(l.get_linestyle() == "None" for l in drawn)       # markers only
+    source = "\n".join(c.source for c in nbformat.read(notebook_paths()[7], as_version=4).cells)
+    assert "solid: T = 0" not in source and "dashed: T = 1" not in source and "filled markers" in source
+
+
+def test_07_falls_and_narrows_only_outside_the_noise():
+    """07: gdn '(falls from c=1 to c=16)' beside 'no shrinkage is told apart', and 'the gap narrows'
+    of 0.93x [0.80, 1.10] -> 0.98x [0.95, 1.02], two ties."""
+    t = pd.DataFrame({"best_budget": [8, 16, 4], "tied_budgets": [(8, 16, 32), (16, 32), (4, 8)],
+                      "best_speedup": [2.0, 1.5, 0.92], "dflash_speedup": [2.1, 1.6, 0.94],
+                      "auto_vs_best": [0.92, 0.94, 0.85], "best_over_dflash": [0.93, 0.95, 0.98],
+                      "best_over_dflash_lo": [0.80, 0.90, 0.95], "best_over_dflash_hi": [1.10, 1.01, 1.02]},
+                     index=pd.Index([1, 4, 16], name="concurrency"))
+    text = concurrency_reading("gdn", t)
+    assert "falls" not in text and "narrows" not in text and "widens" not in text
+    assert "a tie at both ends: no gap to narrow or widen" in text and "no move is told apart" in text
+    why = best_budget_why("gdn", t)
+    assert "no shrinkage is told apart" in why
+    claim = claims.best_budget_shrinks("gdn", t.best_budget, t.tied_budgets)
+    assert not claim.ok                                          # the sentence and the claim agree
+    shrinks = t.assign(tied_budgets=[(16, 32), (16,), (4,)], best_over_dflash_lo=[0.80, 0.90, 1.12],
+                       best_over_dflash=[0.85, 0.95, 1.15], best_over_dflash_hi=[0.90, 1.01, 1.18])
+    text = concurrency_reading("gdn", shrinks)
+    assert "(falls from c=1 to c=16)" in text and "the gap narrows" not in text
+    assert claims.best_budget_shrinks("gdn", shrinks.best_budget, shrinks.tied_budgets).ok
+
+
+def test_09_a_rule_beats_ddtree_only_outside_its_interval():
+    """09: on mla sibling_capped 'beats' DDTree (5.00 vs 4.94, '101%') on 4 prompts, with no interval."""
+    from ddtree_lab.app.reading import rules_reading
+    rows = []
+    for p in range(4):
+        for tree, acc, secs in (("unary", [5, 5, 4, 6], 0.20), ("sibling_capped-abc", [6, 4, 5, 5], 0.21)):
+            rows.append({"arch": "mla", "method": "ddtree", "budget": 64, "tree": tree, "prompt": p,
+                         "acc": acc[p:] + acc[:p], "seconds": secs + 0.01 * p})
+    sums = prompt_sums(_frame(rows))
+    summary = pd.DataFrame({"arch": "mla", "method": "ddtree", "budget": 64, "tree": ["unary", "sibling_capped-abc"],
+                            "rule": ["DDTree", "sibling_capped"], "n_prompts": 4, "tau": [4.94, 5.00],
+                            "tokens_per_s": [100.0, 95.0]})
+    (line,) = rules_reading(summary, sums)
+    assert line.startswith("mla, budget 64 (4 prompts), sibling_capped against DDTree: tau: a tie (")
+    assert "beats" not in line and "sibling_capped wins" not in line
+
+
+def test_every_printed_check_is_counted(capsys):
+    """08 said '1 checks held' with two 'match: True' printed: a check_unless was not counted."""
+    record = claims.Record()
+    ok = claims.Claim("a", "x", "x", True)
+    record.check(ok)
+    record.check_unless(None, ok)
+    record.check_unless("SMOKE: too few prompts", ok)
+    record.check(ok, few_prompts=True)
+    printed = capsys.readouterr().out
+    assert printed.count("match:    True") == 2 and "skipped:" in printed and "asserted: no" in printed
+    assert len(record.checks) == 2 and len(record.skipped) == 2
+    assert "- 2 checks held, 2 skipped (printed with why, not asserted)" in conclusion(record)
+    with pytest.raises(AssertionError):
+        record.check_unless(None, claims.Claim("b", "x", "y", False))
+
+
+def test_committed_notebooks_count_every_check_they_print():
+    """No notebook checks through ``lab.check_unless`` (uncounted): ``record.check_unless``."""
+    for path in notebook_paths():
+        if path.name[:2] in {f"{n:02d}" for n in range(10)}:
+            source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+            assert "lab.check_unless(" not in source and "lab.check(" not in source, path.name
+
+
+def test_a_missing_value_prints_as_a_dash_explained_once(capsys):
+    """05 printed 'gdn lookup 7 2.400 NaN NaN', 08 'gain NaN' in 6 of 8 rows."""
+    from ddtree_lab.app import lab
+    frame = pd.DataFrame({"method": ["ar", "lookup"], "tokens_per_s": [178.3, float("nan")]})
+    lab.table(frame, missing="prompt lookup on the GDN hybrid is not timed")
+    out = capsys.readouterr().out
+    assert "NaN" not in out and "nan" not in out and " -" in out
+    assert out.count("-: prompt lookup on the GDN hybrid is not timed") == 1
+    lab.table(frame.fillna(1.0))
+    assert "-:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("number", ["05", "07", "08", "09"])
+def test_timed_notebooks_print_the_load_they_were_timed_at(number):
+    """09 showed AR at 40-45 tokens/s (05: about 167) and never said its run's load was 4.79:
+    every notebook that shows stored timings prints their stamp (``lab.measured_at``: machine,
+    date, load)."""
+    path = next(p for p in notebook_paths() if p.name.startswith(number))
+    source = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert "lab.measured_at(" in source, path.name
+
+
+def test_measured_at_prints_the_load(tmp_path, monkeypatch, capsys):
+    from ddtree_lab.app import lab
+    from ddtree_lab.experiments.plumbing.results import ResultsStore
+    store = ResultsStore("timed", tmp_path)
+    monkeypatch.setattr(lab, "store", lambda name, smoke: store)
+    monkeypatch.setattr("ddtree_lab.experiments.plumbing.results.stamp",
+                        lambda: {"git": "abc1234", "machine": "m", "date": "2026-12-07", "load_avg_1min": 4.79, "threads": 1})
+    store.add({"method": "ar"}, 0, {"tokens": [1]}, {}, run="r")
+    lab.measured_at("timed", False, run="r")
+    assert "load 4.8-4.8" in capsys.readouterr().out

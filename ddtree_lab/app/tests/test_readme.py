@@ -7,14 +7,18 @@ outside those blocks holds a number; the README's prose holds no measured number
 its findings and limits is checked against the stores; the README stays under 15,000
 characters, its links reach their headings, and its Python example runs.
 """
+import functools
+import importlib.resources
 import json
 import re
+import tomllib
 
+import jinja2
 import pandas as pd
 import pytest
 
 from ddtree_lab.common import DATA_DIR, RESULTS_DIR, ROOT
-from ddtree_lab.app import readme
+from ddtree_lab.app import readme, templating
 
 NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 TEXT = readme.README.read_text()
@@ -52,8 +56,21 @@ def test_stored_table_is_rendered_from_the_result_files(name):
     for source in readme.BLOCKS[name].sources:
         assert (ROOT / source).exists(), f"{source} is missing: run `{readme.BLOCKS[name].command}`"
     stored = json.loads(readme.TABLES_JSON.read_text())[name]
-    assert stored["markdown"] == readme.BLOCKS[name].render(), (
+    assert stored["markdown"] == rendered(name)[0], (
         f"{readme.TABLES_JSON.name} is stale for {name!r}: run `ddtree-lab readme`")
+
+
+@functools.cache
+def rendered(name: str) -> tuple[str, frozenset]:
+    """A block rendered from the stored files, and the template files it loaded (imports
+    included), through the lab's one environment (``templating``: StrictUndefined)."""
+    env, loaded = templating.environment(), set()
+    load = env.get_template
+    env.get_template = lambda template, *a, **k: loaded.add(template) or load(template, *a, **k)
+    try:
+        return readme.BLOCKS[name].render(), frozenset(loaded)
+    finally:
+        del env.get_template
 
 
 def outside_blocks(text: str) -> str:
@@ -164,8 +181,8 @@ def test_the_findings_say_what_the_stores_hold():
     for said in ("from budget 16 on, naive tau stays flat while exact tau keeps rising, and naive output departs "
                  "from AR on every prompt",
                  "equals a forward of each node's own path to rounding", "tau rises to the largest budget swept",
-                 "The dashed line is the DFlash chain, which decodes more tokens per second than any tree budget on "
-                 "this CPU",
+                 "The dashed line is the DFlash chain; which is faster here is read from the intervals under the "
+                 "speed table",
                  "the hybrid's tau rises with the budget like MLA's, and the output equals AR on every prompt",
                  "The WY form costs what the naive pass costs",
                  "and its output departs from AR on the GDN hybrid"):
@@ -369,6 +386,21 @@ def test_the_batched_limit_says_how_the_trees_lead_changes_with_load():
         assert g.best_speedup_lo.iloc[-1] <= 1.0, arch
 
 
+def test_the_readme_quotes_a_fresh_install_for_a_newcomer(tmp_path, monkeypatch):
+    """The suite times open with what a newcomer's install took (issue 66): a new venv, an empty
+    pip cache, read from suite_times.json's fresh_install record; a file without that record
+    renders the warm times alone."""
+    stored = json.loads((RESULTS_DIR / "suite_times.json").read_text())
+    fresh = next(r for r in stored["runs"] if r["name"] == "fresh_install")
+    block = readme.readme_blocks(PAGES[readme.README])["suite_times"]
+    assert block.startswith("A newcomer's fresh install (a new venv, an empty pip cache) took")
+    assert f"took {fresh['wall_s'] / 60:.1f} min" in block and f"load {fresh['load_avg_1min']:.1f} before" in block
+    warm = {**stored, "runs": [r for r in stored["runs"] if r["name"] != "fresh_install"]}
+    (tmp_path / "suite_times.json").write_text(json.dumps(warm))
+    monkeypatch.setattr(readme, "RESULTS_DIR", tmp_path)
+    assert readme.render_suite_times() == block[block.index("On a clean clone"):]
+
+
 def test_a_page_without_its_block_is_left_as_it_was_and_so_is_the_json(tmp_path):
     page, stored = tmp_path / "results.md", tmp_path / "tables.json"
     page.write_text("# no blocks here\n")
@@ -407,3 +439,46 @@ def test_a_value_against_its_goal_never_rounds_across_it():
     assert against_goal(2.72, 2.8, higher=False) == "2.72 (pass)"
     assert against_goal(2.8004, 2.8, higher=False) == "2.801 (miss)"
     assert against_goal(3.45, 2.8, higher=False) == "3.45 (miss)"
+
+
+# ----------------------------------------------------------------------------- templates (issue 65 item 5)
+
+def test_every_template_renders_from_the_stores_with_every_value_passed():
+    """Each template file is used by some block, and every block renders from the stored files
+    with StrictUndefined: a value a template names that the code does not pass is an error."""
+    assert templating.environment().undefined is jinja2.StrictUndefined
+    used = set().union(*(rendered(name)[1] for name in readme.BLOCKS))
+    assert used == set(templating.template_files()), "a template no block renders, or one that is not a file"
+    with pytest.raises(jinja2.UndefinedError, match="'skipped' is undefined"):
+        templating.render("readme/corpus", python="3.11", dropped="", table="")
+
+
+def test_the_templates_ship_with_the_package():
+    """pyproject's package-data holds every template file, and the package loads one through
+    its installed path (importlib.resources), not through the checkout."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ddtree_lab.app"]
+    shipped = {p.relative_to(templating.TEMPLATES).as_posix() for glob in data
+               for p in templating.TEMPLATES.parent.glob(glob)}
+    assert set(templating.template_files()) <= shipped and templating.template_files()
+    name = "readme/build_tree" + templating.SUFFIX
+    assert (importlib.resources.files("ddtree_lab.app") / "templates" / name).is_file()
+    installed = jinja2.Environment(loader=jinja2.PackageLoader("ddtree_lab.app"), undefined=jinja2.StrictUndefined,
+                                   keep_trailing_newline=True)
+    values = {"depth": 8, "vocab": 9, "runs": 3, "table": "| budget |\n| --- |"}
+    text = installed.get_template(name).render(**values)
+    assert text == templating.render("readme/build_tree", **values) + "\n"
+    assert "median of 3 runs" in text and text.endswith(values["table"] + "\n")
+
+
+README_PY_PROSE_MAX = 1_100  # issue 65 item 5, this measure: 11,678 before the templates, 1,018 after
+
+
+def test_readme_py_keeps_its_sentences_in_templates():
+    """readme.py's string literals of 40 characters or more (docstrings left out, an f-string's
+    literal parts once) hold at most README_PY_PROSE_MAX characters: table headers and row
+    labels, commands, patterns. The sentences around them live in app/templates/readme/."""
+    source = (ROOT / "ddtree_lab" / "app" / "readme.py").read_text()
+    prose = templating.literal_prose(source)
+    print(f"readme.py: {prose} characters of prose in string literals")
+    assert prose <= README_PY_PROSE_MAX
+    assert templating.literal_prose('x = "' + "a" * 39 + '"\ny = f"' + "b" * 40 + '{x}"') == 40

@@ -141,7 +141,8 @@ def test_temperature_control_offers_every_stored_temperature(frame):
     assert drop.options == (0.0, 0.3, 0.6, 1.0) and not drop.disabled
     drop.value = 0.6
     png = _find(box, w.Output).outputs[0]["data"]["image/png"]
-    assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (1, 15),
+    at = widgets.budgets_at(more, "gdn", 0.6, 4, "wy", 8)   # the slider follows the budgets stored at T = 0.6
+    assert png == widgets.figure_output(widgets.render(more, "gdn", "wy", 4, 0.6, (at[0], at[-1]),
                                                                    prompt="all", max_new_tokens=8))["data"]["image/png"]
 
 
@@ -160,3 +161,20 @@ def test_the_rule_explorer_takes_rule_objects_and_built_in_names():
     rule.value = "DDTree"
     budget.value = 2
     assert box.children[-1].outputs[0]["data"]["image/png"] != first
+
+
+def test_the_explorer_offers_and_titles_only_what_it_draws(frame):
+    """05: GDN mode 'all' redrew the wy curve alone under the title 'all GDN modes' (the run holds
+    wy only); at T = 0.3 the budget slider still read 1-256 while the data stop at 64."""
+    import pandas as pd
+    one_mode = frame[(frame.gdn_mode == "wy") | (frame.arch != "gdn")]
+    assert widgets.sweep_controls_spec(one_mode, "gdn")["gdn_mode"] == ["wy"]   # no 'all' that draws one mode
+    sampled = frame[(frame.temperature == 1.0) & ((frame.budget.astype(str) != "15") | (frame.method != "ddtree"))]
+    more = pd.concat([frame, sampled.assign(temperature=0.3)], ignore_index=True)
+    assert widgets.budgets_at(more, "gdn", 0.3, 4, "wy", 8) == [b for b in widgets.budgets_at(more, "gdn", 0.3) if b < 15]
+    box = widgets.explorer(more, gdn_mode="wy", block_size={"gdn": 4, "mla": 4})
+    slider = _find(box, w.SelectionRangeSlider, "budget")
+    assert slider.value == (1, 15)
+    _find(box, w.Dropdown, "temperature").value = 0.3
+    top = max(widgets.budgets_at(more, "gdn", 0.3, 4, "wy", 8))
+    assert slider.options[-1] == top < 15 and slider.value[1] == top

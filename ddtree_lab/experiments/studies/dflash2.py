@@ -312,10 +312,10 @@ def _temperature_ratios(study: pd.DataFrame, budget: int = 64, frame: pd.DataFra
 
 
 def _verdict(lo: float, hi: float, threshold: float = 1.0) -> str:
-    """'above' / 'below' / 'tie' (no interval, or it holds ``threshold``)."""
-    if pd.isna(lo) or pd.isna(hi) or lo <= threshold <= hi:
-        return "tie"
-    return "above" if lo > threshold else "below"
+    """'above' / 'below' / 'tie': the lab's one rule (``app.verdicts.decide``, the interval as
+    printed), so '[1.00, 1.55]' and '[0.77, 1.00]' are both ties, never a win and a tie."""
+    from ...app.verdicts import decide   # late: the app layer sits above the studies
+    return decide(lo, hi, threshold)
 
 
 def reading(sib: pd.DataFrame, goals: pd.DataFrame, study: pd.DataFrame | None = None,
