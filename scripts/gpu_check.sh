@@ -4,12 +4,15 @@
 #   verify-cost curve 1..512, in float32 and bfloat16, on CUDA with the stock kernels
 #   and a compiled verify (torch.compile; on CUDA also mode reduce-overhead, CUDA graphs)
 #   transformers picks up there (flash-linear-attention, causal-conv1d if they install).
-# Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png, and
-# verify_projection-bfloat16.csv: Kimi K2.6 layers' measured verify ms by budget beside the projection.
+# Output: data/results/gpu/{exactness,gdn_cost}-<dtype>.{csv,json} and gdn_cost-<dtype>.png,
+# verify_projection-bfloat16.csv: Kimi K2.6 layers' measured verify ms by budget beside the projection,
+# and fixed_cost.csv: the stack's fixed cost per forward (issue 69: a tiny MoE's 1-token and 16-token
+# forward, eager and compiled; the main unknown of data/results/k26_bounds.csv), measured first.
 #
 #   bash scripts/gpu_check.sh          # on a GPU machine
 #   bash scripts/gpu_check.sh --tiny   # the same steps with the toy presets on whatever device
 #                                      # there is (the CPU smoke run the tests make)
+#   bash scripts/gpu_check.sh --dry    # the fixed-cost step only, eager, 3 repeats, on the CPU (seconds)
 # Environment: GPU_CHECK_OUT (output folder), GPU_CHECK_BUDGETS (cost budgets, e.g. "1 16"),
 # GPU_CHECK_EXACT_BUDGETS (exactness budgets), GPU_CHECK_REPEATS (timing repeats, default 5).
 set -euo pipefail
@@ -18,6 +21,12 @@ cd "$(dirname "$0")/.."
 TINY=""
 [[ "${1:-}" == "--tiny" ]] && TINY="--tiny"
 OUT="${GPU_CHECK_OUT:-data/results/gpu}"
+if [[ "${1:-}" == "--dry" ]]; then
+    mkdir -p "$OUT"
+    python -m ddtree_lab.experiments.studies.fixed_cost --dry --device cpu --out "$OUT"
+    echo "gpu_check --dry: wrote $OUT/fixed_cost.csv"
+    exit 0
+fi
 COST_BUDGETS="${GPU_CHECK_BUDGETS:-1 2 4 8 16 32 64 128 256 512}"
 EXACT_BUDGETS="${GPU_CHECK_EXACT_BUDGETS:-1 16 64 256 512}"
 mkdir -p "$OUT"
@@ -35,6 +44,10 @@ else
 fi
 CKPT="$(mktemp -d)"
 trap 'rm -rf "$CKPT"' EXIT
+
+# the stack's fixed cost per forward first (short: a tiny MoE), so a cut-off run still has it
+python -m ddtree_lab.experiments.studies.fixed_cost --device "$DEVICE" --out "$OUT" ${TINY:+--dry} \
+    || echo "fixed cost per forward: failed (see above)"
 
 for DTYPE in float32 bfloat16; do
     COMMON=(--device "$DEVICE" --dtype "$DTYPE" --out "$OUT" --tag="-$DTYPE" --checkpoint "$CKPT" --threads "$THREADS" $TINY)

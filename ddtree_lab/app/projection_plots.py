@@ -1,5 +1,6 @@
-"""Figures of notebook 10 (issue 61): the expert union by budget, the routing correlation, the
-published points against the cost model's predictions, and the projected speedup by budget.
+"""Figures of notebook 10 (issues 61, 69): the expert union by budget, the routing correlation, the
+published points against the cost model's predictions, the projected speedup by budget, and the
+K2.6 bounds as a region (best budget and winner over fixed cost x routing x tree gain).
 Drawn in the lab's style (``plots.styled``, log-2 budget axes, legends outside the data);
 a notebook shows them with ``plots.show_figure``.
 """
@@ -16,7 +17,8 @@ UNION_STYLES = {"tree": {"color": METHOD_STYLES["ddtree"]["color"], "marker": "o
                 "chain": {"color": METHOD_STYLES["dflash"]["color"], "marker": "s", "label": "chain (real text)"},
                 "independent": {"color": "0.35", "marker": "x", "label": "independent routing"}}
 ROUTING_STYLES = {"independent": {"ls": "--", "label": "independent routing"},
-                  "measured": {"ls": "-", "label": "measured correlation"},
+                  "fitted to published unions": {"ls": "-", "label": "routing fitted to published unions"},
+                  "pairs measured here": {"ls": ":", "label": "routing of the toy's pairs"},
                   "dense": {"ls": "-", "label": "dense target"}}
 STACK_COLORS = {"transformers-eager": PALETTE[0], "kernel-floor": PALETTE[2], "lucebox": PALETTE[4]}
 
@@ -121,4 +123,42 @@ def plot_rho_scaled(curve: pd.DataFrame, scale: float, bounds: dict[str, pd.Data
     budget_axis(ax, t.budget)
     ax.set(ylabel="projected speedup over AR", title=title)
     legend_right(ax)
+    return fig
+
+
+SHORT_ROUTING = {"independent": "independent", "pairs measured here": "toy pairs", "fitted to published unions": "published fit"}
+
+
+def _short_gain(gain: str) -> str:
+    """'published Qwen3-Coder-30B-A3B (10.72 / 8.02)' -> 'Qwen3-Coder'; "lab's measured shape" -> 'lab'."""
+    name = gain.split(" (")[0].removeprefix("published ")
+    return "lab" if name.startswith("lab") else name.removesuffix("-30B-A3B").replace("Qwen3-Coder", "Coder")
+
+
+@styled
+def plot_bounds(bounds: pd.DataFrame, chain_taus=None) -> Figure:
+    """The region (``k26_bounds.csv``): one panel per chain tau; rows routing / tree gain, columns
+    the fixed cost per forward; a cell's text is the best budget (per-node grid), "C" where the
+    chain beats every tree; its colour, darker for smaller budgets, repeats the number."""
+    taus = list(chain_taus or sorted(bounds.chain_tau.unique()))
+    fig = Figure(figsize=(MAX_WIDTH_IN, 5.0), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(taus), sharey=True))
+    rows = list(dict.fromkeys(zip(bounds.routing, bounds.tree_gain)))
+    costs = sorted(bounds.fixed_ms.unique())
+    top = np.log2(bounds.best_budget.max())
+    for ax, tau in zip(axes, taus):
+        g = bounds[bounds.chain_tau == tau].set_index(["routing", "tree_gain", "fixed_ms"])
+        grid = np.array([[np.log2(g.loc[(r, t, f), "best_budget"]) for f in costs] for r, t in rows])
+        ax.imshow(grid, cmap="viridis", vmin=0, vmax=max(top, 1), aspect="auto")
+        for i, (r, t) in enumerate(rows):
+            for j, f in enumerate(costs):
+                cell = g.loc[(r, t, f)]
+                ax.text(j, i, "C" if cell.winner == "chain" else str(int(cell.best_budget)), ha="center",
+                        va="center", fontsize=8, color="white" if grid[i, j] < 0.6 * top else "black")
+        ax.set_xticks(range(len(costs)), [f"{c:g}" for c in costs])
+        ax.set(xlabel="fixed ms per forward", title=f"chain tau {tau:g}")
+        ax.grid(False)
+    axes[0].set_yticks(range(len(rows)), [f"{SHORT_ROUTING.get(r, r)} / {_short_gain(t)}" for r, t in rows])
+    fig.suptitle("Kimi K2.6, 8 x H200, kernel floor + fixed cost: best budget (per-node grid); C: the chain wins "
+                 "(a projection)")
     return fig

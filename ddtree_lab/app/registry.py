@@ -156,11 +156,14 @@ EXPERIMENTS = (
                "budget, both targets, interleaved (timing)", ("auto_chain",), ("auto_chain.csv",),
                (study("auto_chain"),)),
     Experiment("unlikelihood", "issue 70: unlikelihood fine-tunes of both targets, their greedy loop share and "
-               "HumanEval-solution loss beside the shipped targets' (training: about an hour a run on this CPU)", (),
+               "HumanEval-solution loss beside the shipped targets' (training: 15-40 min a run on this shared CPU)", (),
                ("unlikelihood.csv", "unlikelihood_samples.json", "unlikelihood_rules.csv"),
                (study("unlikelihood", "store_candidate_rules"),) + tuple(command("unlikelihood", **run) for run in (
                    {"arch": "gdn", "alpha": 0.7, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
-                   {"arch": "mla", "alpha": 0.7, "steps": 150, "lr": 2e-4, "candidates": "ngram"}))),
+                   {"arch": "mla", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
+                   {"arch": "gdn", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
+                   {"arch": "gdn", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"},
+                   {"arch": "mla", "alpha": 1.0, "steps": 150, "lr": 2e-4, "candidates": "ngram"}))),
 )
 
 # scripts/*.py that are not experiments of the registry, and why

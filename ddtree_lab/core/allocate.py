@@ -22,14 +22,27 @@ expectation (G_b: the sum of sequence b's first n_b gains). A batched round cost
 ``allocate_budgets`` does either in one pass (O(N log N)); its twin
 ``naive.allocate_budgets`` scores every budget vector (tiny cases only), the test oracle.
 ``auto_trees`` applies it to a batch's trees.
+
+The chain as a candidate (issue 69 item 6): a batch of one whose cost model prices the DFlash
+chain's round apart (``chain_seconds``: no tree built, a linear verify) also weighs the
+drafter's linear draft of L = block_size - 1 nodes, whose expected tokens under the same
+surrogate are E_c = 1 + sum_d prod_{i<=d} p1(i) (p1: the top probability at depth i). The round
+verifies whichever of {the chain, every prefix of the tree} has the most expected tokens per
+predicted second (ties: the chain). No tree is built when none can win: every node off the
+chain weighs at most m = max_d prod_{i<d} p1(i) p2(d) (p2: the second probability), so a tree of
+n nodes expects at most E_c + n m tokens; sizes whose bound stays at or under the chain's rate
+are never built (``chain_plan``), and the tree is built at the largest size left. The choice
+reads the draft only, so decoding stays token-exact at T = 0 and lossless at T > 0.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from . import tree as tree_mod
+from .rules import BestFirst
 
 
 def _verify_tokens(budgets, padded: bool) -> int:
@@ -108,3 +121,67 @@ def auto_trees(full: list[tree_mod.DraftTree], cost_model, padded: bool = True) 
     most = _verify_tokens([t.num_nodes for t in full], padded)
     seconds = cost_model.batch_round_seconds(torch.arange(1, most + 1), len(full))  # [most]
     return [tree_mod.truncate(t, b) for t, b in zip(full, allocate_budgets(gains, seconds, padded))]
+
+
+# ----------------------------------------------------------------------------- the chain as a candidate
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """One round's plan when the chain is a candidate: ``chain`` True verifies the linear draft
+    (no tree is built); else build the tree at ``max_budget`` nodes and let ``pick`` choose
+    between its prefixes and the chain. tokens: the chain's expected tokens E_c; seconds: its
+    predicted round; tree_seconds [max_budget]: a tree round's predicted seconds by size."""
+    chain: bool
+    max_budget: int
+    tokens: float
+    seconds: float
+    tree_seconds: torch.Tensor
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
+
+
+def chain_plan(draft_logits: torch.Tensor, cost_model) -> ChainPlan:
+    """The plan of a round of one sequence (``draft_logits`` [L, V], row d-1 scores depth d)
+    under ``cost_model`` (``batch_round_seconds`` and ``chain_seconds``, ``max_budget``): the
+    chain's expected tokens and rate, and the largest tree size whose bound E_c + n m (module
+    docstring) beats the chain's rate (none: ``chain`` True)."""
+    top = torch.log_softmax(draft_logits.double(), -1).topk(min(2, draft_logits.shape[-1]), -1).values  # [L, <=2]
+    along = torch.cat([top.new_zeros(1), top[:, 0].cumsum(0)])  # [L + 1]: log prod_{i<=d} p1(i)
+    tokens = 1.0 + math.fsum(along[1:].exp().tolist())
+    off = (along[:-1] + top[:, 1]).exp().max().item() if top.shape[1] > 1 else 0.0  # m: the heaviest node off the chain
+    seconds = cost_model.batch_round_seconds(torch.arange(1, cost_model.max_budget + 1), 1).double()  # [max_budget]
+    chain_s = float(cost_model.chain_seconds)
+    bound = (tokens + off * torch.arange(1, len(seconds) + 1, dtype=torch.float64)) / seconds
+    wins = torch.nonzero(bound > tokens / chain_s).flatten()
+    most = int(wins[-1]) + 1 if len(wins) else 0
+    return ChainPlan(most == 0, most, tokens, chain_s, seconds[:max(most, 1)])
+
+
+def pick(tree: tree_mod.DraftTree, plan: ChainPlan) -> tree_mod.DraftTree | None:
+    """The best prefix of ``tree`` (built at ``plan.max_budget``) by expected tokens per predicted
+    second, or None when the chain's rate is at least as high (the round verifies the chain)."""
+    gains = tree.log_weights[1:].exp()  # [N], non-increasing
+    n = allocate_budgets([gains], plan.tree_seconds[:tree.num_nodes])[0]
+    rate = (1.0 + math.fsum(gains[:n].tolist())) / float(plan.tree_seconds[n - 1])
+    return None if plan.rate >= rate else tree_mod.truncate(tree, n)
+
+
+def chain_candidate(cost_model, rule, batch: int) -> bool:
+    """Whether ``auto`` weighs the chain: a batch of one, a cost model with ``chain_seconds``, and
+    the best-first rule over the drafter's marginals (its prefixes are its smaller trees; its
+    chain is DFlash's linear draft, whose expected tokens ``chain_plan`` prices)."""
+    return batch == 1 and getattr(cost_model, "chain_seconds", None) is not None and isinstance(rule, BestFirst)
+
+
+def auto_with_chain(draft, root_token: int, rule, cost_model) -> tree_mod.DraftTree:
+    """``auto``'s tree of one round with the chain as a candidate (``chain_candidate`` holds):
+    the chain when no tree size can beat it (nothing built), else the tree built at the largest
+    size that can, cut to its best prefix, or the chain when that prefix's rate is not higher."""
+    plan = chain_plan(draft.logits, cost_model)
+    if not plan.chain:
+        best = pick(rule(draft, root_token, plan.max_budget), plan)
+        if best is not None:
+            return best
+    return rule.chain(draft, root_token, draft.logits.shape[0])

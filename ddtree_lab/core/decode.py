@@ -33,7 +33,7 @@ import torch
 
 from . import families, tree as tree_mod
 from .adapter import loop_ready
-from .allocate import auto_trees
+from .allocate import auto_trees, auto_with_chain, chain_candidate
 from .compiled import compiled_module, compiled_tree_forward
 from .cache import TreeCache, commit_batch
 from .drafter import Draft, DrafterState
@@ -421,9 +421,12 @@ def draft_trees(drafts: list, running: list[_Sequence], spec: GenerationSpec, co
     this round's batch by ``auto_trees`` (each tree built once at the cost model's largest
     budget, then cut to one common size: the cost model prices a round by its tokens, not by the
     largest tree every sequence's recurrence and attention pay for in a packed verify; the
-    per-sequence allocation, ``padded=False``, was slower on GDN under load). A rule's trees
+    per-sequence allocation, ``padded=False``, was slower on GDN under load). A batch of one
+    whose cost model prices the chain also weighs the chain (``allocate.auto_with_chain``). A rule's trees
     are checked (``rules.check_tree``) unless they are valid by construction (``checked``)."""
     roots, auto = [s.root for s in running], spec.method == "ddtree" and running[0].budget == "auto"
+    if auto and chain_candidate(cost_model, rule, len(drafts)):  # the chain is one of auto's candidates
+        return [auto_with_chain(drafts[0], roots[0], rule, cost_model)]
     budgets = ([cost_model.max_budget] * len(drafts) if auto else
                [spec.block_size - 1 if spec.method == "dflash" else s.budget for s in running])
     trees = rule.trees(drafts, roots, budgets)

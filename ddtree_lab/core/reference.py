@@ -26,7 +26,8 @@ cannot roll back (``DynamicCache.crop`` keeps the recurrent state: docs/backgrou
 At T > 0 the walks draw from one generator seeded ``seed`` in the fast loop's order. Left to
 the fast loop: batches, buffers kept across rounds, ``compile``, ``on_round``, the one-pass
 tree forms and their speed. Budget "auto" cuts each tree as the fast loop does
-(``allocate.auto_trees``, with the caller's ``cost_model``).
+(``allocate.auto_trees``, with the caller's ``cost_model``; the chain one of its candidates
+when the cost model prices it, ``allocate.auto_with_chain``).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from .allocate import auto_trees
+from .allocate import auto_trees, auto_with_chain, chain_candidate
 from .conditional import from_selector
 from .drafter import Draft
 from .rules import check_tree
@@ -161,11 +162,15 @@ def speculative_loop(target, drafter, prompt: torch.Tensor, spec: GenerationSpec
         # (2) tree: the rule's. DFlash: its chain of bs-1 nodes; DDTree: e.g. the best-first tree of
         # ``budget`` nodes; a rule of one's own is checked before the verify
         budget = bs - 1 if spec.method == "dflash" else cost_model.max_budget if spec.budget == "auto" else spec.budget
-        tree = rule(draft, root, budget)
-        if not rule.checked:
-            check_tree(tree, root, budget, bs - 1, target.config.vocab_size, f"tree rule {rule.name!r}")
-        if spec.budget == "auto" and spec.method == "ddtree":  # the prefix that maximises tokens per predicted second
-            tree = auto_trees([tree], cost_model)[0]
+        auto = spec.budget == "auto" and spec.method == "ddtree"
+        if auto and chain_candidate(cost_model, rule, 1):  # the chain, or the best prefix: the most per second
+            tree = auto_with_chain(draft, root, rule, cost_model)
+        else:
+            tree = rule(draft, root, budget)
+            if not rule.checked:
+                check_tree(tree, root, budget, bs - 1, target.config.vocab_size, f"tree rule {rule.name!r}")
+            if auto:  # the prefix that maximises tokens per predicted second
+                tree = auto_trees([tree], cost_model)[0]
         proposal = rule.proposal(draft)  # the drafter's q at T > 0
         if s.draws_tree:  # the rejection walk: the tree's shape kept, its tokens drawn from q (generator)
             tree = proposal.sample_tree(tree, T, rng)

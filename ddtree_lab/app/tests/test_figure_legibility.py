@@ -433,7 +433,7 @@ def _seed_figures():
                                                                                                          3.9, 3.7, 2.4]})
     rows = []
     for stack, scale in (("transformers-eager", 1.0), ("kernel-floor", 0.5)):
-        for routing, drop in (("independent", 0.6), ("measured", 0.9)):
+        for routing, drop in (("independent", 0.6), ("fitted to published unions", 0.9)):
             rows += [{"method": "ar", "budget": 0, "predicted_speedup": 1.0},
                      {"method": "dflash", "budget": 15, "predicted_speedup": 4.0 * scale * drop}]
             rows += [{"method": "ddtree", "budget": b, "predicted_speedup": scale * (2 + np.log2(b)) * drop ** np.log2(b)}
@@ -441,13 +441,19 @@ def _seed_figures():
             for r in rows[-len(budgets) - 2:]:
                 r.update(model="K", accelerator="h200", stack=stack, routing=routing, published_speedup=np.nan)
     projection = pd.DataFrame(rows)
-    curve = projection[(projection["stack"] == "kernel-floor") & (projection.routing == "measured")]
+    curve = projection[(projection["stack"] == "kernel-floor") & (projection.routing == "fitted to published unions")]
     bounds = {r: projection[(projection["stack"] == "kernel-floor") & (projection.routing == r)]
-              for r in ("independent", "measured")}
+              for r in ("independent", "fitted to published unions")}
+    region = pd.DataFrame([{"fixed_ms": f, "routing": r, "tree_gain": f"{g} (x / y)", "chain_tau": t,
+                            "best_budget": int(2 ** (1 + i + j)), "winner": "chain" if (i + j) % 4 == 0 else "tree"}
+                           for i, f in enumerate((0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0))
+                           for j, (r, g) in enumerate((("independent", "lab"), ("fitted", "lab"), ("fitted", "pub")))
+                           for t in (3.6, 5.3, 5.5)])
     return {"plot_expert_union": lambda: pp.plot_expert_union(union, pairs, 8),
             "plot_predictions": lambda: pp.plot_predictions(published),
             "plot_projection": lambda: pp.plot_projection(projection, "K", "h200"),
-            "plot_rho_scaled": lambda: pp.plot_rho_scaled(curve, 0.5, bounds, "K: best budget 4")}
+            "plot_rho_scaled": lambda: pp.plot_rho_scaled(curve, 0.5, bounds, "K: best budget 4"),
+            "plot_bounds": lambda: pp.plot_bounds(region)}
 
 
 def _rule_figures():

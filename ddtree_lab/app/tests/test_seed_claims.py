@@ -26,9 +26,26 @@ def _projection(top=512) -> pd.DataFrame:
                          for s in ("x", "y") for r in ("independent", "measured") for b in (1, 64, top)])
 
 
-def _auto(expert=1.0, nodes=0.99) -> pd.DataFrame:
-    return pd.DataFrame({"policy": ["best fixed (8)", "node-count auto (mean of the trees)", "expert-aware auto"],
-                         "vs_best_fixed": [1.0, nodes, expert]})
+def _bounds(pays_at=(0.5, 1.0), cells=2) -> pd.DataFrame:
+    rows = [{"fixed_ms": f, "routing": r, "chain_tau": t, "tree_gain": g, "budget_64_plus_pays": f in pays_at}
+            for f in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0) for r in ("i", "p", "f") for t in (3.6, 5.3)[:cells]
+            for g in ("lab", "pub")]
+    return pd.DataFrame(rows)
+
+
+def _unions(held=0.10, other=0.20) -> pd.DataFrame:
+    return pd.DataFrame({"fit": ["laguna-8", "laguna-8", "laguna-8", "toy"], "model": ["L", "L", "G", "L"],
+                         "calibration": [True, False, False, False], "error": [0.0, held, other, 0.9]})
+
+
+def _chain(vs=(0.97, 1.0), match=1.0) -> pd.DataFrame:
+    return pd.DataFrame({"arch": ["gdn", "mla"], "config": "ddtree-auto", "vs_best": vs, "vs_best_paired": vs,
+                         "vs_best_lo": 0.9, "vs_best_hi": 1.1, "best_rival": "chain", "matches_ar": match})
+
+
+def _validation(verdict="validated", floor="not validated") -> pd.DataFrame:
+    return pd.DataFrame({"stack": ["a", "a", "kernel-floor"], "verdict": ["fitted", verdict, floor],
+                         "cost_only_error": [0.0, 0.01, float("nan")], "baseline_error": [0.0, 0.05, float("nan")]})
 
 
 def _measured(expert=120.0, match=1.0) -> pd.DataFrame:
@@ -43,12 +60,18 @@ CASES = {
     "one-calibration": (claims.one_calibration_per_stack, (_published(),), (_published(calibrations=(1, 2)),)),
     "reaches-512": (claims.projection_reaches, (_projection(), "K", "h200"), (_projection(256), "K", "h200")),
     "within-25": (claims.predictions_within, (_published(0.2),), (_published(0.3),)),
-    "auto-projected": (lambda p: claims.expert_auto_projected(p, "K"), (_auto(),), (_auto(0.96, 0.95),)),
-    "auto-below-nodes": (lambda p: claims.expert_auto_projected(p, "K"), (_auto(),), (_auto(0.98, 0.99),)),
     "auto-measured": (claims.expert_auto_measured, (_measured(),), (_measured(110.0),)),
-    "seed-budget": (lambda s: claims.seed_budget(s, "K"),
-                    (pd.DataFrame({"routing": ["independent", "measured"], "best_budget": [128, 256]}),),
-                    (pd.DataFrame({"routing": ["independent", "measured"], "best_budget": [4, 8]}),)),
+    "seed-large-budgets": (claims.seed_large_budgets, (_bounds(pays_at=(0.0, 0.5, 1.0, 2.0)),), (_bounds(),)),
+    "bounds-cover": (claims.bounds_cover, (_bounds(),), (_bounds(cells=1),)),
+    "tau-below-cap": (claims.no_tau_on_cap, (pd.Series([1.9, 2.6, 3.9], index=[1, 2, 4]),),
+                      (pd.Series([1.9, 3.0, 3.9], index=[1, 2, 4]),)),
+    "unions-predicted": (claims.unions_predicted, (_unions(),), (_unions(other=0.35),)),
+    "unions-same-model": (claims.unions_predicted, (_unions(),), (_unions(held=0.16),)),
+    "auto-never-loses": (claims.auto_never_loses, (_chain(),), (_chain((0.93, 1.0)),)),
+    "auto-lossless": (claims.auto_never_loses, (_chain(),), (_chain(match=0.9),)),
+    "validated-where-better": (claims.validated_only_where_better, (_validation(),),
+                               (_validation("not validated"),)),
+    "floor-not-validated": (claims.validated_only_where_better, (_validation(),), (_validation(floor="validated"),)),
     "rebuilt": (claims.projection_rebuilt, (pd.DataFrame({"predicted_speedup": [1.0, 2.0]}),
                                             pd.DataFrame({"predicted_speedup": [1.0, 2.000001]})),
                 (pd.DataFrame({"predicted_speedup": [1.0, 2.0]}), pd.DataFrame({"predicted_speedup": [1.0, 2.1]}))),

@@ -13,7 +13,10 @@ B b tokens; the packed verify of trees of different sizes processes their sum), 
 """
 from __future__ import annotations
 
+import functools
 import json
+import statistics
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,7 +28,7 @@ from ...common import RESULTS_DIR, stable_hash
 from ...core.decode import first_draft
 from ...core.verify import verify
 from ...core.cache import commit
-from .measure import median_seconds
+from .measure import interleaved, median_seconds
 from ...core.verify import verify_batch
 
 COST_DIR = RESULTS_DIR / "costs"
@@ -37,10 +40,17 @@ BATCH_BUDGETS = (1, 4, 16, 64, 128)  # per sequence; the largest is auto's per-s
 @dataclass(frozen=True)
 class CostModel:
     """budgets [n] ascending; verify_s [n] seconds of verify + commit at each budget;
-    draft_s: seconds of one drafter pass + tree build."""
+    draft_s: seconds of one drafter pass + tree build; chain_s: seconds of a DFlash chain round
+    (drafter pass, the linear draft, its verify + commit), which makes the chain one of
+    ``auto``'s candidates (``core.allocate.auto_with_chain``; None: trees only)."""
     budgets: tuple
     verify_s: tuple
     draft_s: float
+    chain_s: float | None = None
+
+    @property
+    def chain_seconds(self) -> float | None:
+        return self.chain_s
 
     @property
     def max_budget(self) -> int:
@@ -61,8 +71,9 @@ class CostModel:
 
 @torch.no_grad()
 def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode: str = "wy",
-                       budgets=DEFAULT_BUDGETS, repeats: int = 5) -> CostModel:
-    """Time drafter + tree build and verify + commit per budget on ``prefix_ids``."""
+                       budgets=DEFAULT_BUDGETS, repeats: int = 7) -> CostModel:
+    """Time drafter + tree build, verify + commit per budget and the chain's round on ``prefix_ids``
+    (``measure.interleaved``, this thread's CPU time; the median of ``repeats``)."""
     layers = tuple(drafter.cfg.target_layer_ids)
     prefix = torch.as_tensor(prefix_ids, dtype=torch.long)
     o = first_draft(target, drafter, prefix, block_size)
@@ -76,17 +87,26 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
         t = tree_mod.truncate(full, min(b, full.num_nodes))
         verify(target, cache, t, gdn_mode, feature_layers=layers)
         commit(target, cache, t, [0])  # root only: the cache grows by one row per round
-    verify_s = []
-    for b in budgets:
-        round_at(b)  # warm-up
-        verify_s.append(median_seconds(lambda: round_at(b), repeats))
-    return CostModel(tuple(int(b) for b in budgets), tuple(verify_s), median_seconds(draft, repeats))
+
+    def chain_round():
+        logits = drafter.draft(drafter.new_state(), feats[-64:], root, block_size).logits
+        t = tree_mod.chain_of(logits.argmax(-1).cpu(), root)
+        verify(target, cache, t, gdn_mode, feature_layers=layers)
+        commit(target, cache, t, [0])
+    # interleaved (every budget, the chain and the draft in turn, each repeat) and by this thread's CPU
+    # time, so the load of a shared machine moves them alike; a larger verify is never predicted cheaper
+    fns = {**{int(b): functools.partial(round_at, b) for b in budgets}, "chain": chain_round, "draft": draft}
+    ms = {k: statistics.median(v) for k, v in interleaved(fns, repeats, clock=time.thread_time).items()}
+    verify_s = np.maximum.accumulate([ms[int(b)] / 1e3 for b in budgets])
+    return CostModel(tuple(int(b) for b in budgets), tuple(float(v) for v in verify_s), ms["draft"] / 1e3,
+                     ms["chain"] / 1e3)
 
 
 def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
     target_cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}  # not where it lives
     cfg = {"target": target_cfg, "drafter": asdict(drafter.cfg), "block": block_size,
-           "mode": gdn_mode, "threads": torch.get_num_threads()}
+           "mode": gdn_mode, "threads": torch.get_num_threads(), "chain": True,
+           "interleaved": True}  # chain_s measured; budgets interleaved, CPU time
     return stable_hash(cfg)
 
 

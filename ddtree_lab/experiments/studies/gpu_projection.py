@@ -19,29 +19,31 @@ number per software stack is its overhead (``gpu_specs.Stack``: per layer of eve
 for an eager framework, per round for lucebox), fitted on exactly ONE published point
 (``Stack.calibration``); every other published point is a prediction, shown with its error.
 
-U(tokens): independent routing, n (1 - (1 - k/n)^tokens), or the union-implied correlation
-measured on the lab's MoE target (``expert_union``), carried to n, k through the union model
-on the lab's own drafter trees (``expert_union.effective_tokens``). The two bound a projection.
+U(tokens): independent routing, n (1 - (1 - k/n)^tokens), or a correlated routing carried to n, k
+through the union model on the round's tree (``expert_union.effective_tokens``): the routing
+fitted to published unions of real MoEs (``published_unions``, ``routing_fit.json``) and, for the
+bounds, the pairs measured on the lab's toy (``k26_bounds``).
 
-tau(B): a published tau where the point has one; else the lab's measured DDTree tau(B) / DFlash
-tau shape (MLA target, block 16, ``lab_tau_shape``) scaled to a published chain tau
-(``tau_source`` says which, per row).
+tau(B): a published tau where the point has one; else the per-depth acceptance model
+(``acceptance_model``) calibrated to a published chain tau at the drafter's block, its sibling
+shape fitted on the lab's measured trees (``tau_source`` says which, per row). The model's best
+tree is also the tree whose expert union a round loads.
+
+A stack's fixed cost per forward (``Setting.fixed_s``: launches, tensor-parallel collectives)
+is added to every forward, the drafter's and the target's: the seed's main unknown, which
+``k26_bounds`` spans and ``scripts/gpu_check.sh`` measures on a lent GPU.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
-
 from ...common import RESULTS_DIR
-from ...core.allocate import allocate_budgets
-from ...train.pair import load_pair
-from ..plumbing.results import ResultsStore
-from ..plumbing.summary import summarize
+from . import acceptance_model as am
 from . import expert_union as eu
+from . import published_unions as pu
 from .gpu_specs import (ACCELERATORS, CHAIN_TAU, DRAFTERS, PUBLISHED, STACKS, TARGETS, Accelerator, DrafterShape,
                         ModelShape, Published, Stack, drafter_of, target_of)
 
@@ -55,13 +57,15 @@ PROJECTION_CSV = "gpu_projection.csv"
 
 @dataclass(frozen=True)
 class Setting:
-    """One target + drafter on ``gpus`` x ``acc`` under ``stack`` with its fitted overhead (s)."""
+    """One target + drafter on ``gpus`` x ``acc`` under ``stack`` with its fitted overhead (s);
+    fixed_s: seconds every forward adds (the drafter's and the target's), e.g. collectives."""
     model: ModelShape
     drafter: DrafterShape
     acc: Accelerator
     gpus: int
     stack: Stack
     overhead_s: float = 0.0
+    fixed_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def forward_seconds(s: Setting, tokens, union, context: int = CONTEXT):
     """Seconds of one target forward over ``tokens`` rows (+ the stack's per-layer overhead)."""
     t = roofline_seconds(target_bytes(s.model, tokens, union, s.stack.gdn_state_bytes, context),
                          target_flops(s.model, tokens, context), s)
-    return t + (s.overhead_s * s.model.layers if s.stack.overhead == "layer" else 0.0)
+    return t + (s.overhead_s * s.model.layers if s.stack.overhead == "layer" else 0.0) + s.fixed_s
 
 
 def draft_seconds(s: Setting) -> float:
@@ -113,7 +117,7 @@ def draft_seconds(s: Setting) -> float:
     bytes_ = d.weight_bytes() + head * m.bytes_per_param
     flops = 2.0 * d.params() * 2 * d.block + 2.0 * head * (d.block - 1)
     t = float(roofline_seconds(bytes_, flops, s))
-    return t + (s.overhead_s * (d.layers + 1) if s.stack.overhead == "layer" else 0.0)
+    return t + (s.overhead_s * (d.layers + 1) if s.stack.overhead == "layer" else 0.0) + s.fixed_s
 
 
 def ar_seconds(s: Setting) -> float:
@@ -150,84 +154,72 @@ def chain_union(m: ModelShape, tokens: int, r: Routing) -> float:
     return float(eu.expected_union(m.experts, m.top_k, t_eff))
 
 
-def tree_effective_tokens(trees: list, r: Routing, rows: int) -> np.ndarray:
-    """[trees, rows]: effective tokens of every prefix of each stored tree (pop order), continued
-    past its stored size at the slope of its last quarter (a tree of the paper's 1024 nodes)."""
-    out = []
-    for parents in trees:
-        t = eu.effective_tokens(parents, r.rho_path, r.rho_sibling)
-        if len(t) < rows:
-            q = max(2, len(t) // 4)
-            slope = (t[-1] - t[-q]) / (q - 1)
-            t = np.concatenate([t, t[-1] + slope * np.arange(1, rows - len(t) + 1)])
-        out.append(t[:rows])
-    return np.stack(out)
-
-
-def tree_union(m: ModelShape, trees: list, r: Routing, rows: int) -> np.ndarray:
-    """[trees, rows]: experts per MoE layer of every prefix (1..rows rows) of each tree."""
+def tree_union(m: ModelShape, parents: list, r: Routing) -> np.ndarray:
+    """[N + 1]: experts per MoE layer of every prefix (1 .. N + 1 rows, root first) of a tree
+    in pop order (``parents``); zeros on a dense target."""
     if not m.experts:
-        return np.zeros((len(trees), rows))
-    return eu.expected_union(m.experts, m.top_k, tree_effective_tokens(trees, r, rows))
+        return np.zeros(len(parents))
+    return eu.expected_union(m.experts, m.top_k, eu.effective_tokens(parents, r.rho_path, r.rho_sibling))
 
 
 # ----------------------------------------------------------------------------- tau(B)
 
-def lab_tau_shape(frame: pd.DataFrame) -> dict[int, float]:
-    """{budget: DDTree tau / DFlash tau} of the lab's MLA target at block 16, T = 0 (the
-    sweeps store's run "05_sweeps", rows of one run: ``summary.summarize``)."""
-    s = summarize(frame[(frame.run == "05_sweeps") & (frame.arch == "mla")])
-    s = s[(s.temperature == 0) & (s.block_size == 16)]
-    chain = float(s[s.method == "dflash"].tau.iloc[0])
-    trees = s[(s.method == "ddtree") & (s.budget != "auto")]
-    shape = {int(b): float(t) / chain for b, t in zip(trees.budget, trees.tau)}
-    return dict(sorted(shape.items()))
+def model_curve(chain_tau: float, shape: am.Shape, block: int, nodes: int) -> am.ModelTree:
+    """The acceptance model's best tree of ``nodes`` nodes for a chain of ``chain_tau`` at ``block``."""
+    return am.model_tree(am.chain_acceptance(chain_tau, block - 1), shape, block - 1, nodes)
 
 
-def tau_ratio(shape: dict[int, float], budget) -> np.ndarray:
-    """The shape at ``budget``: interpolated in log2(budget); past the largest measured budget,
-    the straight line of log2(budget) fitted on the budgets >= 32 (an extrapolation)."""
-    b = np.asarray(budget, dtype=float)
-    xs, ys = np.log2(list(shape)), np.array(list(shape.values()))
-    slope, intercept = np.polyfit(xs[xs >= 5], ys[xs >= 5], 1)
-    x = np.log2(b)
-    return np.where(x > xs[-1], intercept + slope * x, np.interp(x, xs, ys))
-
-
-def capped_tau(tau, budget, block: int) -> np.ndarray:
-    """A scaled tau held to what a round can accept: at most budget + 1 and block tokens."""
-    return np.minimum(np.asarray(tau, dtype=float), np.minimum(np.asarray(budget, dtype=float) + 1, block))
+def chain_for_tree(tree_tau: float, shape: am.Shape, block: int, budget: int) -> float:
+    """The chain tau at which the model's tau(budget) equals ``tree_tau`` (bisection)."""
+    lo, hi = 1.0 + 1e-9, float(block) - 1e-9
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if float(am.tree_tau(mid, shape, block - 1, [budget])[0]) < tree_tau else (lo, mid)
+    return (lo + hi) / 2
 
 
 # ----------------------------------------------------------------------------- published points
 
-def predict(point: Published, s: Setting, r: Routing, trees: list, shape: dict) -> dict:
+def predict(point: Published, s: Setting, r: Routing, shape: am.Shape) -> dict:
     """A published point's predicted speedup (and, for a best-budget point, the predicted best
-    budget and its tau: the lab's shape scaled to the same target's published chain tau)."""
+    budget of the paper's grid and its tau: the acceptance model at the same target's published
+    chain tau)."""
     m, ar = s.model, ar_seconds(s)
     if point.method == "dflash":
         tokens = s.drafter.block
         t = round_seconds(s, tokens, chain_union(m, tokens, r))
         return {"budget": point.budget, "tau": point.tau, "tau_source": "published", "speedup": point.tau * ar / float(t)}
-    if point.budget is not None:
-        union = tree_union(m, trees, r, point.budget + 1)[:, -1].mean()
+    if point.budget is not None:   # the model's tree at the chain tau that gives the published tau (its union)
+        union = 0.0 if not m.experts else tree_union(m, model_curve(
+            chain_for_tree(point.tau, shape, s.drafter.block, point.budget), shape, s.drafter.block,
+            point.budget).parents, r)[point.budget]
         t = float(round_seconds(s, point.budget + 1, union))
         return {"budget": point.budget, "tau": point.tau, "tau_source": "published", "speedup": point.tau * ar / t}
     chain = next(p for p in PUBLISHED if p.model == point.model and p.method == "dflash")
+    tree = model_curve(chain.tau, shape, s.drafter.block, max(PAPER_BUDGETS))
+    union = tree_union(m, tree.parents, r)
     budgets = np.array(PAPER_BUDGETS)
-    union = tree_union(m, trees, r, budgets.max() + 1).mean(0)[budgets]
-    taus = capped_tau(chain.tau * tau_ratio(shape, budgets), budgets, s.drafter.block)
-    speedups = taus * ar / round_seconds(s, budgets + 1, union)
+    taus = tree.tau[budgets - 1]
+    speedups = taus * ar / round_seconds(s, budgets + 1, union[budgets])
     best = int(np.argmax(speedups))
-    return {"budget": int(budgets[best]), "tau": float(taus[best]), "tau_source": "lab shape x published DFlash tau",
-            "speedup": float(speedups[best])}
+    return {"budget": int(budgets[best]), "tau": float(taus[best]),
+            "tau_source": "acceptance model at the published DFlash tau", "speedup": float(speedups[best])}
+
+
+def cost_only(point: Published, s: Setting, r: Routing, shape: am.Shape, budget: int = am.PAPER_FIT_BUDGET) -> float:
+    """A best-budget tree point's speedup with its published tau put in (the cost model alone):
+    a round of ``budget`` nodes (the paper's speedup peaks at 256-512)."""
+    chain = next(p for p in PUBLISHED if p.model == point.model and p.method == "dflash")
+    tree = model_curve(chain.tau, shape, s.drafter.block, budget)
+    t = float(round_seconds(s, budget + 1, tree_union(s.model, tree.parents, r)[budget]))
+    return point.tau * ar_seconds(s) / t
 
 
 def setting_of(point: Published, stack: Stack, overhead_s: float) -> Setting:
     return Setting(target_of(point), drafter_of(point), ACCELERATORS[point.accelerator], point.gpus, stack, overhead_s)
 
 
-def calibrate(stack: Stack, r: Routing, trees: list, shape: dict) -> float:
+def calibrate(stack: Stack, r: Routing, shape: am.Shape) -> float:
     """The stack's overhead (s) at which its calibration point's predicted speedup equals the
     published one: bisection on a bracket where the error changes sign (0 when the point needs
     none, ``math.nan`` when no overhead in [0, 1 s] reaches it)."""
@@ -236,7 +228,7 @@ def calibrate(stack: Stack, r: Routing, trees: list, shape: dict) -> float:
     point = PUBLISHED[stack.calibration]
 
     def error(x):
-        return predict(point, setting_of(point, stack, x), r, trees, shape)["speedup"] - point.speedup
+        return predict(point, setting_of(point, stack, x), r, shape)["speedup"] - point.speedup
     grid = [0.0] + list(np.geomspace(1e-7, 1.0, 71))
     errs = [error(x) for x in grid]
     hit = next((i for i in range(len(grid) - 1) if errs[i] == 0 or errs[i] * errs[i + 1] < 0), None)
@@ -249,25 +241,26 @@ def calibrate(stack: Stack, r: Routing, trees: list, shape: dict) -> float:
     return (lo + hi) / 2
 
 
-def routing_for(m: ModelShape, rhos: dict) -> list[Routing]:
-    """The two bounds of a MoE target (independent, measured), or one row for a dense target."""
+def routing_for(m: ModelShape, fitted: Routing) -> list[Routing]:
+    """The two bounds of a MoE target (independent, fitted to published unions), or one row for
+    a dense target."""
     if not m.experts:
         return [Routing("dense", 0.0, 0.0)]
-    return [INDEPENDENT, Routing("measured", rhos["path"], rhos["sibling"])]
+    return [INDEPENDENT, fitted]
 
 
-def published_rows(overheads: dict, rhos: dict, trees: list, shape: dict) -> list[dict]:
-    """One row per published point: predicted (measured routing on MoE) vs published speedup;
+def published_rows(overheads: dict, fitted: Routing, shape: am.Shape) -> list[dict]:
+    """One row per published point: predicted (fitted routing on MoE) vs published speedup;
     ``calibration`` True on each stack's fitted point."""
     rows = []
     for i, point in enumerate(PUBLISHED):
         stack = STACKS[point.stack]
         s = setting_of(point, stack, overheads[stack.name])
-        r = routing_for(s.model, rhos)[-1]
-        p = predict(point, s, r, trees, shape)
+        r = routing_for(s.model, fitted)[-1]
+        p = predict(point, s, r, shape)
         rows.append({"model": point.model, "accelerator": point.accelerator, "gpus": point.gpus, "stack": stack.name,
                      "routing": r.name, "method": point.method, "budget": p["budget"], "tau": p["tau"],
-                     "tau_source": p["tau_source"], "published_tau": point.tau,
+                     "block_size": s.drafter.block, "tau_source": p["tau_source"], "published_tau": point.tau,
                      "predicted_speedup": p["speedup"], "published_speedup": point.speedup,
                      "error": p["speedup"] / point.speedup - 1, "calibration": stack.calibration == i,
                      "source": point.source})
@@ -289,15 +282,18 @@ class Projection:
     tau_source: str
 
 
-def projections(shape: dict) -> tuple:
+def projections(shape: am.Shape) -> tuple:
     """Kimi K2.6 and Qwen3.6-27B on H200 (the seed's question) and the other pairs."""
     kimi_tau, kimi_src = CHAIN_TAU["Kimi K2.6"]
     luce36 = next(p for p in PUBLISHED if p.model == "Qwen3.6-27B" and p.budget == 36)
-    q36 = (luce36.tau / float(tau_ratio(shape, 36)), "lab shape scaled to lucebox's Qwen3.6-27B AL at budget 36")
-    paper = {p.model: (p.tau, "lab shape x the DDTree paper's DFlash tau") for p in PUBLISHED if p.method == "dflash"}
+    q36 = (chain_for_tree(luce36.tau, shape, DRAFTERS["Qwen3.6-27B"].block, 36),
+           "acceptance model at the chain tau that gives lucebox's Qwen3.6-27B AL at budget 36")
+    paper = {p.model: (p.tau, "acceptance model at the DDTree paper's DFlash tau") for p in PUBLISHED
+             if p.method == "dflash"}
     both = ("transformers-eager", "kernel-floor")
-    return (Projection("Kimi K2.6", "Kimi K2.6", "h200", 8, both, kimi_tau, f"lab shape x {kimi_src}"),
-            Projection("Kimi K2.6", "Kimi K2.6", "b200", 8, both, kimi_tau, f"lab shape x {kimi_src}"),
+    kimi = (kimi_tau, f"acceptance model at the published chain tau, {kimi_src}")
+    return (Projection("Kimi K2.6", "Kimi K2.6", "h200", 8, both, *kimi),
+            Projection("Kimi K2.6", "Kimi K2.6", "b200", 8, both, *kimi),
             Projection("Qwen3.6-27B", "Qwen3.6-27B", "h200", 1, both, *q36),
             Projection("Qwen3.6-27B", "Qwen3.6-27B", "b200", 1, both, *q36),
             Projection("Qwen3.6-27B Q4_K_M", "Qwen3.6-27B Q4_K_M", "rtx4090", 1, ("lucebox",), *q36),
@@ -305,13 +301,15 @@ def projections(shape: dict) -> tuple:
               for acc in ("h100-sxm", "h200", "b200")))
 
 
-def curve(s: Setting, r: Routing, trees: list, chain_tau: float, shape: dict, budgets=BUDGETS) -> pd.DataFrame:
-    """AR, the DFlash chain (block 16) and DDTree at ``budgets``: tau, experts per layer, ms, speedup."""
+def curve(s: Setting, r: Routing, chain_tau: float, shape: am.Shape, budgets=BUDGETS) -> pd.DataFrame:
+    """AR, the DFlash chain (the drafter's block) and DDTree at ``budgets``: tau (the acceptance
+    model's), experts per layer (the union of its best tree's rows), ms, speedup."""
     ar = ar_seconds(s)
     block = s.drafter.block
     b = np.array(budgets)
-    union = tree_union(s.model, trees, r, b.max() + 1).mean(0)[b]
-    taus = capped_tau(chain_tau * tau_ratio(shape, b), b, block)
+    tree = model_curve(chain_tau, shape, block, int(b.max()))
+    union = tree_union(s.model, tree.parents, r)[b]
+    taus = tree.tau[b - 1]
     rounds = round_seconds(s, b + 1, union)
     chain_t = float(round_seconds(s, block, chain_union(s.model, block, r)))
     rows = [{"method": "ar", "budget": 0, "tau": 1.0, "experts_per_layer": float(s.model.top_k), "round_ms": 1e3 * ar,
@@ -325,79 +323,98 @@ def curve(s: Setting, r: Routing, trees: list, chain_tau: float, shape: dict, bu
     out = pd.DataFrame(rows)
     out["tokens_per_s"] = out["predicted_speedup"] / ar
     out["ar_ms"] = 1e3 * ar
+    out["block_size"] = block
     return out
 
 
-def projection_rows(overheads: dict, rhos: dict, trees: list, shape: dict) -> list[dict]:
+def projection_rows(overheads: dict, fitted: Routing, shape: am.Shape) -> list[dict]:
     """Every projection x stack x routing curve as rows of the stored table."""
     rows = []
     for p in projections(shape):
         for name in p.stacks:
             s = Setting(TARGETS[p.model], DRAFTERS[p.drafter], ACCELERATORS[p.accelerator], p.gpus, STACKS[name],
                         overheads[name])
-            for r in routing_for(s.model, rhos):
-                c = curve(s, r, trees, p.chain_tau, shape)
+            for r in routing_for(s.model, fitted):
+                c = curve(s, r, p.chain_tau, shape)
                 c = c.assign(model=s.model.name, dtype=s.model.dtype, accelerator=p.accelerator, gpus=p.gpus,
                              stack=name, routing=r.name,
                              tau_source=np.where(c.method == "ar", "", p.tau_source),
                              published_speedup=np.nan, error=np.nan, calibration=False,
-                             source=f"{s.model.source}; {s.acc.source}")
+                             source=f"{s.model.source}; {s.acc.source}; {s.drafter.source}")
                 rows += c.to_dict("records")
     return rows
 
 
 COLUMNS = ["model", "accelerator", "method", "budget", "tau", "predicted_speedup", "published_speedup", "calibration",
-           "source", "gpus", "stack", "routing", "dtype", "tau_source", "published_tau", "error",
+           "source", "gpus", "stack", "routing", "block_size", "dtype", "tau_source", "published_tau", "error",
            "experts_per_layer", "round_ms", "ar_ms", "tokens_per_s"]
+FITTED = "fitted to published unions"   # the routing name of ``routing_fit.json``'s correlation
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """What every projection reads from the lab's stores: the drafter trees of the expert-union
-    cases (parents, marginals), the union-implied rhos, and the lab's tau(B) shape."""
-    cases: pd.DataFrame
+    """What every projection reads from the lab's stores: the routing fitted to published unions
+    ({"path", "sibling"}, ``routing_fit.json``), the toy's directly measured pair rhos, and the
+    acceptance model's sibling shape fitted on the lab's trees."""
     rhos: dict
-    shape: dict
+    pair_rhos: dict
+    shape: am.Shape
 
     @property
-    def trees(self) -> list:
-        return [m["parents"] for m in self.cases["_metrics"]]
+    def fitted(self) -> Routing:
+        return Routing(FITTED, self.rhos["path"], self.rhos["sibling"])
 
     @property
-    def measured(self) -> Routing:
-        return Routing("measured", self.rhos["path"], self.rhos["sibling"])
+    def pairs(self) -> Routing:
+        return Routing("pairs measured here", self.pair_rhos["path"], self.pair_rhos["sibling"])
 
 
-def load_inputs(models: dict, directory=RESULTS_DIR) -> Inputs:
-    """The inputs from the stores under ``directory`` (``models``: the MLA pair's digests)."""
-    cases = eu.cases_frame(ResultsStore(eu.STORE, directory), eu.UnionConfig(), models)
-    rhos = eu.pooled_rho(pd.read_csv(directory / eu.PAIRS_CSV), "union")
-    return Inputs(cases, rhos, lab_tau_shape(ResultsStore("sweeps", directory).frame()))
+def load_inputs(directory=RESULTS_DIR) -> Inputs:
+    """The inputs from the files under ``directory``: routing_fit.json, expert_pairs.csv, bench.csv."""
+    fit = pu.load_fit(directory)
+    pairs = eu.pooled_rho(pd.read_csv(directory / eu.PAIRS_CSV), "pairs")
+    return Inputs({"path": fit["rho_path"], "sibling": fit["rho_sibling"]}, pairs,
+                  am.shapes(directory)["lab"])
 
 
 def build(inputs: Inputs) -> tuple[pd.DataFrame, dict]:
     """(the stored projection table, {stack: fitted overhead s})."""
-    overheads = {name: calibrate(stack, inputs.measured, inputs.trees, inputs.shape) for name, stack in STACKS.items()}
-    rows = (published_rows(overheads, inputs.rhos, inputs.trees, inputs.shape)
-            + projection_rows(overheads, inputs.rhos, inputs.trees, inputs.shape) + auto_rows(overheads, inputs))
+    overheads = {name: calibrate(stack, inputs.fitted, inputs.shape) for name, stack in STACKS.items()}
+    rows = published_rows(overheads, inputs.fitted, inputs.shape) + projection_rows(overheads, inputs.fitted,
+                                                                                     inputs.shape)
     return pd.DataFrame(rows).reindex(columns=COLUMNS), overheads
 
 
-# ----------------------------------------------------------------------------- the seed's question
+# ----------------------------------------------------------------------------- honest validation
 
-def stop_paying(table: pd.DataFrame, model: str, accelerator: str, stack: str) -> pd.DataFrame:
-    """Per routing bound: the best budget (peak projected speedup), its speedup, the largest budget
-    still at or above the DFlash chain's speedup (``None``: never), and the speedup at 64 and 128."""
+VALIDATION_CSV = "projection_validation.csv"
+
+
+def validation(overheads: dict, inputs: Inputs) -> pd.DataFrame:
+    """Per published point, the cost model alone (its published tau put in: ``cost_only`` for a
+    best-budget tree point, at budget ``acceptance_model.PAPER_FIT_BUDGET``) beside the trivial
+    baseline speedup = tau x c (c = published speedup / tau of the stack's one calibration point).
+    verdict: "fitted" (the calibration point), "validated" (the cost model is closer than the
+    baseline), else "not validated"; the kernel floor has no published point: "not validated"."""
     rows = []
-    t = table[(table.model == model) & (table.accelerator == accelerator) & (table["stack"] == stack)
-              & table.published_speedup.isna()]
-    for routing, g in t.groupby("routing", sort=False):
-        trees = g[g.method == "ddtree"].set_index("budget")["predicted_speedup"]
-        chain = float(g[g.method == "dflash"].predicted_speedup.iloc[0])
-        above = trees[trees >= chain]
-        rows.append({"routing": routing, "best_budget": int(trees.idxmax()), "best_speedup": float(trees.max()),
-                     "dflash_speedup": chain, "last_budget_over_chain": int(above.index.max()) if len(above) else None,
-                     "speedup_64": float(trees.get(64, np.nan)), "speedup_128": float(trees.get(128, np.nan))})
+    for i, point in enumerate(PUBLISHED):
+        stack = STACKS[point.stack]
+        s = setting_of(point, stack, overheads[stack.name])
+        r = routing_for(s.model, inputs.fitted)[-1]
+        pred = (cost_only(point, s, r, inputs.shape) if point.method == "ddtree" and point.budget is None
+                else predict(point, s, r, inputs.shape)["speedup"])
+        cal = PUBLISHED[stack.calibration]
+        base = point.tau * cal.speedup / cal.tau
+        err, base_err = pred / point.speedup - 1, base / point.speedup - 1
+        verdict = ("fitted" if i == stack.calibration else "validated" if abs(err) < abs(base_err)
+                   else "not validated")
+        rows.append({"model": point.model, "stack": stack.name, "method": point.method,
+                     "budget": point.budget if point.budget is not None else am.PAPER_FIT_BUDGET,
+                     "published_tau": point.tau, "published_speedup": point.speedup, "cost_only_speedup": pred,
+                     "cost_only_error": err, "baseline_speedup": base, "baseline_error": base_err,
+                     "verdict": verdict, "source": point.source})
+    rows.append({"model": "any", "stack": "kernel-floor", "method": "any", "verdict": "not validated",
+                 "source": STACKS["kernel-floor"].description + " (no published point runs it)"})
     return pd.DataFrame(rows)
 
 
@@ -406,73 +423,13 @@ def setting(model: str, accelerator: str, gpus: int, stack: str, overhead_s: flo
 
 
 def best_budget_at(s: Setting, rho_scale: float, inputs: Inputs, chain_tau: float) -> dict:
-    """The widget's answer: best budget and speedup when the measured correlation is scaled by
-    ``rho_scale`` (0: independent routing, 1: as measured)."""
+    """The widget's answer: best budget (of ``BUDGETS``) and speedup when the fitted correlation is
+    scaled by ``rho_scale`` (0: independent routing, 1: as fitted)."""
     r = Routing("scaled", rho_scale * inputs.rhos["path"], rho_scale * inputs.rhos["sibling"])
-    c = curve(s, r, inputs.trees, chain_tau, inputs.shape)
+    c = curve(s, r, chain_tau, inputs.shape)
     trees_c = c[c.method == "ddtree"].set_index("budget")["predicted_speedup"]
     return {"curve": c, "best_budget": int(trees_c.idxmax()), "best_speedup": float(trees_c.max()),
             "dflash_speedup": float(c[c.method == "dflash"].predicted_speedup.iloc[0])}
-
-
-# ----------------------------------------------------------------------------- expert-aware auto, projected
-
-def auto_projection(s: Setting, inputs: Inputs, chain_tau: float, anchor: int = 64) -> pd.DataFrame:
-    """Projected tokens per second of fixed budgets, node-count ``auto`` (its curve by node count
-    from a profile with independent routing, or the mean of the trees) and expert-aware ``auto``
-    (each tree priced by its own expected union), on the lab's drafter trees under the measured
-    routing. A tree's expected tokens at n nodes: 1 + c x the sum of its first n marginals, c
-    fitted so the trees' mean at ``anchor`` nodes equals tau(anchor) (the lab shape x ``chain_tau``).
-    One row per policy: tokens per second (total tokens / total seconds), vs the best fixed budget."""
-    measured, shape, trees = inputs.measured, inputs.shape, inputs.trees
-    gains = [np.asarray(m["gains"], dtype=float) for m in inputs.cases["_metrics"]]
-    rows = min(len(g) for g in gains)
-    gains = np.stack([g[:rows] for g in gains])  # [trees, N]
-    scale = (chain_tau * float(tau_ratio(shape, anchor)) - 1) / gains[:, :anchor].sum(1).mean()
-    tokens = 1 + scale * np.cumsum(gains, 1)  # [trees, N]: expected tokens at n = 1..N nodes
-    n = np.arange(1, rows + 1)
-    true_cost = round_seconds(s, n + 1, tree_union(s.model, trees, measured, rows + 1)[:, 1:])  # [trees, N]
-    indep = round_seconds(s, n + 1, tree_union(s.model, trees[:1], INDEPENDENT, rows + 1)[0, 1:])  # [N]
-
-    def run(choice):  # choice [trees]: nodes per tree -> (tokens/s, mean nodes, tokens per round)
-        i = np.arange(len(choice)), np.asarray(choice) - 1
-        return tokens[i].sum() / true_cost[i].sum(), float(np.mean(choice)), float(tokens[i].mean())
-
-    def auto(seconds):  # seconds [trees, N] or [N]: the allocator's pick per tree
-        per = np.broadcast_to(seconds, tokens.shape)
-        return [allocate_budgets([_t(scale * g)], _t(sec))[0] for g, sec in zip(gains, per)]
-    fixed = {b: run([b] * len(trees)) for b in BUDGETS if b <= rows}
-    best = max(fixed, key=lambda b: fixed[b][0])
-    policies = {f"best fixed ({best})": fixed[best], "node-count auto (independent profile)": run(auto(indep)),
-                "node-count auto (mean of the trees)": run(auto(true_cost.mean(0))),
-                "expert-aware auto": run(auto(true_cost))}
-    return pd.DataFrame([{"policy": k, "tokens_per_s": v, "vs_best_fixed": v / fixed[best][0], "mean_nodes": n,
-                          "tau": t} for k, (v, n, t) in policies.items()])
-
-
-AUTO_SETTINGS = (("Kimi K2.6", "h200", 8),)   # where the stored table projects the four policies
-
-
-def auto_rows(overheads: dict, inputs: Inputs) -> list[dict]:
-    """The projected policies (``auto_projection``, measured routing) as rows of the stored table:
-    method "auto: <policy>", budget = the mean tree size it verified, tau = tokens per round."""
-    rows = []
-    for model, acc, gpus in AUTO_SETTINGS:
-        for name in ("transformers-eager", "kernel-floor"):
-            s = setting(model, acc, gpus, name, overheads[name])
-            ar = ar_seconds(s)
-            for r in auto_projection(s, inputs, CHAIN_TAU[model][0]).itertuples():
-                rows.append({"model": model, "accelerator": acc, "gpus": gpus, "stack": name, "routing": "measured",
-                             "dtype": s.model.dtype, "method": f"auto: {r.policy}", "budget": r.mean_nodes,
-                             "tau": r.tau, "tau_source": "the lab's drafter trees, marginals scaled to tau(64)",
-                             "tokens_per_s": r.tokens_per_s, "predicted_speedup": r.tokens_per_s * ar,
-                             "ar_ms": 1e3 * ar, "published_speedup": np.nan, "calibration": False,
-                             "source": f"{s.model.source}; {s.acc.source}"})
-    return rows
-
-
-def _t(x):
-    return torch.tensor(np.array(x, dtype=np.float64))
 
 
 def write(table: pd.DataFrame, directory=RESULTS_DIR) -> None:
@@ -480,32 +437,24 @@ def write(table: pd.DataFrame, directory=RESULTS_DIR) -> None:
     table.to_csv(directory / PROJECTION_CSV, index=False, float_format="%.6g")
 
 
-def seed_answer(table: pd.DataFrame, model: str = "Kimi K2.6", accelerator: str = "h200") -> str:
-    """One sentence per stack: the best budget under each routing bound, the last budget still
-    above the chain, and how far the seed's 64-128+ lies from the best budget."""
-    out = []
-    for stack in dict.fromkeys(table[(table.model == model) & (table.accelerator == accelerator)]["stack"]):
-        stop = stop_paying(table, model, accelerator, stack).set_index("routing")
-        best = ", ".join(f"{r} {int(b)}" for r, b in stop.best_budget.items())
-        over = ", ".join(f"{r} {'never' if pd.isna(v) else int(v)}" for r, v in stop.last_budget_over_chain.items())
-        lo, hi = int(stop.best_budget.min()), int(stop.best_budget.max())
-        far = "inside it" if lo >= 64 else f"{64 / hi:g}x to {128 / lo:g}x past the best budget"
-        out.append(f"{model} on {accelerator}, {stack}: the projected speedup peaks at budget {lo}"
-                   + (f"-{hi}" if hi != lo else "") + f" (by routing: {best}); DDTree stays at or above the DFlash "
-                   f"chain up to budget {over}; the seed's 64-128+ is {far}.")
-    return "\n".join(out)
+def study() -> None:
+    """The registry's step (``main``)."""
+    main()
 
 
 def main(argv=None) -> None:
     """``python -m ddtree_lab.experiments.studies.gpu_projection``: build and store the table
-    from the sweeps store, the expert-union store and ``expert_pairs.csv``."""
-    table, overheads = build(load_inputs(load_pair("mla").digests))
+    from ``routing_fit.json``, ``expert_pairs.csv`` and ``bench.csv``."""
+    inputs = load_inputs()
+    table, overheads = build(inputs)
     write(table)
+    check = validation(overheads, inputs)
+    check.to_csv(RESULTS_DIR / VALIDATION_CSV, index=False, float_format="%.6g")
+    print(check.drop(columns="source").to_string(index=False))
     print({k: f"{v * 1e3:.4f} ms" for k, v in overheads.items()})
     pub = table[table.published_speedup.notna()]
     print(pub[["model", "stack", "method", "budget", "tau", "predicted_speedup", "published_speedup", "error",
                "calibration"]].to_string(index=False))
-    print(seed_answer(table))
 
 
 if __name__ == "__main__":

@@ -209,9 +209,11 @@ DRAFTERS = {
                                 "https://huggingface.co/z-lab/Qwen3.6-27B-DFlash (5 layers, hidden 5120, 32 / 8 heads "
                                 "of 128, intermediate 17408, 5 target layers; a published copy of the config: "
                                 "https://huggingface.co/HyzeAI/Hyze1B/blob/main/config.json)"),
-    "Kimi K2.6": DrafterShape("Kimi-K2.5-DFlash", 6, 7168, 64, 8, 128, 18432, 6, 16, 2.0,
+    "Kimi K2.6": DrafterShape("Kimi-K2.5-DFlash", 6, 7168, 64, 8, 128, 18432, 6, 8, 2.0,
                               "https://huggingface.co/freakyskittle/kimi-k2.5-dflash.gguf (a conversion of "
-                              "z-lab/Kimi-K2.5-DFlash: 6 layers, hidden 7168, 64 / 8 heads, intermediate 18432)"),
+                              "z-lab/Kimi-K2.5-DFlash: 6 layers, hidden 7168, 64 / 8 heads, intermediate 18432); "
+                              "block 8: https://huggingface.co/z-lab/Kimi-K2.5-DFlash (model card, block_size 8; "
+                              "K2.6 shares K2.5's architecture)"),
 }
 DRAFTERS["Qwen3.6-27B Q4_K_M"] = replace(DRAFTERS["Qwen3.6-27B"], file_bytes=1.8e9, source="dflash-draft-3.6-q8_0.gguf, "
                                          "1.8 GB (lucebox-hub dflash results, RTX 4090 section)")
@@ -281,11 +283,19 @@ STACKS = {
                           "this module's stated efficiencies"),
 }
 
-# The chain (DFlash, block 16) acceptance length the projection scales the lab's tau(B) shape to,
-# for targets without a published tree point at H200.
-CHAIN_TAU = {"Kimi K2.6": (6.49, "https://github.com/sgl-project/sglang/pull/35784 (Kimi-K3 with its DFlash "
-                                 "drafter, block 16, GSM8K at concurrency 8: accept length 6.49; the nearest "
-                                 "published Kimi DFlash acceptance)")}
+# The chain's acceptance length (DFlash, the published drafter's block) a projection calibrates its
+# per-depth acceptance model to (``acceptance_model``), for targets without a published tree point.
+KIMI_CARD = ("https://huggingface.co/z-lab/Kimi-K2.5-DFlash (model card: block 8, acceptance length HumanEval 5.3, "
+             "GSM8K 5.3, MBPP 4.5, MT-Bench 3.7; as quoted in /work/shared/RESEARCH.md section 11 and issue 69)")
+KIMI_CARD_TAU = {"HumanEval": 5.3, "GSM8K": 5.3, "MBPP": 4.5, "MT-Bench": 3.7}
+CHAIN_TAU = {"Kimi K2.6": (KIMI_CARD_TAU["HumanEval"], f"HumanEval {KIMI_CARD_TAU['HumanEval']}: {KIMI_CARD}")}
+# The band the bounds span (issue 69 item 3): each end with where it comes from.
+KIMI_TAU_BAND = {
+    3.6: "the seed's '3.6-4.9 with linear (block_size=8)' (/work/shared/RESEARCH.md section 2); SGLang PR 35784 "
+         "reports 3.56 at block 8 (as quoted in issue 69)",
+    5.3: f"HumanEval: {KIMI_CARD}",
+    5.5: "the upper end of the band issue 69 states (3.6-5.5); not found in the lab's search corpus",
+}
 
 
 def target_of(point: Published) -> ModelShape:

@@ -1,13 +1,15 @@
 """The round-cost model on named accelerators (issue 61 items 2-3; a projection): the public
 shapes against their published parameter counts, the roofline on hand-computed cases, the
 calibration reproducing its one published point, the stored table's structure (one fitted
-point per stack, K2.6 on H200 to budget 512, independent unions equal to the formula), and the
-projected expert-aware ``auto`` equal to node-count ``auto`` when routing is independent."""
+point per stack, K2.6 on H200 to budget 512, independent unions equal to the formula, the
+published drafter's block), the fixed cost per forward, and the validation against the trivial
+baseline (issue 69)."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.studies import acceptance_model as am
 from ddtree_lab.experiments.studies import expert_union as eu
 from ddtree_lab.experiments.studies import gpu_projection as gp
 from ddtree_lab.experiments.studies.gpu_specs import (ACCELERATORS, DRAFTERS, PUBLISHED, STACKS, TARGETS)
@@ -50,39 +52,44 @@ def test_chain_union_independent_equals_the_formula():
     assert gp.chain_union(TARGETS["Qwen3-8B"], 16, gp.INDEPENDENT) == 0.0
 
 
-def test_tau_ratio_interpolates_and_extrapolates_in_log_budget():
-    shape = {1: 0.4, 16: 1.0, 32: 1.05, 64: 1.1, 128: 1.2, 256: 1.3}
-    assert gp.tau_ratio(shape, 16) == pytest.approx(1.0)
-    assert gp.tau_ratio(shape, 8) == pytest.approx(0.4 + 0.6 * 3 / 4)
-    assert gp.tau_ratio(shape, 1024) > 1.3
-    assert gp.capped_tau(5.0, 1, 16) == 2.0 and gp.capped_tau(20.0, 512, 16) == 16.0
+def test_a_fixed_cost_is_added_to_every_forward():
+    s = _floor("Kimi K2.6", "h200", 8)
+    f = gp.Setting(s.model, s.drafter, s.acc, s.gpus, s.stack, 0.0, 2e-3)
+    assert float(gp.forward_seconds(f, 9, 40)) == pytest.approx(float(gp.forward_seconds(s, 9, 40)) + 2e-3)
+    assert gp.draft_seconds(f) == pytest.approx(gp.draft_seconds(s) + 2e-3)
+    assert float(gp.round_seconds(f, 9, 40)) == pytest.approx(float(gp.round_seconds(s, 9, 40)) + 4e-3)
 
 
-def _inputs(rhos=None) -> gp.Inputs:
-    trees = [[-1, 0, 0, 1, 1, 2, 3, 3, 0, 4, 5, 6, 7, 8, 9, 10, 11], [-1] + list(range(16))]
-    gains = [list(np.linspace(0.9, 0.1, 16)), list(np.geomspace(0.9, 0.2, 16))]
-    cases = pd.DataFrame({"case": [0, 1], "_metrics": [{"parents": t, "gains": g} for t, g in zip(trees, gains)]})
-    shape = {1: 0.4, 4: 0.7, 16: 1.0, 32: 1.05, 64: 1.1, 128: 1.2, 256: 1.3}
-    return gp.Inputs(cases, rhos or {"path": 0.5, "sibling": 0.7}, shape)
+def test_the_published_kimi_drafter():
+    from ddtree_lab.experiments.studies.gpu_specs import CHAIN_TAU, KIMI_TAU_BAND
+    assert DRAFTERS["Kimi K2.6"].block == 8 and "block_size 8" in DRAFTERS["Kimi K2.6"].source
+    tau, source = CHAIN_TAU["Kimi K2.6"]
+    assert min(KIMI_TAU_BAND) <= tau <= max(KIMI_TAU_BAND) and "Kimi-K2.5-DFlash" in source
+    assert min(KIMI_TAU_BAND) >= 3.6 and max(KIMI_TAU_BAND) <= 5.5 and all(KIMI_TAU_BAND.values())
+
+
+def _inputs() -> gp.Inputs:
+    return gp.Inputs({"path": 0.5, "sibling": 0.6}, {"path": 0.3, "sibling": 0.4}, am.Shape("t", 0.5, 0.25, ""))
 
 
 @pytest.mark.parametrize("stack", ["transformers-eager", "lucebox"])
 def test_calibration_reproduces_its_one_published_point(stack):
     inputs = _inputs()
     st = STACKS[stack]
-    overhead = gp.calibrate(st, inputs.measured, inputs.trees, inputs.shape)
+    overhead = gp.calibrate(st, inputs.fitted, inputs.shape)
     point = PUBLISHED[st.calibration]
-    got = gp.predict(point, gp.setting_of(point, st, overhead), inputs.measured, inputs.trees, inputs.shape)
+    got = gp.predict(point, gp.setting_of(point, st, overhead), inputs.fitted, inputs.shape)
     print(stack, overhead, got)
     assert overhead > 0 and got["speedup"] == pytest.approx(point.speedup, rel=1e-6)
 
 
-def test_auto_projection_priced_by_experts_equals_node_count_under_independent_routing():
-    inputs = _inputs({"path": 0.0, "sibling": 0.0})
+def test_a_projected_curve_stays_below_its_cap_and_loads_the_union_of_its_tree():
     s = _floor("Kimi K2.6", "h200", 8)
-    policies = gp.auto_projection(s, inputs, 6.49, anchor=8).set_index("policy")["tokens_per_s"]
-    print(policies)
-    assert policies["expert-aware auto"] == pytest.approx(policies["node-count auto (independent profile)"])
+    c = gp.curve(s, gp.INDEPENDENT, 5.3, _inputs().shape)
+    trees = c[c.method == "ddtree"].set_index("budget")
+    assert (trees.tau[trees.index >= 2] < trees.index[trees.index >= 2] + 1).all() and (c.block_size == 8).all()
+    assert np.allclose(trees.experts_per_layer, eu.independent_union(384, 8, trees.index + 1), rtol=1e-9)
+    assert float(c[c.method == "dflash"].tau.iloc[0]) == 5.3
 
 
 def test_the_stored_projection():
@@ -90,8 +97,18 @@ def test_the_stored_projection():
     pub = table[table.published_speedup.notna()]
     assert (pub.groupby("stack").calibration.sum() == 1).all() and (~pub.calibration).sum() >= 3
     kimi = table[(table.model == "Kimi K2.6") & (table.accelerator == "h200") & (table.method == "ddtree")]
-    assert set(kimi["stack"]) == {"transformers-eager", "kernel-floor"} and set(kimi.routing) == {"independent", "measured"}
+    assert set(kimi["stack"]) == {"transformers-eager", "kernel-floor"}
+    assert set(kimi.routing) == {"independent", gp.FITTED} and (kimi.block_size == 8).all()
     assert (kimi.groupby(["stack", "routing"]).budget.max() == 512).all()
+    assert (kimi.tau[kimi.budget >= 2] < kimi.budget[kimi.budget >= 2] + 1).all()
     ind = kimi[kimi.routing == "independent"]
     assert np.allclose(ind.experts_per_layer, eu.independent_union(384, 8, ind.budget + 1), rtol=1e-4)
-    assert set(gp.COLUMNS[:9]) <= set(table.columns)
+    assert set(gp.COLUMNS[:9]) <= set(table.columns) and "block_size" in table
+
+
+def test_the_stored_validation():
+    """'validated' exactly where the cost model alone beats the baseline; the floor not validated."""
+    from ddtree_lab.app import claims
+    check = pd.read_csv(RESULTS_DIR / gp.VALIDATION_CSV)
+    assert claims.validated_only_where_better(check).ok
+    assert len(check[check.verdict == "fitted"]) == sum(s.calibration is not None for s in STACKS.values())

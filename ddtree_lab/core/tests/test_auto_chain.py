@@ -1,0 +1,104 @@
+"""The chain as one of ``auto``'s candidates (issue 69 item 6): ``allocate.auto_with_chain``
+picks, under the surrogate, the candidate with the most expected tokens per predicted second
+among the chain and every prefix of the tree, building no tree when its bound rules every
+size out; the loop with it equals AR at T = 0 and the specification at T = 0 and T > 0."""
+import functools
+import math
+
+import pytest
+import torch
+
+from ddtree_lab import generate, load_pair, reference_generate
+from ddtree_lab.core import allocate, rules, tree as tree_mod
+from ddtree_lab.core.drafter import Draft
+
+
+class ChainCost:
+    """A round costs ``base`` + ``per_node`` x nodes (s); the chain's round ``chain_s``."""
+
+    def __init__(self, base=0.02, per_node=1e-4, chain_s=0.019, max_budget=64):
+        self.base, self.per_node, self.chain_seconds, self.max_budget = base, per_node, chain_s, max_budget
+
+    def batch_round_seconds(self, tokens: torch.Tensor, batch: int) -> torch.Tensor:
+        assert batch == 1
+        return self.base + self.per_node * tokens.double()
+
+
+def brute_force(draft, cost) -> tuple[str, int]:
+    """("chain", L) or ("tree", n): every candidate scored, the chain winning ties."""
+    full = tree_mod.build_tree(draft.logits, 1, cost.max_budget)
+    gains = full.log_weights[1:].exp().tolist()
+    seconds = cost.batch_round_seconds(torch.arange(1, full.num_nodes + 1), 1).tolist()
+    rates = [(1 + math.fsum(gains[:n])) / seconds[n - 1] for n in range(1, full.num_nodes + 1)]
+    p1 = torch.softmax(draft.logits.double(), -1).amax(-1)
+    chain = (1 + math.fsum(torch.cumprod(p1, 0).tolist())) / cost.chain_seconds
+    best = max(range(len(rates)), key=lambda i: (rates[i], -i))
+    return ("chain", draft.logits.shape[0]) if chain >= rates[best] else ("tree", best + 1)
+
+
+@pytest.mark.parametrize("sharp", [0.5, 2.0, 4.0, 8.0])
+@pytest.mark.parametrize("chain_s", [0.015, 0.0195, 0.02, 0.03])
+def test_the_choice_equals_scoring_every_candidate(sharp, chain_s):
+    gen = torch.Generator().manual_seed(int(sharp * 10 + chain_s * 1e4))
+    cost = ChainCost(chain_s=chain_s)
+    for _ in range(8):
+        draft = Draft(torch.randn(7, 50, generator=gen) * sharp, None)
+        kind, n = brute_force(draft, cost)
+        got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost)
+        want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
+                else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
+        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+
+
+def test_the_bound_holds_and_prunes():
+    """A tree of n nodes expects at most E_c + n m tokens; a confident draft builds no tree."""
+    gen = torch.Generator().manual_seed(0)
+    for sharp in (0.5, 3.0, 10.0):
+        logits = torch.randn(7, 40, generator=gen) * sharp
+        lp = torch.log_softmax(logits.double(), -1).topk(2, -1).values
+        along = torch.cat([torch.zeros(1, dtype=torch.float64), lp[:, 0].cumsum(0)])
+        e_chain, m = 1 + float(along[1:].exp().sum()), float((along[:-1] + lp[:, 1]).exp().max())
+        full = tree_mod.build_tree(logits, 1, 128)
+        expected = 1 + full.log_weights[1:].exp().cumsum(0)
+        assert bool((expected <= e_chain + m * torch.arange(1, full.num_nodes + 1) + 1e-12).all())
+    confident = torch.full((7, 40), -20.0)
+    confident[:, 3] = 20.0
+    plan = allocate.chain_plan(confident, ChainCost())
+    assert plan.chain and plan.max_budget == 0 and abs(plan.tokens - 8.0) < 1e-9
+
+
+def test_no_chain_candidate_without_its_price_or_beyond_one_sequence():
+    assert not allocate.chain_candidate(object(), rules.BestFirst(), 1)
+    assert not allocate.chain_candidate(ChainCost(), rules.BestFirst(), 2)
+    assert not allocate.chain_candidate(ChainCost(), rules.dflash_chain, 1)
+    assert allocate.chain_candidate(ChainCost(), rules.BestFirst(), 1)
+
+
+@functools.lru_cache(maxsize=None)
+def _pair(arch):
+    return load_pair(arch)
+
+
+@pytest.mark.parametrize("arch", ["gdn", "mla"])
+@pytest.mark.parametrize("chain_s", [0.012, 0.05])   # a cheap chain; a dear one
+def test_auto_with_the_chain_equals_ar_and_the_specification(arch, chain_s):
+    p = _pair(arch)
+    prompt = p.prompt_ids(0)[:40]
+    cost = ChainCost(chain_s=chain_s, max_budget=32)
+    spec = dict(method="ddtree", budget="auto", max_new_tokens=24)
+    fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    ar = generate(p.target, None, prompt, method="ar", max_new_tokens=24)
+    ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    assert fast.tokens == ar.tokens == ref.tokens
+    assert fast.tree_sizes == ref.tree_sizes and fast.acceptance_lengths == ref.acceptance_lengths
+    assert (7 in fast.tree_sizes) == (chain_s < 0.02), fast.tree_sizes   # a cheap chain is verified in some round
+
+
+def test_auto_with_the_chain_equals_the_specification_at_T_above_0():
+    p = _pair("gdn")
+    prompt = p.prompt_ids(1)[:25]
+    spec = dict(method="ddtree", budget="auto", max_new_tokens=24, temperature=0.8, seed=3)
+    cost = ChainCost(chain_s=0.014, max_budget=32)
+    fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    assert fast.tokens == ref.tokens and fast.tree_sizes == ref.tree_sizes
