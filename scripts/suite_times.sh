@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Time the main job and the README's two test commands on a clean clone of this checkout's HEAD and store what
-# they took in data/results/suite_times.json (the README's Quick start renders it: `ddtree-lab
-# readme`). Run it with nothing else on the machine; it takes about 14 minutes here.
+# Time a newcomer's install, the main job and the README's two test commands on a clean clone of this checkout's
+# HEAD and store what they took in data/results/suite_times.json (the README's Quick start renders it: `ddtree-lab
+# readme`). Run it with nothing else on the machine; it takes about 17 minutes here.
+#   fresh install: python -m venv + pip install --no-cache-dir -e ".[dev]"   (a new venv, an empty pip cache)
 #   main job:   bash scripts/lab.sh           (every notebook on the committed stores)
 #   fast lane:  bash scripts/test.sh          (every test not marked slow, both cores)
 #   full suite: CI=true bash .ci/run          (what CI runs)
@@ -23,7 +24,9 @@ import json, re, sys
 name, log, t0, t1, load = sys.argv[1:]
 tail = open(log).read().splitlines()[-5:]
 record = {"name": name, "wall_s": round(float(t1) - float(t0), 1), "load_avg_1min": float(load)}
-if name == "main_job":   # "all 11 notebooks ran in 79 s (2 at a time, ..."
+if name == "fresh_install":   # its wall seconds are the record
+    pass
+elif name == "main_job":   # "all 11 notebooks ran in 79 s (2 at a time, ..."
     m = next(m for l in reversed(tail) if (m := re.search(r"all (\d+) notebooks ran in .*\((\d+) at a time", l)))
     record |= {"notebooks": int(m.group(1)), "jobs": int(m.group(2))}
 else:
@@ -34,12 +37,13 @@ else:
 print(json.dumps(record))
 PY
 }
-main="$(timed main_job bash scripts/lab.sh --system)"   # the active Python: a fresh venv's install is not timed here
+fresh="$(timed fresh_install bash -c 'python -m venv "$1/venv" && "$1/venv/bin/python" -m pip install -q --no-cache-dir -e ".[dev]"' _ "$CLONE")"
+main="$(timed main_job bash scripts/lab.sh --system)"   # the active Python, its install warm
 git status --porcelain | grep . && { echo "the main job changed tracked files" >&2; exit 1; }
 fast="$(timed fast_lane bash scripts/test.sh)"
 full="$(CI=true timed full_suite bash .ci/run)"
 cd "$HERE"
-python - "$COMMIT" "$main" "$fast" "$full" <<'PY'
+python - "$COMMIT" "$fresh" "$main" "$fast" "$full" <<'PY'
 import json, os, sys
 commit, *records = sys.argv[1:]
 out = {"commit": commit, "cpus": os.cpu_count(), "runs": [json.loads(r) for r in records]}

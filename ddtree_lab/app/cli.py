@@ -92,6 +92,14 @@ def _cmd_tiny_target(args):
     print(f"wrote the target and its tokenizer to {Path(args.out).resolve()}")
 
 
+def _cmd_unlikelihood(args):
+    """Unlikelihood fine-tuning of a shipped target, measured into data/results/unlikelihood.csv (issue 70)."""
+    from ..experiments.studies.unlikelihood import run_unlikelihood  # late: the study's imports only here
+    from ..train.unlikelihood import UnlikelihoodConfig
+    cfg = UnlikelihoodConfig(alpha=args.alpha, steps=args.steps, lr=args.lr, candidates=args.candidates)
+    run_unlikelihood(args.arch, cfg, Path(args.runs_dir), ship=args.ship)
+
+
 def _cmd_train_drafter2(args):
     """The shipped pair's DFlash 2 drafter (--arch), or one for a target of your own (--target DIR
     --drafter DIR --out DIR: it starts from that DFlash drafter)."""
@@ -183,11 +191,12 @@ TOKENIZER_HELP = ("with --target: the target's tokenizer, a directory of tokeniz
 
 def _pair_args(s, drafter: bool = True) -> None:
     """The options of every command that decodes a pair of one's own (drafter: its --drafter)."""
-    s.add_argument("--target", default=None, help="a target checkpoint directory (default: the shipped pair)")
+    s.add_argument("--target", type=_target_dir, default=None,
+                   help="a target checkpoint directory (default: the shipped pair)")
     if drafter:
         s.add_argument("--drafter", type=_drafter_dir, default=None,
                        help="a published-format DFlash drafter directory for --target")
-    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
     s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
     s.add_argument("--dtype", default="float32", choices=DTYPES, help="the target's dtype")
     s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
@@ -227,6 +236,28 @@ def _int_in(low: int, high: int | None = None, alternative: str = ""):
     return parse
 
 
+def _positive_float(value: str) -> float:
+    """--lr: a finite float > 0."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite float > 0, got {value!r}")
+    return x
+
+
+def _ul_weight(value: str) -> float:
+    """--alpha: a finite float >= 0 (0: plain MLE fine-tuning)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if not (math.isfinite(x) and x >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite float >= 0 (0: MLE alone), got {value!r}")
+    return x
+
+
 def _non_negative_float(value: str) -> float:
     """--temperatures: a finite float >= 0 (0: greedy)."""
     try:
@@ -238,17 +269,38 @@ def _non_negative_float(value: str) -> float:
     return x
 
 
+def _target_dir(value: str) -> str:
+    """--target: a checkpoint directory holding config.json, checked as argparse reads it (the
+    error names the command and the option, before torch loads)."""
+    if not (Path(value) / "config.json").is_file():
+        missing = "" if Path(value).is_dir() else " (no such directory)"
+        raise argparse.ArgumentTypeError(f"{value} must be a checkpoint directory with config.json{missing}")
+    return value
+
+
+def _tokenizer_path(value: str) -> str:
+    """--tokenizer: a tokenizer.json file or a directory (``pair.load_tokenizer_for`` checks that it
+    holds tokenizer files)."""
+    if not Path(value).exists():
+        raise argparse.ArgumentTypeError(f"{value} must be a directory of tokenizer files or a tokenizer.json file "
+                                         f"(no such file or directory)")
+    return value
+
+
 def _drafter_dir(value: str) -> str:
     """--drafter / --drafter2: a directory whose config.json is a DFlash drafter's
     (``drafters.check_drafter_dir``: a target's directory is refused), checked before any model
-    loads; a path without config.json is left to the loader, and 'shipped' (compare-drafters'
-    name of the shipped drafter) passes."""
-    if (Path(value) / "config.json").is_file():
-        _load_commands()
-        try:
-            check_drafter_dir(Path(value))
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+    loads; 'shipped' (compare-drafters' name of the shipped drafter) passes."""
+    if value == "shipped":
+        return value
+    if not (Path(value) / "config.json").is_file():
+        missing = "" if Path(value).is_dir() else " (no such directory)"
+        raise argparse.ArgumentTypeError(f"{value} must be a DFlash drafter directory with config.json{missing}")
+    from ..train.drafter_dir import check_drafter_dir  # late and light: json only, no torch
+    try:
+        check_drafter_dir(Path(value))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return value
 
 
@@ -331,7 +383,7 @@ def _cmd_bench(args):
     print(f"bench: {configs} configs x {_count(len(prompts), 'prompt')} into {args.store_path} (an estimate "
           f"follows the first prompt; --prompts N and --max-new-tokens N shorten it)")
     run_bench(pairs, num_prompts=len(prompts), fresh=args.fresh, directory=directory,
-              max_new_tokens=args.max_new_tokens, score_goals=args.target is None)
+              max_new_tokens=args.max_new_tokens, score_goals=args.target is None, wide=args.wide)
     print(f"wrote the bench rows to {args.store_path} and its table to {Path(directory) / 'bench.csv'}")
 
 
@@ -450,10 +502,11 @@ def _version() -> str:
 THREADS_HELP = ("torch CPU threads, an int >= 1 (default: OMP_NUM_THREADS, else the lab's rule, "
                 "ddtree_lab/core/threads.py: one thread to decode and time; the train-* commands and tiny-target: "
                 "the cores not already busy)")
-TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "tiny-target")
+TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "tiny-target", "unlikelihood")
 
 
-def main(argv=None):
+def parser() -> argparse.ArgumentParser:
+    """The ``ddtree-lab`` command line: one subparser per command (``func``: its handler)."""
     p = argparse.ArgumentParser(prog="ddtree-lab", description=__doc__)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("--threads", type=_int_in(1), default=None, help=THREADS_HELP)
@@ -469,15 +522,17 @@ def main(argv=None):
                                                     "--target), on the same data (resumable)", False)):
         s = _training_parser(sub, name, func, what, device)
     s = sub.choices["train-drafter2"]
-    s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
+    s.add_argument("--target", type=_target_dir, default=None,
+                   help="a target checkpoint directory of your own (instead of --arch)")
     s.add_argument("--drafter", type=_drafter_dir, default=None, help="the DFlash drafter directory of --target (the start)")
     s.add_argument("--out", default=None, help="where the DFlash 2 drafter ships (with --target)")
-    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
     s = sub.choices["train-drafter"]
-    s.add_argument("--target", default=None, help="a target checkpoint directory of your own (instead of --arch)")
+    s.add_argument("--target", type=_target_dir, default=None,
+                   help="a target checkpoint directory of your own (instead of --arch)")
     s.add_argument("--out", default=None, help="where the drafter ships (with --target); its resumable training "
                                                "state stays beside it in OUT.run")
-    s.add_argument("--tokenizer", default=None, help=TOKENIZER_HELP)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
     s.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's <|mask|>")
     s.add_argument("--corpus-share", type=_unit_float, default=None,
                    help="share of real-code windows per batch, in [0, 1] (default: the preset's)")
@@ -496,6 +551,21 @@ def main(argv=None):
                    help="the layers: attention (Qwen3), or a hybrid of one recurrent family: gdn (Qwen3.5), kda "
                         "(Kimi Linear), mamba2 (Nemotron-H), short_conv (LFM2)")
     s.set_defaults(func=_cmd_tiny_target)
+    s = sub.add_parser("unlikelihood", help="fine-tune a shipped target with sequence-level unlikelihood on its own "
+                                             "greedy continuations (issue 70; resumable), measure its loops and "
+                                             "HumanEval-solution loss into data/results/unlikelihood.csv")
+    s.add_argument("--arch", choices=["gdn", "mla"], required=True)
+    s.add_argument("--alpha", type=_ul_weight, default=0.5, help="weight of the unlikelihood term, >= 0")
+    s.add_argument("--steps", type=_positive_int, default=250, help="optimizer steps, an int >= 1")
+    s.add_argument("--lr", type=_positive_float, default=1e-4, help="AdamW learning rate, > 0")
+    s.add_argument("--candidates", choices=["ngram", "lens"], default="ngram",
+                   help="which continuation tokens are penalised: those completing a repeated 4-gram, or those "
+                        "the lab's loop lens reads as looping")
+    s.add_argument("--runs-dir", default=str(ROOT / "runs" / "unlikelihood"),
+                   help="where the resumable training states live (git-ignored)")
+    s.add_argument("--ship", action="store_true", help="save a target that meets the goal under "
+                                                       "data/checkpoints/unlikelihood/ARCH-target")
+    s.set_defaults(func=_cmd_unlikelihood)
     s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
                                         "lossless rows and the teacher-forced lens (resumable)")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
@@ -527,6 +597,8 @@ def main(argv=None):
     _pair_args(s)
     s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
     s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
+    s.add_argument("--wide", action="store_true", help="print every column of the table (default: 10; bench.csv "
+                                                      "keeps them all)")
     s.set_defaults(func=_cmd_bench)
     s = sub.add_parser("compare-drafters", help="A/B of two or more drafters of one target: tau (all rounds, "
                                                  "outside loops) and speed over AR and over the first, interleaved")
@@ -579,6 +651,29 @@ def main(argv=None):
     _house_parsers(sub)  # run, show, recompute, status (app/house.py)
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help
         s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS, help=THREADS_HELP)
+    return p
+
+
+def command(name: str, **options):
+    """Run the subcommand ``name`` in this process with its defaults, ``options`` changed (by
+    their dests: ``prompts=4``): what the registry's steps call (``registry.command``), the
+    same handler as ``ddtree-lab NAME``."""
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    args = argparse.Namespace(cmd=name, threads=None)
+    for action in sub._actions:
+        if action.dest != "help" and action.default is not argparse.SUPPRESS:
+            setattr(args, action.dest, action.default)
+    vars(args).update(sub._defaults)  # func, set by set_defaults
+    unknown = set(options) - set(vars(args))
+    if unknown:
+        raise ValueError(f"{name} has no option {sorted(unknown)}; options: {sorted(set(vars(args)) - {'cmd', 'func'})}")
+    vars(args).update(options)
+    _load_commands()
+    return args.func(args)
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     _load_commands()
     set_threads(args.threads, "train" if args.cmd in TRAINING else "decode")  # before any model loads or timing
@@ -586,7 +681,7 @@ def main(argv=None):
 
 
 class UsageError(SystemExit):
-    """Exit status 2 (argparse's for a bad argument) after the one line ``ddtree-lab: error: ...``;
+    """Exit status 2 (argparse's for a bad argument) after the one line ``ddtree-lab CMD: error: ...``;
     its str is that message, so an in-process caller (a test) can match it."""
 
     def __init__(self, message: str):
@@ -606,26 +701,31 @@ def _run(p: argparse.ArgumentParser, args) -> None:
         args.func(args)
     except SystemExit as e:
         if isinstance(e.code, str):
-            _fail(p, e.code)
+            _fail(p, e.code, args.cmd)
         raise
     except (ValueError, FileNotFoundError) as e:
-        _fail(p, str(e))
-    except KeyboardInterrupt:
-        print(_interrupted(getattr(args, "store_path", None)), file=sys.stderr)
+        _fail(p, str(e), args.cmd)
+    except KeyboardInterrupt as e:
+        print(_interrupted(getattr(args, "store_path", None), e), file=sys.stderr)
         raise SystemExit(130) from None
 
 
-def _fail(p: argparse.ArgumentParser, message: str):
-    message = " ".join(message.split())  # one line
-    print(f"{p.prog}: error: {message}", file=sys.stderr)
+def _fail(p: argparse.ArgumentParser, message: str, cmd: str):
+    """One line naming the command, as argparse's own errors of a command do: 'ddtree-lab bench:
+    error: ...'."""
+    message = " ".join(message.split()).removeprefix(f"{cmd}: ")  # one line; the command said once
+    print(f"{p.prog} {cmd}: error: {message}", file=sys.stderr)
     raise UsageError(message) from None
 
 
-def _interrupted(store_path) -> str:
-    """The Ctrl-C line: the rows the store keeps (every finished row is appended as it ends, so a
-    rerun of the same command resumes after them)."""
+def _interrupted(store_path, stop: KeyboardInterrupt | None = None) -> str:
+    """The Ctrl-C line: this run's rows the store keeps and those left (``sweep.Interrupted``, the
+    sweep loop's; every finished row is appended as it ends, so a rerun of the same command
+    resumes after them), else the store's rows."""
     if store_path is None:  # a command without a results store, or one stopped before it had one
         return "interrupted"
+    if hasattr(stop, "stored"):
+        return f"interrupted: {stop} (in {store_path}); rerun the same command to resume"
     rows = ResultsStore(Path(store_path).stem, Path(store_path).parent).rows()
     return f"interrupted: {len(rows)} rows kept in {store_path}; rerun to resume"
 

@@ -8,7 +8,7 @@ from ..core.models import load_target
 from ..core.threads import set_threads
 from ..train import data
 from ..train.checkpoints import CKPT_DIR, check_manifest, ckpt_path
-from ..train.drafters import check_drafter_dir, default_runs_dir, load_drafter, train_drafter, train_drafter2
+from ..train.drafters import default_runs_dir, load_drafter, train_drafter, train_drafter2
 from ..train.pair import load_pair, load_tokenizer_for, pair_from_dirs, pairs_of_one_target
 from ..train.targets import tiny_target, train_target
 from ..experiments.plumbing.results import ResultsStore, write_timing_table
@@ -24,7 +24,7 @@ from ..experiments.studies.quality import run_quality
 from . import house
 from .readme import BLOCKS, TABLES_JSON, write_readme
 
-__all__ = ["BLOCKS", "CKPT_DIR", "Drafters", "ResultsStore", "TABLES_JSON", "bench_grid", "check_drafter_dir",
+__all__ = ["BLOCKS", "CKPT_DIR", "Drafters", "ResultsStore", "TABLES_JSON", "bench_grid",
            "check_manifest", "ckpt_path", "compare_display", "compare_drafters", "compare_table", "conc", "data",
            "default_runs_dir", "drafters_from_dirs", "expand_grid", "grid_rows", "house", "load_drafter",
            "load_drafters", "load_pair", "load_target", "load_tokenizer_for", "pair_from_dirs", "pairs_of_one_target",

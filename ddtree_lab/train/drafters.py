@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import shlex
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from transformers import Qwen3Config
 
 from . import data
 from .checkpoints import REBUILD, check_manifest, ckpt_path, store_curve, weights_digest, write_manifest
+from .drafter_dir import check_drafter_dir  # its own module: the CLI reads it without torch
 from ..core.conditional import selector_scores
 from ..core.drafter import (DFlashDrafter, DrafterConfig, acceptance_length, block_labels, block_predecessors,
                             drafter_loss, greedy_matches)
@@ -483,23 +483,6 @@ def load_drafter(path: Path, target, rebuild: str | None = None) -> DFlashDrafte
     check_drafter_fits(DrafterConfig.from_qwen3_config(Qwen3Config.from_pretrained(path)), target)
     model = drafter_class(path).from_pretrained(path, dtype=torch.float32)
     return DFlashDrafter(model, target).eval()
-
-
-def check_drafter_dir(path: Path) -> Path:
-    """``path`` when its config.json is a DFlash drafter's (``dflash_config``, or the drafter keys
-    ``target_layer_ids`` / ``num_target_layers`` / ``mask_token_id`` at the top level, as
-    ``DrafterConfig.from_qwen3_config`` reads them), else a ``ValueError`` naming what the directory holds (a target's checkpoint,
-    say) and the command that trains a drafter for it."""
-    path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{path} holds no config.json: a drafter directory holds a published DFlash checkpoint")
-    cfg = json.loads((path / "config.json").read_text())
-    if not {"dflash_config", "target_layer_ids", "num_target_layers", "mask_token_id"} & cfg.keys():
-        raise ValueError(f"{path} holds a {'/'.join(cfg.get('architectures') or [cfg.get('model_type', '?')])} "
-                         f"checkpoint, not a DFlash drafter (its config.json has no dflash_config); "
-                         f"for a target, `ddtree-lab train-drafter --target {shlex.quote(str(path))} --out "
-                         f"{shlex.quote(str(path) + '-drafter')}` trains one")
-    return path
 
 
 def drafter_digest(drafter) -> str:

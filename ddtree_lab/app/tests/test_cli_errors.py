@@ -3,7 +3,9 @@
 - a bad argument exits with status 2 and argparse's line naming the option, the value and the
   allowed range (budgets, block sizes, a missing prompts file, a target's directory as --drafter);
 - a ``ValueError`` of the library (a refused target, a drafter of another target) is one line
-  ``ddtree-lab: error: ...`` and status 2, no traceback, before any row is written;
+  ``ddtree-lab CMD: error: ...`` and status 2, no traceback, before any row is written;
+- a path that is no checkpoint directory is refused as argparse reads it, naming the command and
+  the option, before torch loads;
 - advice in an error is a command that runs: the advised ``train-drafter`` parses and reaches
   training;
 - Ctrl-C in a resumable command says how many rows its store keeps, where, and exits 130;
@@ -63,6 +65,10 @@ BAD_ARGUMENTS = [
     (["bench", "--prompts", "0"], "argument --prompts: must be an int >= 1 or a .jsonl file, got '0'"),
     (["bench", "--prompts", "no/such/prompts.jsonl"],
      "argument --prompts: no such file: no/such/prompts.jsonl (give an int >= 1 or a .jsonl file of prompts)"),
+    (["unlikelihood", "--arch", "gdn", "--alpha", "-0.5"],
+     "argument --alpha: must be a finite float >= 0 (0: MLE alone), got '-0.5'"),
+    (["unlikelihood", "--arch", "gdn", "--steps", "0"], "argument --steps: must be an int >= 1, got 0"),
+    (["unlikelihood", "--arch", "gdn", "--lr", "0"], "argument --lr: must be a finite float > 0, got '0'"),
 ]
 
 
@@ -72,16 +78,42 @@ def test_a_bad_argument_names_the_option_the_value_and_the_range(argv, line, cap
     assert code == 2 and err[-1].endswith(f"error: {line}"), err
 
 
+BAD_PATHS = [
+    (["bench", "--target", "/tmp", "--drafter", str(CKPT / "gdn-drafter")],
+     "ddtree-lab bench: error: argument --target: /tmp must be a checkpoint directory with config.json"),
+    (["sweep", "--target", "no/such/dir"],
+     "ddtree-lab sweep: error: argument --target: no/such/dir must be a checkpoint directory with config.json "
+     "(no such directory)"),
+    (["train-drafter", "--target", "/tmp", "--out", "x"],
+     "ddtree-lab train-drafter: error: argument --target: /tmp must be a checkpoint directory with config.json"),
+    (["bench", "--target", str(CKPT / "gdn-target"), "--drafter", "/tmp"],
+     "ddtree-lab bench: error: argument --drafter: /tmp must be a DFlash drafter directory with config.json"),
+    (["dflash2", "--drafter2", "no/such/dir"], "ddtree-lab dflash2: error: argument --drafter2: no/such/dir must "
+                                               "be a DFlash drafter directory with config.json (no such directory)"),
+    (["quality", "--tokenizer", "no/such/tokenizer.json"],
+     "ddtree-lab quality: error: argument --tokenizer: no/such/tokenizer.json must be a directory of tokenizer "
+     "files or a tokenizer.json file (no such file or directory)"),
+]
+
+
+@pytest.mark.parametrize("argv,line", BAD_PATHS, ids=[" ".join(argv[:3]) for argv, _ in BAD_PATHS])
+def test_a_bad_path_names_the_command_and_the_option(argv, line, capsys):
+    code, err = exit_code_and_error(argv, capsys)
+    assert code == 2 and err[-1] == line, err
+
+
 def test_the_cli_answers_before_torch_loads():
-    """--help, --version and a bad argument answer without importing torch, transformers or
-    pandas (seconds): the commands' imports load only once argparse has accepted a command."""
+    """--help, --version, a bad argument and a bad path (a target, a target's directory as
+    --drafter) answer without importing torch, transformers or pandas (seconds): the commands'
+    imports load only once argparse has accepted a command."""
     code = ("import sys\nfrom ddtree_lab.app import cli\n"
-            "for argv in (['--help'], ['--version'], ['sweep', '--budgets', '0'], ['show', 'no-such']):\n"
+            "for argv in (['--help'], ['--version'], ['sweep', '--budgets', '0'], ['show', 'no-such'],\n"
+            "             ['bench', '--target', '/tmp'], ['bench', '--drafter', 'data/checkpoints/gdn-target']):\n"
             "    try:\n        cli.main(argv)\n    except SystemExit as e:\n        print('exit', e.code)\n"
             "print(sorted(m for m in ('torch', 'transformers', 'pandas') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     lines = out.stdout.splitlines()
-    assert [line for line in lines if line.startswith("exit ")] == ["exit 0", "exit 0", "exit 2", "exit 2"], out
+    assert [line for line in lines if line.startswith("exit ")] == ["exit 0", "exit 0"] + ["exit 2"] * 4, out
     assert lines[-1] == "[]", out   # no torch, transformers or pandas
     assert re.search(r"^ddtree-lab (\d|\(not installed\))", out.stdout, re.M) and "argument --budgets" in out.stderr
     assert cli.MAX_BUDGET == MAX_BUDGET   # its copy, checked before core.spec loads
@@ -101,10 +133,10 @@ def test_a_refused_target_is_one_line_before_any_work(command, tmp_path, monkeyp
     target = tmp_path / "mistral"
     saved_target(target, "mistral", sliding_window=64)
     other = (["--out", str(tmp_path / "drafter")] if command == "train-drafter" else
-             ["--drafter", str(tmp_path / "drafter"), "--prompts", "1"])
+             ["--drafter", str(CKPT / "gdn-drafter"), "--prompts", "1"])
     code, err = exit_code_and_error([command, "--target", str(target), *other], capsys)
     assert code == 2 and len(err) == 1, err
-    assert err[0].startswith("ddtree-lab: error: MistralForCausalLM: sliding_window=64 is smaller than "
+    assert err[0].startswith(f"ddtree-lab {command}: error: MistralForCausalLM: sliding_window=64 is smaller than "
                              "max_position_embeddings=256")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mistral"]  # no results, no drafter, no run state
 
@@ -123,7 +155,7 @@ def test_a_drafter_of_another_target_advises_a_command_that_runs(tmp_path, monke
     code, err = exit_code_and_error(["bench", "--target", str(tmp_path / "target"), "--drafter", str(drafter_dir),
                                      "--tokenizer", tokenizer, "--prompts", "1"], capsys)
     # the last line (transformers' weight-loading bars come before it), and no traceback
-    assert code == 2 and err[-1].startswith("ddtree-lab: error: ") and "Traceback" not in "".join(err), err
+    assert code == 2 and err[-1].startswith("ddtree-lab bench: error: ") and "Traceback" not in "".join(err), err
     assert "was trained for another target" in err[-1]
     advice = shlex.split(re.search(r"with `([^`]+)`", err[-1]).group(1))
     assert advice[:2] == ["ddtree-lab", "train-drafter"] and "--arch" not in advice

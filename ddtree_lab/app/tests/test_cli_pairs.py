@@ -34,7 +34,7 @@ def test_sweep_on_a_directory_pair_and_a_prompt_file(tmp_path, prompts_file, mon
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--target", "x"], "--target and --drafter go together"),
+    (["--target", str(CKPT / "mla-target")], "--target and --drafter go together"),
 ])
 def test_bad_pair_arguments_say_what_is_wrong(args, message, capsys):
     with pytest.raises(SystemExit, match=message):

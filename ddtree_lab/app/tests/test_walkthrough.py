@@ -1,10 +1,14 @@
 """The README's own-model walk-through (issue 58), run as written: every ``ddtree-lab`` line of
 its block, in order, in an empty directory. Each command ends with one line saying what it
 wrote; the target keeps its tokenizer, the drafter its manifest, its run state sits beside it
-in ``runs/my-drafter.run/`` (git-ignored), the bench scores no goal and every T = 0 row equals AR. A few minutes:
-slow."""
+in ``runs/my-drafter.run/`` (git-ignored), the bench scores no goal and every T = 0 row equals AR.
+Its sweep's DDTree tau rises with the budget and stays below the block size (issue 66); the
+goal that the tiny target's greedy output not loop from the start is not met (a strict xfail).
+A few minutes: slow."""
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 
@@ -13,6 +17,9 @@ import pytest
 import torch
 
 from ddtree_lab.app import cli, readme
+from ddtree_lab.experiments.plumbing.loops import is_looping
+from ddtree_lab.experiments.plumbing.results import ResultsStore
+from ddtree_lab.experiments.plumbing.summary import summarize
 
 
 def walkthrough() -> list[list[str]]:
@@ -27,21 +34,57 @@ def test_the_walkthrough_is_four_commands_from_a_target_built_in_one():
                                          ["ddtree-lab", "bench"], ["ddtree-lab", "sweep"]]
 
 
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory):
+    """The walk-through run once in an empty directory, results into its own results folder ->
+    (that directory, [(argv, the command's last line)])."""
+    tmp = tmp_path_factory.mktemp("walkthrough")
+    lasts, before = [], torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        mp.setattr(cli, "RESULTS_DIR", tmp / "results")
+        try:
+            for argv in walkthrough():
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    cli.main(argv[1:])
+                lasts.append((argv, out.getvalue().strip().splitlines()[-1]))
+                print(" ".join(argv), "->", lasts[-1][1])
+        finally:
+            torch.set_num_threads(before)
+    return tmp, lasts
+
+
+def _sweep(tmp) -> pd.DataFrame:
+    return ResultsStore("sweeps", next((tmp / "results" / "pairs").glob("attention-*"))).frame()
+
+
 @pytest.mark.slow
-def test_the_readmes_walkthrough_runs_as_written(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "RESULTS_DIR", tmp_path / "results")
-    before = torch.get_num_threads()
-    try:
-        for argv in walkthrough():
-            cli.main(argv[1:])
-            last = capsys.readouterr().out.strip().splitlines()[-1]
-            print(" ".join(argv), "->", last)
-            assert last.startswith("wrote "), argv
-    finally:
-        torch.set_num_threads(before)
-    assert (tmp_path / "runs" / "my-target" / "tokenizer.json").is_file()
-    assert (tmp_path / "runs" / "my-drafter" / "manifest.json").is_file()
-    assert (tmp_path / "runs" / "my-drafter.run" / "train_state.pt").is_file()
-    bench = pd.read_csv(next((tmp_path / "results" / "pairs").glob("attention-*/bench.csv")))
+def test_the_readmes_walkthrough_runs_as_written(walked):
+    tmp, lasts = walked
+    assert all(last.startswith("wrote ") for _, last in lasts), lasts
+    assert (tmp / "runs" / "my-target" / "tokenizer.json").is_file()
+    assert (tmp / "runs" / "my-drafter" / "manifest.json").is_file()
+    assert (tmp / "runs" / "my-drafter.run" / "train_state.pt").is_file()
+    bench = pd.read_csv(next((tmp / "results" / "pairs").glob("attention-*/bench.csv")))
     assert (bench[bench.temperature == 0].matches_ar == 1).all() and "accept_rule" in bench
+    sweep = _sweep(tmp)
+    block = int(sweep[sweep.method == "ddtree"].block_size.iloc[0])
+    tau = summarize(sweep[sweep.method == "ddtree"]).set_index("budget").tau
+    print(tau.to_string())
+    assert list(tau.index) == [4, 16, 64] and tau.is_monotonic_increasing and tau.nunique() == 3
+    assert tau.max() < block   # no budget accepts whole blocks every round
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 66, not met: the 1-minute tiny target (batches of 16, lr 3e-3) loops "
+                                       "from its first new tokens on both walk-through prompts; no recipe measured "
+                                       "within the walk-through's minutes was robust (batches of 4 at lr 1e-2, "
+                                       "1200 steps: 1 data seed of 4)")
+def test_the_tiny_targets_greedy_output_does_not_loop_from_the_start(walked):
+    """The walk-through shows trees, not a loop: no AR output of the sweep loops within its first
+    block (the first block a tree drafts against)."""
+    sweep = _sweep(walked[0])
+    block = int(sweep[sweep.method == "ddtree"].block_size.iloc[0])
+    for tokens in sweep[sweep.method == "ar"]._metrics.map(lambda m: m["tokens"]):
+        assert not any(is_looping(tokens[:c]) for c in range(1, block + 1)), tokens

@@ -155,15 +155,36 @@ def run_rows(rows: list[tuple], store: ResultsStore, pairs: dict, runner, run: s
     in ``store``, in the given order, and append each finished row at once:
     ``runner(cfg, unit, pair) -> metrics``. The one loop of every sweep (an interrupted run
     keeps what it finished, a rerun skips it). With ``progress``, once the first unit's rows
-    are done, a line estimates the rest at their pace."""
+    are done, a line estimates the rest at their pace; a rerun says how many of ``rows`` were
+    already stored (``resume_line``). Ctrl-C raises ``Interrupted``, which counts them too."""
     done = store.done_keys()
     todo = [(c, u) for c, u in rows if store.key(stored_config(c), u, pairs[c["arch"]].digests, run) not in done]
-    began = time.monotonic()
-    for i, (cfg, unit) in enumerate(tqdm(todo, desc=desc, disable=not progress or not todo)):
-        if progress and i and todo[i - 1][1] == todo[0][1] != unit:  # the first unit is done
-            tqdm.write(pace_line(desc, i, len(todo), time.monotonic() - began, "rows"))
-        pair = pairs[cfg["arch"]]
-        store.add(stored_config(cfg), unit, runner(cfg, unit, pair), pair.digests, run)
+    if progress and len(todo) < len(rows):
+        tqdm.write(f"{desc}: {resume_line(len(rows) - len(todo), len(todo))}")
+    began, finished = time.monotonic(), 0
+    try:
+        for i, (cfg, unit) in enumerate(tqdm(todo, desc=desc, disable=not progress or not todo)):
+            if progress and i and todo[i - 1][1] == todo[0][1] != unit:  # the first unit is done
+                tqdm.write(pace_line(desc, i, len(todo), time.monotonic() - began, "rows"))
+            pair = pairs[cfg["arch"]]
+            store.add(stored_config(cfg), unit, runner(cfg, unit, pair), pair.digests, run)
+            finished += 1
+    except KeyboardInterrupt:
+        raise Interrupted(len(rows) - len(todo) + finished, len(todo) - finished) from None
+
+
+def resume_line(stored: int, left: int) -> str:
+    """'12 of this run's rows already stored, 36 to run': a run's own rows, never the whole store's."""
+    return f"{stored} of this run's rows already stored, {left} to run"
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C in ``run_rows``: ``stored`` of the run's rows are in the store (each appended as it
+    finished), ``left`` still to run; a rerun of the same command resumes after them."""
+
+    def __init__(self, stored: int, left: int):
+        super().__init__(resume_line(stored, left))
+        self.stored, self.left = stored, left
 
 
 def run_sweep(configs: list[dict], prompt_ids: list[int], store: ResultsStore, pairs: dict,

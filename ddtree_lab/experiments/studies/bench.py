@@ -150,24 +150,59 @@ def _goal(name: str, value: float, target: float, below: bool = False) -> str:
     return f"{'PASS' if ok else 'MISS'}  {name}: {value:.3f} (goal {'<' if below else '>='} {target})"
 
 
+# the printed table (``bench_display``): the config columns, then what was measured; --wide: every column
+CONFIG_COLUMNS = ["arch", "temperature", "accept_rule", "method", "gdn_mode", "budget"]
+COMPACT_COLUMNS = CONFIG_COLUMNS + ["tau", "tokens_per_s", "speedup_paired", "matches_ar"]
+WIDE_COLUMNS = CONFIG_COLUMNS + ["block_size", "max_new_tokens", "tau", "tokens_per_s", "speedup",
+                                 "speedup_paired", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share",
+                                 "tau_outside_loops", "loop_round_share", "copyable_share", "tau_clean", "entropy",
+                                 "n_prompts"]
+MATCHES_AR_NOTE = ("matches_ar: the share of prompts whose output equals AR's token for token, shown at T = 0 only; "
+                   "at T > 0 AR's output is another sample, so the column is blank there: check_lossless "
+                   "(ddtree_lab.check_lossless) tests a sampled method's distribution against AR's.")
+
+
+def bench_display(table: pd.DataFrame, wide: bool = False) -> tuple[pd.DataFrame, list[str]]:
+    """The printed bench table (a ``bench_table`` frame) and its notes: at most 10 columns
+    (``COMPACT_COLUMNS``: the config, tau, tokens/s, the per-prompt speedup over AR with its 95%
+    interval, matches_ar), or with ``wide`` every column of ``WIDE_COLUMNS``. matches_ar is
+    blank at T > 0 (``MATCHES_AR_NOTE``); the block size and the new tokens, one value each in a
+    bench, are said in a note unless ``wide`` shows their columns."""
+    out = table.copy()
+    if "speedup_paired" in out:
+        ratio = out.apply(lambda r: format_ratio_columns(r, "speedup_paired"), axis=1)
+        out["speedup_paired"] = ratio if not wide else out["speedup_paired"]
+    if "matches_ar" in out:
+        out["matches_ar"] = [f"{m:.2f}" if t == 0 else "" for m, t in zip(out.matches_ar, out.temperature)]
+    cols = [c for c in (WIDE_COLUMNS if wide else COMPACT_COLUMNS) if c in out]
+    drafted = out[out.method != "ar"] if "method" in out else out   # AR's block size is 0: it drafts none
+    notes = [] if wide else [f"{c}: {', '.join(map(str, sorted(set(drafted[c]))))}"
+                             for c in ("block_size", "max_new_tokens") if c in out]
+    if not wide and "speedup_paired" in out:
+        notes.append("speedup_paired: the median over prompts of tokens/s over AR's on the same prompt "
+                     "[95% interval]; --wide shows every column")
+    return out[cols], notes + [MATCHES_AR_NOTE]
+
+
 def run_bench(pairs: dict, num_prompts: int = 10, fresh: bool = False, directory=RESULTS_DIR,
-              score_goals: bool = True, **grid_kwargs) -> pd.DataFrame:
-    """The bench on ``pairs`` ({arch: Pair}); prints the table with every config column and,
-    with ``score_goals`` (the shipped pairs: the goals are their issues'), PASS / MISS lines;
-    saves ``directory``/bench.csv (``directory``: data/results for the shipped pair, a folder of
-    its own for any other pair, so the README never reads another pair's rows)."""
+              score_goals: bool = True, wide: bool = False, **grid_kwargs) -> pd.DataFrame:
+    """The bench on ``pairs`` ({arch: Pair}); prints its table (``bench_display``: at most 10
+    columns, every column with ``wide``) and, with ``score_goals`` (the shipped pairs: the goals
+    are their issues'), PASS / MISS lines; saves ``directory``/bench.csv with every column
+    (``directory``: data/results for the shipped pair, a folder of its own for any other pair, so
+    the README never reads another pair's rows)."""
     store = ResultsStore("bench", directory)
     if fresh and store.path.is_file():
         store.path.unlink()
     frame = run_sweep(bench_grid(tuple(pairs), **grid_kwargs), list(range(num_prompts)), store, pairs,
                       runner=run_with_official, run="bench")
     table = bench_table(frame[frame.prompt < num_prompts])
-    cols = ["arch", "temperature", "accept_rule", "method", "gdn_mode", "budget", "block_size", "max_new_tokens",
-            "tau", "tokens_per_s", "speedup", "speedup_paired_lo", "speedup_paired_hi", "matches_ar", "tree_share",
-            "tau_outside_loops", "loop_round_share", "copyable_share", "tau_clean", "entropy", "n_prompts"]
-    with pd.option_context("display.width", 200, "display.max_rows", 200, "display.precision", 3):
-        print(table[[c for c in cols if c in table]].to_string(index=False))
-        print(copy_table(table).to_string(index=False))
+    shown, notes = bench_display(table, wide)
+    with pd.option_context("display.width", 250, "display.max_rows", 200, "display.precision", 3):
+        print(shown.to_string(index=False))
+        print("\n".join(notes))
+        if wide:
+            print(copy_table(table).to_string(index=False))
     for line in goals(table) if score_goals else []:
         print(line)
     write_timing_table(table, Path(directory) / "bench.csv")

@@ -277,14 +277,17 @@ def test_the_dflash2_study_runs_on_the_directory_pair_and_keeps_its_rows_apart(q
     assert (written / f"{d2.TF_STORE}.jsonl").is_file()
 
 
+TARGET, DRAFTER = str(ckpt_path("gdn", "target")), str(ckpt_path("gdn", "drafter"))  # directories that pass argparse
+
+
 @pytest.mark.parametrize("argv,message", [
-    (["dflash2", "--drafter", "x"], "go with --target"),
-    (["dflash2", "--target", "x", "--drafter", "y"], "--target needs --drafter DIR"),
+    (["dflash2", "--drafter", DRAFTER], "go with --target"),
+    (["dflash2", "--target", TARGET, "--drafter", DRAFTER], "--target needs --drafter DIR"),
     (["train-drafter", "--preset", "toy"], "give --arch"),
     (["train-drafter2", "--preset", "toy"], "give --arch"),
-    (["train-drafter2", "--target", "x", "--out", "y"], "--target needs --drafter"),
-    (["train-drafter", "--arch", "gdn", "--target", "x", "--out", "y"], "not both"),
-    (["train-drafter", "--target", "x"], "--target needs --out"),
+    (["train-drafter2", "--target", TARGET, "--out", "y"], "--target needs --drafter"),
+    (["train-drafter", "--arch", "gdn", "--target", TARGET, "--out", "y"], "not both"),
+    (["train-drafter", "--target", TARGET], "--target needs --out"),
 ])
 def test_train_drafter_refuses_unclear_targets(argv, message):
     with pytest.raises(SystemExit, match=message):
