@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .templating import render
+from .verdicts import decide
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -49,8 +52,7 @@ class Goal:
         return "not told apart" if not self.decided else "met" if self.met else "missed"
 
     def text(self) -> str:
-        met = {"met": "yes", "missed": "no", "not told apart": "not told apart (the 95% interval holds the target)"}
-        return f"goal: {self.goal}\n  target: {self.target}\n  got:    {self.got}\n  met:    {met[self.verdict]}"
+        return render("claims/goal", goal=self.goal, target=self.target, got=self.got, verdict=self.verdict)
 
 
 def as_goal(claim: "Claim | Goal") -> Goal:
@@ -70,7 +72,7 @@ def check(claim, expected=None, got=None, ok=None) -> None:
     """Print ``expected / got / match`` for a notebook claim and fail loudly if false.
     claim: a ``claims.Claim``, or its text with the other three values."""
     claim, expected, got, ok = _unpack(claim, expected, got, ok)
-    print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  match:    {bool(ok)}")
+    print(render("claims/check", claim=claim, expected=expected, got=got, ok=bool(ok)))
     if not ok:
         raise AssertionError(f"claim failed: {claim} (expected {expected}, got {got})")
 
@@ -81,8 +83,7 @@ def compare(claim, expected=None, got=None, reproduced=None) -> bool:
     ``Claim`` whose interval holds its threshold, that this run cannot tell."""
     decided = claim.decided if isinstance(claim, Claim) else True
     claim, expected, got, reproduced = _unpack(claim, expected, got, reproduced)
-    shown = bool(reproduced) if decided else "not told apart (the 95% interval holds the threshold)"
-    print(f"published: {claim}\n  expected:   {expected}\n  got:        {got}\n  reproduced: {shown}")
+    print(render("claims/compare", claim=claim, expected=expected, got=got, reproduced=bool(reproduced), decided=decided))
     return bool(reproduced)
 
 
@@ -97,6 +98,7 @@ class Record:
 
     def __init__(self) -> None:
         self.checks: list[Claim] = []
+        self.skipped: list[Claim] = []   # checks printed but not asserted (SMOKE, nothing to test): counted apart
         self.published: list[tuple[Claim, str | None]] = []
         self.goals: list[Goal] = []
 
@@ -108,9 +110,20 @@ class Record:
             claim, expected, got, ok = _unpack(claim, None, None, None)
             print(f"{claim}\n  expected: {expected}\n  got:      {got}\n  asserted: no (SMOKE: too few prompts; "
                   f"the full run asserts it; here it {'holds' if ok else 'does not hold'})")
+            self.skipped.append(claim)
             return
         check(claim)
         self.checks.append(claim)
+
+    def check_unless(self, skip: str | None, claim: "Claim") -> None:
+        """``lab.check_unless``, counted: a check that runs is one of ``checks`` (it raises when it
+        fails), a skipped one (``skip`` says why) one of ``skipped``, so the conclusion's count
+        holds every check the notebook printed."""
+        if not skip:
+            self.check(claim)
+            return
+        print(f"skipped:  {claim.claim}\n  why:      {skip}\n  got:      {claim.got}")
+        self.skipped.append(claim)
 
     def compare(self, claim: "Claim", why: str | None = None) -> bool:
         """A published claim: printed, never asserted; ``why`` (a ``reading`` sentence) is
@@ -139,7 +152,7 @@ class Record:
 def goal_count(goals) -> str:
     """'2 of 4 met' (', 1 not told apart' when an interval holds its target)."""
     met, open_ = sum(g.verdict == "met" for g in goals), sum(g.verdict == "not told apart" for g in goals)
-    return f"{met} of {len(goals)} met" + (f", {open_} not told apart (the interval holds the target)" if open_ else "")
+    return render("claims/goal_count", met=met, goals=len(goals), open=open_)
 
 
 def fmt_vs(value: float, bound: float, digits: int = 2) -> str:
@@ -160,12 +173,31 @@ def _interval(value: float, interval: dict | None, bound: float, digits: int = 4
     if not interval or math.isnan(interval.get("lo", math.nan)):
         return shown, True
     lo, hi = interval["lo"], interval["hi"]
-    return f"{shown} [{lo:.2f}, {hi:.2f}]", not (lo <= bound <= hi)
+    return f"{shown} [{lo:.2f}, {hi:.2f}]", decide(lo, hi, bound) != "tie"   # the one rule, on the printed ends
 
 
 def _series(values) -> str:
     """A short readable list, '1.00, 0.97, 0.95' (no brackets, no dict repr)."""
     return ", ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def _worded(name: str, values: dict) -> list[str]:
+    """The three lines of the template ``claims/<name>`` (``templating.render``): the claim (or
+    goal), what would confirm it (the target), what was measured; ``values``: its numbers."""
+    lines = render("claims/" + name, **values).split("\n")
+    if len(lines) != 3:
+        raise ValueError(f"template claims/{name} renders {len(lines)} lines; it must render 3 (claim, expected, got)")
+    return lines
+
+
+def _said(name: str, ok, decided=True, **values) -> Claim:
+    """A ``Claim`` worded by the template ``claims/<name>`` (``_worded``), ``ok`` and ``decided`` from code."""
+    return Claim(*_worded(name, values), ok, decided)
+
+
+def _aimed(name: str, met, decided=True, **values) -> Goal:
+    """A ``Goal`` worded by the template ``claims/<name>`` (``_worded``), ``met`` and ``decided`` from code."""
+    return Goal(*_worded(name, values), met, decided)
 
 
 # ----------------------------------------------------------------------------- shared
@@ -192,8 +224,7 @@ def above(claim: str, value: float, bound: float, what: str = "err") -> Claim:
 def same_tokens(spec_tokens: list, ar_tokens: list) -> Claim:
     """Speculative output equals AR token for token (T = 0, exact verification)."""
     same = list(spec_tokens) == list(ar_tokens)
-    return Claim("DDTree output equals AR token for token (T=0, exact verification)", "identical",
-                 "identical" if same else "different", same)
+    return _said("same_tokens", same, same=same)
 
 
 def fewer_calls(spec_calls: int, ar_calls: int) -> Claim:
@@ -206,16 +237,14 @@ def equals_specification(fast, spec) -> Claim:
     (``reference_generate``): tokens, acceptance lengths and tree sizes."""
     fields = ("tokens", "acceptance_lengths", "tree_sizes")
     differ = [f for f in fields if list(getattr(fast, f)) != list(getattr(spec, f))]
-    return Claim("generate equals the one-page specification (core/reference.py)", "identical " + ", ".join(fields),
-                 "identical" if not differ else "different " + ", ".join(differ), not differ)
+    return _said("equals_specification", not differ, fields=fields, differ=differ)
 
 
 # ----------------------------------------------------------------------------- 01
 
 def heap_matches_brute_force(mismatches: int, cases: int) -> Claim:
     """The heap builder equals brute force on every small case."""
-    return Claim("heap builder == brute force (nodes and order)", f"0 mismatches in {cases}", str(mismatches),
-                 cases > 0 and mismatches == 0)
+    return _said("heap_matches_brute_force", cases > 0 and mismatches == 0, cases=cases, mismatches=mismatches)
 
 
 def acceptance_rises(curve) -> Claim:
@@ -228,8 +257,7 @@ def acceptance_rises(curve) -> Claim:
 def diminishing_returns(curve, tol: float = 1e-12) -> Claim:
     """The gains never grow (nodes arrive in decreasing weight). curve: [B] values."""
     rise = pd.Series(curve, dtype=float).diff().diff().dropna()
-    return Claim("with diminishing returns (nodes arrive in decreasing weight)", "non-increasing gains",
-                 f"max increase of a gain {rise.max():.2e}", bool(len(rise) and rise.max() <= tol))
+    return _said("diminishing_returns", bool(len(rise) and rise.max() <= tol), rise=rise.max())
 
 
 def monotone(claim: str, expected: str, values: pd.Series, increasing: bool) -> Claim:
@@ -254,69 +282,60 @@ def leakage_per_node(errors: pd.DataFrame) -> list[Claim]:
     """The three per-node claims of notebook 02 on ``leakage.leakage_table`` rows
     (err_naive, err_fork, first_branch_before)."""
     clean, leaky = errors[~errors.first_branch_before], errors[errors.first_branch_before]
-    return [below("nodes with only ancestors before them are exact under naive verify", clean.err_naive.max(), 1e-4),
-            Claim("nodes after the first branch are wrong (leakage)", "median err > 1e-3",
-                  f"{leaky.err_naive.median():.2e} over {len(leaky)} nodes",
-                  bool(len(leaky) and leaky.err_naive.median() > 1e-3)),
-            below("fork (per-node state) agrees with wy everywhere", errors.err_fork.max(), 1e-4)]
+    return [below(render("claims/leakage_clean"), clean.err_naive.max(), 1e-4),
+            _said("leakage_after_branch", bool(len(leaky) and leaky.err_naive.median() > 1e-3),
+                  median=leaky.err_naive.median(), nodes=len(leaky)),
+            below(render("claims/leakage_fork"), errors.err_fork.max(), 1e-4)]
 
 
 def leakage_costs_acceptance(naive_tau: float, exact_tau: float, budget: int) -> Claim:
     """Naive tau is below exact tau at the largest budget."""
-    return Claim(f"leakage costs acceptance at the largest budget ({budget})", "naive tau < exact tau",
-                 f"{naive_tau:.3f} vs {exact_tau:.3f}", bool(naive_tau < exact_tau))
+    return _said("leakage_costs_acceptance", bool(naive_tau < exact_tau), budget=budget, naive=naive_tau, exact=exact_tau)
 
 
 def naive_peaks_early(naive_tau: pd.Series) -> Claim:
     """Published: naive tau peaks at a budget below the largest (index: budget)."""
     peak, big = int(naive_tau.idxmax()), int(naive_tau.index.max())
-    return Claim("naive verification \"kills acceptance past a budget of ~15\" (TreeWY, arXiv 2608.20961): naive tau "
-                 "peaks below the largest budget, then falls", f"peak < {big}",
-                 f"peak at {peak} (tau {naive_tau[peak]:.2f})", peak < big)
+    return _said("naive_peaks_early", peak < big, big=big, peak=peak, tau=naive_tau[peak])
 
 
 def crop_leaks_gdn(min_error_per_k: pd.Series) -> Claim:
     """transformers' crop leaves rejected tokens in the GDN state at every k (min over prompts)."""
-    return above("transformers' crop leaves the rejected tokens in the GDN state (every k)",
-                 float(min_error_per_k.min()), 1e-3, "min over prompts and k")
+    return above(render("claims/crop_leaks_gdn"), float(min_error_per_k.min()), 1e-3, "min over prompts and k")
 
 
 def crop_exact_mla(max_error: float) -> Claim:
     """The same crop is exact on MLA."""
-    return below("the same crop is exact on MLA (no recurrent state)", max_error, 1e-5)
+    return below(render("claims/crop_exact_mla"), max_error, 1e-5)
 
 
 def reference_loop_departs(departures: int, runs: int, unit: str = "prompt x block runs") -> Claim:
     """The reference loop departs from AR on at least one GDN run; ``runs``: how many runs the
     count is out of (e.g. prompts x block sizes), so the count says of what."""
-    return Claim("the reference loop departs from AR on some prompt (GDN)", f">= 1 of the {unit}",
-                 f"{departures} of {runs} {unit}", bool(runs > 0 and departures >= 1))
+    return _said("reference_loop_departs", bool(runs > 0 and departures >= 1), unit=unit, departures=departures, runs=runs)
 
 
 # ----------------------------------------------------------------------------- 03
 
 def precision_exact(max_err: pd.Series) -> list[Claim]:
     """Tree vs path forward, per setting (index: setting name): float64 harness and float32."""
-    return [below("float64 (harness): tree verification is exact to rounding", max_err["float64 + harness"], 1e-12),
+    return [below(render("claims/precision_float64"), max_err["float64 + harness"], 1e-12),
             below("float32: exact to float32 rounding", max_err["float32"], 1e-4)]
 
 
 def routing_identical(identical_share: float) -> Claim:
     """Expert routing is identical per token and layer (share of (node, layer) pairs)."""
-    got = "1.0" if identical_share == 1.0 else f"{identical_share:.6f}"
-    return Claim("expert routing identical per token and layer (float64)", "1.0", got, bool(identical_share == 1.0))
+    return _said("routing_identical", bool(identical_share == 1.0), identical=identical_share == 1.0, share=identical_share)
 
 
 def flips_at_near_ties(flip_margins, median_margin: float, share: float = 0.05) -> Claim:
     """bf16 argmax flips only where the top-2 margin is < ``share`` of the median margin."""
     margins = list(flip_margins)
     if not margins:   # nothing to test: never a vacuous match (the notebook skips the check and says so)
-        return Claim("bf16 argmax flips happen only at near-ties", f"flip margins < {share:.0%} of the median margin",
-                     "no flips on this run: no margin to test", False)
+        return _said("flips_at_near_ties", False, share=share, flips=0, worst=None, median=median_margin)
     worst = max(margins)
-    return Claim("bf16 argmax flips happen only at near-ties", f"flip margins < {share:.0%} of the median margin",
-                 f"max margin of {len(margins)} flips {worst:.4f} vs median {median_margin:.3f}",
-                 bool(worst < share * median_margin))
+    return _said("flips_at_near_ties", bool(worst < share * median_margin), share=share, flips=len(margins),
+                 worst=worst, median=median_margin)
 
 
 # ----------------------------------------------------------------------------- 04
@@ -332,30 +351,28 @@ def modes_exact_in_float64(f64: pd.Series) -> list[Claim]:
 def commit_exact(commit_err: pd.Series) -> Claim:
     """Cache after verify + commit equals a fresh prefill. commit_err: the max |difference| over
     every cache part (attention rows, conv and recurrent states), float64 (index: exact mode)."""
-    return below("commit leaves the cache of a fresh prefill (float64)", float(commit_err.max()), 1e-12)
+    return below(render("claims/commit_exact"), float(commit_err.max()), 1e-12)
 
 
 def fork_equals_wy(tau_fork: pd.Series, tau_wy: pd.Series) -> Claim:
     """fork and wy decode identically: same tau at every budget (index: budget)."""
     gap = float((tau_fork - tau_wy).abs().max())
-    return Claim("fork and wy decode identically (both exact)", "same tau at every budget",
-                 f"max |difference| {gap:.2e}", bool(gap < 1e-9))
+    return _said("fork_equals_wy", bool(gap < 1e-9), gap=gap)
 
 
 def exact_restores_acceptance(tau_wy: pd.Series, tau_naive: pd.Series) -> Claim:
     """wy tau at the largest budget beats naive's best tau (index: budget)."""
     big = int(tau_wy.index.max())
-    return Claim("exact verification restores acceptance: wy tau at the largest budget beats naive's best tau",
-                 f"wy tau at {big} > naive's highest tau (any budget)",
-                 f"{tau_wy[big]:.3f} vs {tau_naive.max():.3f}", bool(tau_wy[big] > tau_naive.max()))
+    return _said("exact_restores_acceptance", bool(tau_wy[big] > tau_naive.max()), big=big, wy=tau_wy[big],
+                 naive=tau_naive.max())
 
 
 def rises_like_mla(tau_gdn: pd.Series, tau_mla: pd.Series) -> Claim:
     """GDN (exact) and MLA tau both higher at the largest budget than at the smallest."""
     lo, hi = int(tau_gdn.index.min()), int(tau_gdn.index.max())
     ok = tau_gdn[hi] > tau_gdn[lo] and tau_mla[hi] > tau_mla[lo]
-    return Claim("GDN exact tau rises with budget like MLA's", f"tau({hi}) > tau({lo}) for both",
-                 f"gdn {tau_gdn[lo]:.2f}->{tau_gdn[hi]:.2f}, mla {tau_mla[lo]:.2f}->{tau_mla[hi]:.2f}", bool(ok))
+    return _said("rises_like_mla", bool(ok), hi=hi, lo=lo, gdn_lo=tau_gdn[lo], gdn_hi=tau_gdn[hi], mla_lo=tau_mla[lo],
+                 mla_hi=tau_mla[hi])
 
 
 # ----------------------------------------------------------------------------- 05
@@ -365,8 +382,8 @@ def tau_keeps_rising(arch: str, tau: pd.Series) -> Claim:
     budget: never the largest against itself) (index: budget)."""
     big = int(tau.index.max())
     ref = 16 if 16 in tau.index and 16 < big else int(tau.index.min())
-    return Claim(f"{arch}: acceptance keeps rising up to the largest budgets", f"tau({big}) >= tau({ref})",
-                 f"{tau[big]:.3f} vs {tau[ref]:.3f}", bool(ref < big and tau[big] >= tau[ref]))
+    return _said("tau_keeps_rising", bool(ref < big and tau[big] >= tau[ref]), arch=arch, big=big, ref=ref,
+                 at_big=tau[big], at_ref=tau[ref])
 
 
 def tree_beats_chain(claim: str, tree_tau: float, chain_tau: float, note: str = "") -> Claim:
@@ -379,35 +396,28 @@ def tree_beats_chain(claim: str, tree_tau: float, chain_tau: float, note: str = 
 
 def ranks_ordered(rank0_observed: float, branch_observed: float) -> Claim:
     """The target accepts the drafter's rank-0 token more often than its rank-1+ branches."""
-    return Claim("the drafter's rank 0 is accepted more often than its rank 1+ branches (observed)",
-                 "rank 0 rate > rank 1+ rate", f"{rank0_observed:.3f} vs {branch_observed:.3f}",
-                 bool(rank0_observed > branch_observed))
+    return _said("ranks_ordered", bool(rank0_observed > branch_observed), rank0=rank0_observed, branch=branch_observed)
 
 
 def branches_overpredicted(branch: pd.DataFrame) -> Claim:
     """Published: rank-1+ observed < 0.5 x predicted (rows: arch, predicted, observed)."""
-    got = "; ".join(f"{r.arch}: predicted {r.predicted:.3f}, observed {r.observed:.3f}" for r in branch.itertuples())
-    return Claim("rank-1+ branches are accepted far below the surrogate's prediction (the sibling-conditioning "
-                 "gap, CaDDTree, arXiv 2606.01813)",
-                 "observed < 0.5 x predicted for rank 1+", got,
-                 bool(len(branch) and (branch.observed.values < 0.5 * branch.predicted.values).all()))
+    far = bool(len(branch) and (branch.observed.values < 0.5 * branch.predicted.values).all())
+    return _said("branches_overpredicted", far, rows=list(branch.itertuples()))
 
 
 def surrogate_within(ratios: dict, tol: float = 0.25) -> Claim:
     """Observed / surrogate accepted tokens per round within 1 +- ``tol`` for every arch."""
     got = ", ".join(f"{a} {fmt_vs(r, 1 + tol if r > 1 else 1 - tol)}" for a, r in ratios.items())
     ok = all(1 - tol <= r <= 1 + tol for r in ratios.values())
-    return Claim(f"the surrogate predicts accepted tokens per round within {tol:.0%}",
-                 f"observed / surrogate in [{1 - tol:.2f}, {1 + tol:.2f}]", got, bool(ratios) and ok)
+    return _said("surrogate_within", bool(ratios) and ok, tol=tol, lo=1 - tol, hi=1 + tol, ratios=got)
 
 
 def continuation_valid(cont: pd.DataFrame) -> Claim:
     """The continuation table is non-empty and every rate a probability."""
     rates = cont[["predicted", "observed"]].stack()
     ok = len(cont) > 0 and bool(rates.between(0, 1).all())
-    return Claim("the continuation table (outside loops) is non-empty, every rate a probability",
-                 "rows > 0, in [0, 1]", f"{len(cont)} rows, rates in [{rates.min():.3g}, {rates.max():.3g}]"
-                 if len(cont) else "0 rows", ok)
+    return _said("continuation_valid", ok, rows=len(cont), lo=rates.min() if len(cont) else None,
+                 hi=rates.max() if len(cont) else None)
 
 
 def after_sibling_gap(arch: str, main: float, sibling: float, n_sibling: int, interval: dict | None = None,
@@ -417,11 +427,9 @@ def after_sibling_gap(arch: str, main: float, sibling: float, n_sibling: int, in
     (``verdicts.pooled_ratio``); when it holds ``bound`` the claim is not told apart here."""
     ratio = sibling / main if main else math.nan
     shown, decided = _interval(ratio, interval, bound)
-    return Claim(f"{arch}: after a rank >= 1 sibling the next depth is accepted far less often than on the main "
-                 "path (a published 27B measurement: 22% vs 65-84%)",
-                 f"after-sibling / main-path rate < {bound}, outside loops",
-                 f"{sibling:.4f} / {main:.4f} = {shown} ({n_sibling:.0f} nodes after a sibling)",
-                 bool(n_sibling > 0 and decided and ratio < bound), decided=bool(n_sibling > 0 and decided) or n_sibling == 0)
+    return _said("after_sibling_gap", bool(n_sibling > 0 and decided and ratio < bound),
+                 bool(n_sibling > 0 and decided) or n_sibling == 0, arch=arch, bound=bound, sibling=sibling, main=main,
+                 shown=shown, n_sibling=n_sibling)
 
 
 # ----------------------------------------------------------------------------- 07
@@ -429,9 +437,8 @@ def after_sibling_gap(arch: str, main: float, sibling: float, n_sibling: int, in
 def batching_pays(arch: str, ar_tokens_per_s: pd.Series) -> Claim:
     """Batched AR tokens/s higher at the largest concurrency than at the smallest (index: concurrency)."""
     lo, hi = ar_tokens_per_s.index.min(), ar_tokens_per_s.index.max()
-    return Claim(f"{arch}: batching pays for AR", f"batched AR tokens/s at concurrency {hi} > at {lo}",
-                 f"{ar_tokens_per_s[hi]:.1f} vs {ar_tokens_per_s[lo]:.1f}",
-                 bool(hi > lo and ar_tokens_per_s[hi] > ar_tokens_per_s[lo]))
+    return _said("batching_pays", bool(hi > lo and ar_tokens_per_s[hi] > ar_tokens_per_s[lo]), arch=arch, hi=hi, lo=lo,
+                 at_hi=ar_tokens_per_s[hi], at_lo=ar_tokens_per_s[lo])
 
 
 def best_budget_shrinks(arch: str, best_budget: pd.Series, tied: pd.Series | None = None) -> Claim:
@@ -443,9 +450,8 @@ def best_budget_shrinks(arch: str, best_budget: pd.Series, tied: pd.Series | Non
     ties = tied if tied is not None else best_budget.map(lambda b: (int(b),))
     label = lambda c, b: f"{int(b)} (c={c})" if len(ties[c]) == 1 else f"{int(b)}, tied {'/'.join(map(str, ties[c]))} (c={c})"  # noqa: E731
     path = " -> ".join(label(c, b) for c, b in best_budget.items())
-    return Claim(f"{arch}: the best tree budget shrinks as the batch grows (vLLM PR 42910, CAST)",
-                 f"best budget at {hi} < at {lo}" + (", outside the noise" if tied is not None else ""), path,
-                 bool(max(ties[hi]) < min(ties[lo])))
+    return _said("best_budget_shrinks", bool(max(ties[hi]) < min(ties[lo])), arch=arch, hi=hi, lo=lo,
+                 tied=tied is not None, path=path)
 
 
 def auto_near_best(arch: str, auto_vs_best: pd.Series, floor: float = 0.9, lo: pd.Series | None = None,
@@ -463,16 +469,14 @@ def auto_near_best(arch: str, auto_vs_best: pd.Series, floor: float = 0.9, lo: p
         below = any(d and auto_vs_best[c] < floor for c, (_, d) in shown.items())
         ok = all(d and auto_vs_best[c] >= floor for c, (_, d) in shown.items())
         decided = ok or below
-    return Claim(f"{arch}: auto stays within {1 - floor:.0%} of the best fixed budget at every concurrency",
-                 f"auto tokens/s / best fixed >= {floor:.2f} everywhere", ratios, ok, decided)
+    return _said("auto_near_best", ok, decided, arch=arch, margin=1 - floor, floor=floor, ratios=ratios)
 
 
 # ----------------------------------------------------------------------------- 08
 
 def dflash2_lossless(equal: int, total: int) -> Claim:
     """DFlash 2 decoding (linear and conditional trees) equals AR at T = 0 on every prompt row."""
-    return Claim("DFlash 2 (linear and DDTree-64 conditional) equals AR at T = 0 on every prompt",
-                 "all equal", f"{equal} / {total} equal", bool(total > 0 and equal == total))
+    return _said("dflash2_lossless", bool(total > 0 and equal == total), equal=equal, total=total)
 
 
 def conditional_tree_gain(arch: str, conditional: float, marginal: float, goal: float = 1.15,
@@ -482,8 +486,8 @@ def conditional_tree_gain(arch: str, conditional: float, marginal: float, goal: 
     (``verdicts.pooled_ratio``): when it holds the goal, the goal is not told apart."""
     ratio = conditional / marginal if marginal else float("nan")
     shown, decided = _interval(ratio, interval, goal)
-    return Claim(f"{arch}: DDTree-64 tau over DFlash 2 conditional >= {goal}x over DFlash marginals, outside loops, T = 0",
-                 f">= {goal}", f"{conditional:.4f} / {marginal:.4f} = {shown}", bool(decided and ratio >= goal), decided)
+    return _said("conditional_tree_gain", bool(decided and ratio >= goal), decided, arch=arch, goal=goal,
+                 conditional=conditional, marginal=marginal, shown=shown)
 
 
 def sibling_collapse_closed(arch: str, after_sibling: float, main_path: float, nodes: int, goal: float = 0.85,
@@ -493,9 +497,8 @@ def sibling_collapse_closed(arch: str, after_sibling: float, main_path: float, n
     that divide to the ratio shown, and the ratio's 95% interval (``interval``) when given."""
     ratio = after_sibling / main_path if main_path else float("nan")
     shown, decided = _interval(ratio, interval, goal)
-    return Claim(f"{arch}: right after a rank >= 1 sibling, conditional trees go on >= {goal}x as often as on the "
-                 "main path", f">= {goal}", f"{after_sibling:.4f} / {main_path:.4f} = {shown} ({nodes} nodes)",
-                 bool(nodes > 0 and decided and ratio >= goal), decided or nodes == 0)
+    return _said("sibling_collapse_closed", bool(nodes > 0 and decided and ratio >= goal), decided or nodes == 0,
+                 arch=arch, goal=goal, after_sibling=after_sibling, main_path=main_path, shown=shown, nodes=nodes)
 
 
 def compiled_loop_goal(arch: str, loops: pd.DataFrame, goal: float = 1.3) -> Goal:
@@ -508,27 +511,25 @@ def compiled_loop_goal(arch: str, loops: pd.DataFrame, goal: float = 1.3) -> Goa
                                                               "hi": worst["compiled/eager_hi"]}, goal, 3)
     breaks = int(loops.graph_breaks.max())
     met = bool(worst["compiled/eager"] >= goal and decided and breaks == 0)
-    return Goal(f"{arch}: the lab's compiled loop >= {goal:.1f}x its eager loop, 0 graph breaks", f">= {goal:.2f}x, 0 breaks",
-                f"{shown.replace(' [', 'x [', 1) if ' [' in shown else shown + 'x'} at its slowest loop "
-                f"({worst.method} {worst.budget}), {breaks} breaks",
-                met, decided or breaks > 0)
+    return _aimed("compiled_loop_goal", met, decided or breaks > 0, arch=arch, goal=goal, breaks=breaks,
+                  shown=shown.replace(" [", "x [", 1) if " [" in shown else shown + "x", method=worst.method,
+                  budget=worst.budget)
 
 
 def drafter_grid_goals(pick: pd.Series, previous: pd.Series, tf_floor: float, prompts: int) -> list[Goal]:
     """Issue 27's goals for the drafter a grid picks (``drafter_grid.ship_rule`` row) of one
     target, against the previous release's drafter on the same lenses (``prompts``: HumanEval
     prompts decoded)."""
-    arch, scope = pick["arch"], f"{prompts} HumanEval prompts, block 8"
+    arch = pick["arch"]
     pairs = [("free-running DFlash tau, all rounds", "decode_dflash_tau"),
              ("free-running DFlash tau, outside loops", "decode_dflash_tau_outside_loops")]
-    goals = [Goal(f"{arch}: {what} >= the previous drafter's ({scope})", f">= {previous[col]:.2f}",
-                  f"{pick[col]:.2f}", bool(pick[col] >= previous[col])) for what, col in pairs]
-    goals.append(Goal(f"{arch}: free-running DFlash tau >= 3.0 ({scope})", ">= 3.0", f"{pick['decode_dflash_tau']:.2f}",
-                      bool(pick["decode_dflash_tau"] >= 3.0)))
-    goals.append(Goal(f"{arch}: teacher-forced DFlash tau on real code >= the drafter shipped before the grid", f">= {tf_floor:.2f}",
-                      f"{pick['tf_dflash_tau']:.2f}", bool(pick["tf_dflash_tau"] >= tf_floor)))
-    goals.append(Goal(f"{arch}: teacher-forced DDTree-64 tau on real code >= 2.5", ">= 2.5",
-                      f"{pick['tf_ddtree64_tau']:.2f}", bool(pick["tf_ddtree64_tau"] >= 2.5)))
+    goals = [_aimed("drafter_grid_previous", bool(pick[col] >= previous[col]), arch=arch, what=what, prompts=prompts,
+                    previous=previous[col], got=pick[col]) for what, col in pairs]
+    goals.append(_aimed("drafter_grid_tau", bool(pick["decode_dflash_tau"] >= 3.0), arch=arch, prompts=prompts,
+                        got=pick["decode_dflash_tau"]))
+    goals.append(_aimed("drafter_grid_teacher_forced", bool(pick["tf_dflash_tau"] >= tf_floor), arch=arch, floor=tf_floor,
+                        got=pick["tf_dflash_tau"]))
+    goals.append(_aimed("drafter_grid_tree", bool(pick["tf_ddtree64_tau"] >= 2.5), arch=arch, got=pick["tf_ddtree64_tau"]))
     return goals
 
 
@@ -540,15 +541,13 @@ def rules_lossless(table: pd.DataFrame) -> Claim:
     (rule, passed, p_value, temperature, samples)."""
     got = ", ".join(f"{r.rule} p = {r.p_value:.2g}" for r in table.itertuples())
     t = float(table.temperature.iloc[0]) if len(table) else math.nan
-    return Claim(f"every rule, DDTree's and one's own, is lossless at T = {t:g} (check_lossless, "
-                 f"{int(table.samples.max()) if len(table) else 0} runs each)", "passed: family p >= 0.001 for every rule",
-                 got or "no rule checked", bool(len(table)) and bool(table.passed.all()))
+    return _said("rules_lossless", bool(len(table)) and bool(table.passed.all()), temperature=t,
+                 runs=int(table.samples.max()) if len(table) else 0, p_values=got)
 
 
 def biased_walk_caught(p_value: float, epsilon: float = 1.0) -> Claim:
     """``check_lossless`` fails the deliberately biased walk (``lossless.biased_walk``)."""
-    return Claim(f"check_lossless fails a walk biased on purpose (epsilon = {epsilon:g})", "p < 0.001",
-                 f"p = {p_value:.2g}", bool(p_value < 1e-3))
+    return _said("biased_walk_caught", bool(p_value < 1e-3), epsilon=epsilon, p_value=p_value)
 
 
 # ----------------------------------------------------------------------------- notebook 10 (issue 61)
@@ -558,8 +557,7 @@ def independent_union_exact(union: pd.DataFrame, n: int, k: int) -> Claim:
     rows = union[union.kind == "independent"]
     want = n * (1 - (1 - k / n) ** (rows.budget + 1))
     err = float((rows.experts - want).abs().max()) if len(rows) else math.inf
-    return Claim(f"independent-routing rows = n (1 - (1 - k/n)^(budget + 1)), n = {n}, k = {k}",
-                 "max |stored - formula| < 1e-3", f"{err:.1e} over {len(rows)} rows", bool(len(rows) and err < 1e-3))
+    return _said("independent_union_exact", bool(len(rows) and err < 1e-3), n=n, k=k, err=err, rows=len(rows))
 
 
 def union_grows_with_the_tree(union: pd.DataFrame) -> Claim:
@@ -569,54 +567,38 @@ def union_grows_with_the_tree(union: pd.DataFrame) -> Claim:
     tree = union[union.kind == "tree"].groupby("budget")["experts"].mean()
     token = float(union[union.kind == "token"].experts.mean())
     ok = bool(len(tree) > 1 and (tree.diff().dropna() >= 0).all() and tree.iloc[-1] > token)
-    return Claim("a larger draft tree loads more distinct experts per MoE layer (MoE-Spec, EVICT)",
-                 f"non-decreasing in the budget and above one token's {token:g}",
-                 f"{tree.iloc[0]:.2f} at budget {tree.index[0]} -> {tree.iloc[-1]:.2f} at {tree.index[-1]}", ok)
+    return _said("union_grows_with_the_tree", ok, token=token, first=tree.iloc[0], first_budget=tree.index[0],
+                 last=tree.iloc[-1], last_budget=tree.index[-1])
 
 
 def expert_auto_lossless(table: pd.DataFrame) -> Claim:
     """Every config of the expert-auto run (both ``auto`` variants included) equals AR at T = 0."""
     worst = float(table.matches_ar.min()) if len(table) else 0.0
-    return Claim("expert-aware and node-count auto equal AR token for token (T = 0)", "every prompt: 1.0",
-                 f"min share of prompts equal to AR {worst:.3f} over {len(table)} configs", bool(len(table) and worst == 1.0))
+    return _said("expert_auto_lossless", bool(len(table) and worst == 1.0), worst=worst, configs=len(table))
 
 
 def one_calibration_per_stack(published: pd.DataFrame) -> Claim:
     """Each fitted stack has exactly one calibration point; every other published point is predicted."""
     counts = published.groupby("stack")["calibration"].sum()
     predicted = int((~published.calibration.astype(bool)).sum())
-    return Claim("one calibration per software stack, every other published point a prediction",
-                 "exactly 1 fitted point per stack", ", ".join(f"{s}: {int(c)}" for s, c in counts.items())
-                 + f"; {predicted} predicted", bool(len(counts) and (counts == 1).all() and predicted >= 1))
+    return _said("one_calibration_per_stack", bool(len(counts) and (counts == 1).all() and predicted >= 1),
+                 counts=", ".join(f"{s}: {int(c)}" for s, c in counts.items()), predicted=predicted)
 
 
 def projection_reaches(table: pd.DataFrame, model: str, accelerator: str, budget: int = 512) -> Claim:
     """The projection holds ``model`` on ``accelerator`` to ``budget`` under every stack and routing bound."""
     rows = table[(table.model == model) & (table.accelerator == accelerator) & (table.method == "ddtree")]
     top = rows.groupby(["stack", "routing"])["budget"].max()
-    return Claim(f"{model} on {accelerator}: projected to budget {budget} under every stack and routing bound",
-                 f"every curve ends at {budget}", _series([f"{s}/{r}: {int(b)}" for (s, r), b in top.items()]),
-                 bool(len(top) >= 2 and (top >= budget).all()))
+    return _said("projection_reaches", bool(len(top) >= 2 and (top >= budget).all()), model=model, accelerator=accelerator,
+                 budget=budget, ends=_series([f"{s}/{r}: {int(b)}" for (s, r), b in top.items()]))
 
 
 def predictions_within(published: pd.DataFrame, tol: float = 0.25, least: int = 3) -> Goal:
     """Issue 61's goal: at least ``least`` published points predicted, each within ``tol``."""
     pred = published[~published.calibration.astype(bool)]
     worst = float(pred.error.abs().max()) if len(pred) else math.inf
-    return Goal(f"every predicted published point within {tol:.0%} of its published speedup, >= {least} predicted",
-                f"max |error| <= {tol:.2f}, >= {least} points", f"max |error| {fmt_vs(worst, tol)} over {len(pred)} points",
-                bool(len(pred) >= least and worst <= tol))
-
-
-def expert_auto_projected(policies: pd.DataFrame, where: str, floor: float = 0.97) -> Goal:
-    """Issue 61's goal, projected: expert-aware auto >= ``floor`` x the best fixed budget and >= every
-    node-count auto (``gpu_projection.auto_projection`` rows)."""
-    rate = policies.set_index("policy")["vs_best_fixed"]
-    mine = float(rate["expert-aware auto"])
-    nodes = float(max(v for k, v in rate.items() if k.startswith("node-count")))
-    return Goal(f"{where}: expert-aware auto >= {floor} x the best fixed budget and >= node-count auto (projected)",
-                f">= {floor} and >= {nodes:.3f} (the better node-count auto)", f"{fmt_vs(mine, floor, 3)} x the best fixed",
-                bool(mine >= floor and mine >= nodes))
+    return _aimed("predictions_within", bool(len(pred) >= least and worst <= tol), tol=tol, least=least,
+                  worst=fmt_vs(worst, tol), points=len(pred))
 
 
 def expert_auto_measured(table: pd.DataFrame) -> Goal:
@@ -624,18 +606,82 @@ def expert_auto_measured(table: pd.DataFrame) -> Goal:
     (one interleaved run) and lossless."""
     auto = table[table.budget.astype(str) == "auto"].set_index("cost")
     mine, nodes = float(auto.loc["experts", "tokens_per_s"]), float(auto.loc["nodes", "tokens_per_s"])
-    return Goal("MLA target, this CPU: expert-aware auto tokens/s >= node-count auto's, lossless",
-                f">= {nodes:.1f} tokens/s, equal to AR", f"{fmt_vs(mine, nodes, 1)} tokens/s, "
-                f"equal to AR on {float(auto.loc['experts', 'matches_ar']):.0%} of prompts",
-                bool(mine >= nodes and auto.loc["experts", "matches_ar"] == 1.0))
+    return _aimed("expert_auto_measured", bool(mine >= nodes and auto.loc["experts", "matches_ar"] == 1.0), nodes=nodes,
+                  mine=fmt_vs(mine, nodes, 1), share=float(auto.loc["experts", "matches_ar"]))
 
 
-def seed_budget(stop: pd.DataFrame, where: str, low: int = 64) -> Claim:
-    """The seed's hypothesis: on Kimi K2.6, budgets of 64-128+ keep paying. Reproduced when the
-    best projected budget is at least ``low`` under every routing bound (``gpu_projection.stop_paying``)."""
-    best = stop.set_index("routing")["best_budget"]
-    return Claim(f"{where}: trees keep paying to budgets of 64-128+ (the seed)", f"best budget >= {low} under every bound",
-                 ", ".join(f"{r}: best {int(b)}" for r, b in best.items()), bool(len(best) and (best >= low).all()))
+def seed_large_budgets(bounds: pd.DataFrame, plausible_ms: float = 2.0, low: int = 64) -> Claim:
+    """The seed's hypothesis: on Kimi K2.6 budgets of 64-128+ keep paying. Reproduced when, at a
+    fixed cost per forward of at most ``plausible_ms`` (a fused tensor-parallel stack), some budget
+    >= ``low`` pays (within 5% of the best tree and at least the chain) in every cell of
+    ``k26_bounds.csv`` (every routing, chain tau and tree gain)."""
+    near = bounds[bounds.fixed_ms <= plausible_ms]
+    pays = near.budget_64_plus_pays.astype(bool)
+    anywhere = bounds[bounds.budget_64_plus_pays.astype(bool)].fixed_ms
+    return Claim(f"Kimi K2.6: trees pay to budgets of {low}-128+ (the seed)",
+                 f"a budget >= {low} pays in every cell at <= {plausible_ms:g} ms of fixed cost per forward",
+                 f"pays in {int(pays.sum())} of {len(near)} such cells; the smallest fixed cost where it pays in any "
+                 f"cell: {f'{anywhere.min():g} ms' if len(anywhere) else 'none up to the largest'}",
+                 bool(len(near) and pays.all()))
+
+
+def bounds_cover(bounds: pd.DataFrame, least=(7, 3, 2, 2)) -> Claim:
+    """Issue 69's bounds: at least 7 fixed costs x 3 routings x 2 chain taus x 2 tree gains, every
+    combination a row."""
+    axes = ["fixed_ms", "routing", "chain_tau", "tree_gain"]
+    sizes = [bounds[a].nunique() for a in axes]
+    full = len(bounds.drop_duplicates(axes)) == len(bounds) == math.prod(sizes)
+    return Claim("the K2.6 bounds cover fixed cost x routing x chain tau x tree gain",
+                 " x ".join(f">= {n} {a}" for n, a in zip(least, axes)) + ", one row per cell",
+                 " x ".join(map(str, sizes)) + f" = {len(bounds)} rows",
+                 bool(full and all(n >= m for n, m in zip(sizes, least))))
+
+
+def no_tau_on_cap(taus: pd.Series, margin: float = 1e-6) -> Claim:
+    """No projected tau(B) sits on its B + 1 cap for B >= 2 (index: budget)."""
+    rows = taus[taus.index >= 2]
+    gap = float((rows.index + 1 - rows).min()) if len(rows) else -math.inf
+    return Claim("no projected tau sits on its B + 1 cap (B >= 2)", "min over B of (B + 1 - tau) > 0",
+                 f"{gap:.3f} over {len(rows)} budgets", bool(len(rows) and gap > margin))
+
+
+def unions_predicted(published: pd.DataFrame, held: float = 0.15, other: float = 0.30) -> Goal:
+    """Issue 69's goal: every published union a fit did not use predicted within ``held``; a MoE no fit
+    used (another model than any fitted point's) within ``other`` (``expert_union_published.csv``)."""
+    fits = published[published.fit.str.startswith("laguna")]
+    held_out = fits[~fits.calibration.astype(bool)]
+    fitted_models = set(fits[fits.calibration.astype(bool)].model)
+    foreign = held_out[~held_out.model.isin(fitted_models)]
+    same = held_out[held_out.model.isin(fitted_models)]
+    worst, far = float(same.error.abs().max()), float(foreign.error.abs().max())
+    return Goal(f"published unions not fitted on: same model within {held:.0%}, another MoE within {other:.0%}",
+                f"<= {held:.2f} and <= {other:.2f}", f"max |error| {worst:.3f} (same model), {far:.3f} (another MoE)",
+                bool(len(same) and len(foreign) and worst <= held and far <= other))
+
+
+def auto_never_loses(table: pd.DataFrame, floor: float = 0.95) -> Goal:
+    """Issue 69's goal: auto's pooled tokens/s >= ``floor`` x the best of the chain and every fixed
+    budget, on every target, and equal to AR (``auto_chain.csv``)."""
+    auto = table[table.config == "ddtree-auto"]
+    got = ", ".join(f"{r.arch} {r.vs_best:.3f} (paired {r.vs_best_paired:.3f} [{r.vs_best_lo:.3f}, {r.vs_best_hi:.3f}] "
+                    f"vs {r.best_rival})" for r in auto.itertuples())
+    return Goal(f"auto >= {floor} x the best of the chain and every fixed budget (pooled tokens/s), lossless",
+                f">= {floor} on every target, equal to AR", got,
+                bool(len(auto) >= 2 and (auto.vs_best >= floor).all() and (auto.matches_ar == 1.0).all()))
+
+
+def validated_only_where_better(check: pd.DataFrame) -> Claim:
+    """A published point is "validated" only where the cost model alone beats the trivial baseline
+    (speedup = tau x c), and the kernel floor is "not validated" (``projection_validation.csv``)."""
+    rows = check[check.verdict != "fitted"]
+    better = rows.cost_only_error.abs() < rows.baseline_error.abs()
+    consistent = ((rows.verdict == "validated") == better.fillna(False)).all()
+    floor = check[check["stack"] == "kernel-floor"].verdict
+    n = int((rows.verdict == "validated").sum())
+    return Claim("'validated' only where the cost model beats the trivial baseline; the kernel floor not validated",
+                 "verdicts agree with the errors; kernel floor 'not validated'",
+                 f"{n} of {int(rows.cost_only_error.notna().sum())} predicted points validated; kernel floor: "
+                 f"{', '.join(floor)}", bool(consistent and len(floor) and (floor == "not validated").all()))
 
 
 def projection_rebuilt(stored: pd.DataFrame, rebuilt: pd.DataFrame) -> Claim:
@@ -643,8 +689,7 @@ def projection_rebuilt(stored: pd.DataFrame, rebuilt: pd.DataFrame) -> Claim:
     same = len(stored) == len(rebuilt)
     rel = float(((stored.predicted_speedup - rebuilt.predicted_speedup) / rebuilt.predicted_speedup).abs().max()) \
         if same else math.inf
-    return Claim("the stored projection is rebuilt from the stores", "same rows, relative difference < 1e-5 "
-                 "(the table's 6 significant digits)", f"{len(rebuilt)} rows, {rel:.1e}", bool(same and rel < 1e-5))
+    return _said("projection_rebuilt", bool(same and rel < 1e-5), rows=len(rebuilt), rel=rel)
 
 
 # ----------------------------------------------------------------------------- 11
@@ -655,17 +700,15 @@ def families_naive_exact_before_branch(leak, departs=("JambaForCausalLM",)) -> C
     on a cache departs from its own decode: Jamba's scan starts from a zero state)."""
     rows = leak[~leak.after_branch & ~leak["class"].isin(departs)]
     worst = float(rows.max_dlogit.max()) if len(rows) else float("nan")
-    return Claim("the naive verify is exact before the first branch, every family",
-                 "max |dlogit| <= 1e-6 on every class", f"{worst:.1e} over {rows['class'].nunique()} classes",
-                 len(rows) > 0 and worst <= 1e-6)
+    return _said("families_naive_exact_before_branch", len(rows) > 0 and worst <= 1e-6, worst=worst,
+                 classes=rows["class"].nunique())
 
 
 def families_naive_leaks(leak) -> Claim:
     """After the first branch the naive verify departs from the node's own path, in every class."""
     per = leak[leak.after_branch].groupby("class").max_dlogit.max()
-    got = f"smallest {per.min():.1e} ({per.idxmin()}), {len(per)} classes" if len(per) else "no branched node"
-    return Claim("the naive verify leaks after the first branch, in every hybrid class",
-                 "max |dlogit| > 1e-4 in every class", got, len(per) > 0 and bool((per > 1e-4).all()))
+    return _said("families_naive_leaks", len(per) > 0 and bool((per > 1e-4).all()), classes=len(per),
+                 smallest=per.min() if len(per) else None, which=per.idxmin() if len(per) else None)
 
 
 def families_exact_equal_ar(table) -> Claim:
@@ -674,9 +717,7 @@ def families_exact_equal_ar(table) -> Claim:
     step departs from the model's own prefill, as Nemotron-H's does)."""
     exact = table[table["mode"] == "exact"]
     low = float(exact.matches_full_forward.min()) if len(exact) else float("nan")
-    return Claim("exact tree verification equals greedy decoding by the full forward, every family and budget",
-                 "share of prompts equal: 1.00", f"min {low:.2f} over {len(exact)} (family, budget) rows",
-                 len(exact) > 0 and low == 1.0)
+    return _said("families_exact_equal_ar", len(exact) > 0 and low == 1.0, low=low, rows=len(exact))
 
 
 def families_naive_departs(table) -> Claim:
@@ -684,7 +725,32 @@ def families_naive_departs(table) -> Claim:
     prompt of every family at the largest budget."""
     top = table[(table["mode"] == "naive") & (table.budget == table.budget.max())]
     worst = top.set_index("family").matches_full_forward
-    return Claim("the naive verify's output departs from greedy decoding in every family (largest budget)",
-                 "share of prompts equal < 1 in every family",
-                 ", ".join(f"{f} {v:.2f}" for f, v in worst.items()) or "no row",
-                 len(worst) > 0 and bool((worst < 1).all()))
+    return _said("families_naive_departs", len(worst) > 0 and bool((worst < 1).all()),
+                 shares=", ".join(f"{f} {v:.2f}" for f, v in worst.items()))
+
+
+# ----------------------------------------------------------------------------- 12
+
+def unlikelihood_goal(row, loops: str = "loop_share_tail", max_loops: float = 0.20, max_delta: float = 0.10) -> Claim:
+    """Issue 70's goal for one fine-tuned target (a row of data/results/unlikelihood.csv): its
+    greedy loop share (``loops``: the issue's tail lens, or "loop_share_lens") at most
+    ``max_loops`` with its HumanEval-solution loss within ``max_delta`` nats of the shipped one's."""
+    lens = "tail lens" if loops == "loop_share_tail" else "the lab's lens"
+    return Claim(f"{row['arch']}: {row['run']} loops on <= {max_loops:.0%} of prompts ({lens}) within "
+                 f"+{max_delta:.2f} nats of the shipped HumanEval-solution loss",
+                 f"loop share <= {max_loops:.2f}, delta loss <= +{max_delta:.2f}",
+                 f"loop share {fmt_vs(row[loops], max_loops)}, delta loss {row['delta_loss']:+.3f}",
+                 bool(row[loops] <= max_loops and row["delta_loss"] <= max_delta))
+
+
+def unlikelihood_deltas_consistent(table) -> Claim:
+    """Every fine-tuned row's delta_loss is its solution loss minus its target's shipped row's
+    (the table is one measurement, not numbers from two ways of computing the loss)."""
+    shipped = table[table.candidates == "shipped"].set_index("arch").solution_loss
+    tuned = table[table.candidates != "shipped"]
+    gap = (tuned.delta_loss - (tuned.solution_loss - tuned.arch.map(shipped))).abs()
+    worst = float(gap.max()) if len(tuned) else float("nan")
+    return Claim("each fine-tune's delta loss is measured against its own shipped target's row",
+                 "|delta - (loss - shipped loss)| <= 1e-9, a shipped row per arch",
+                 f"{worst:.1e} over {len(tuned)} runs, shipped rows for {sorted(shipped.index)}",
+                 bool(len(tuned) and set(tuned.arch) <= set(shipped.index) and worst <= 1e-9))

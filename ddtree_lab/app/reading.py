@@ -13,6 +13,7 @@ import pandas as pd
 from ..experiments.plumbing.loops import loop_period, loop_split, round_tags
 from ..experiments.studies.concurrency import budget_label, tied_of
 from .claims import goal_count
+from .templating import render
 from .verdicts import apart, axis_verdict, compare_configs, decide, interval_text, versus
 
 
@@ -24,19 +25,15 @@ def calibration_reading(gaps: pd.DataFrame, ratios: dict, tol: float = 0.25) -> 
     """Notebook 06: the sibling-conditioning gap and the surrogate's round prediction.
     gaps: ``calibration.surrogate_gap`` rows with an ``arch`` column; ratios: {arch:
     observed / predicted accepted tokens per round}."""
-    lines = []
+    ranks = []
     for arch, g in gaps.groupby("arch", sort=False):
         g = g.set_index("group")
         r0, r1 = g.loc["rank0"], g.loc["rank1+"]
-        lines.append(f"{arch}: rank 0 predicted {r0.predicted:.2f}, accepted {r0.observed:.2f}; rank 1+ "
-                     f"{_rate_vs_prediction(r1.observed, r1.predicted)}.")
-    for arch, r in ratios.items():
-        within = 1 - tol <= r <= 1 + tol
-        side = {"above": "the surrogate underestimates", "below": "the surrogate overestimates",
-                "tie": "the surrogate neither under- nor overestimates as printed"}[versus(r, 1.0)]
-        lines.append(f"{arch}: verification accepts {r:.2f} x the surrogate's expected tokens per round: "
-                     f"{'within' if within else 'outside'} {tol:.0%}, {side}.")
-    return "\n".join(lines)
+        ranks.append({"arch": arch, "predicted": r0.predicted, "observed": r0.observed,
+                      "rank1": _rate_vs_prediction(r1.observed, r1.predicted)})
+    rows = [{"arch": arch, "ratio": r, "within": 1 - tol <= r <= 1 + tol, "side": versus(r, 1.0)}
+            for arch, r in ratios.items()]
+    return render("reading/calibration", ranks=ranks, ratios=rows, tol=tol)
 
 
 def _rate_vs_prediction(observed: float, predicted: float, half: float = 0.5) -> str:
@@ -44,23 +41,16 @@ def _rate_vs_prediction(observed: float, predicted: float, half: float = 0.5) ->
     the published gap does not show)': the rates with the digits printed, their ratio, and the
     direction by the one rule (``verdicts.versus``), never 'about as rarely' beside a 0.56x."""
     ratio = observed / predicted if predicted else math.nan
-    side = {"above": "above it", "tie": "level with it", "below": "below it"}[versus(observed, predicted, 3)]
-    gap = "shows" if observed < half * predicted else "does not show"
-    under = "below half of it" if observed < half * predicted else "not below half of it"
-    return (f"predicted {predicted:.3f}, accepted {observed:.3f} ({ratio:.2f}x the prediction: {side}, {under}, "
-            f"so the published gap {gap})")
+    return render("reading/rate_vs_prediction", predicted=predicted, observed=observed, ratio=ratio,
+                  side=versus(observed, predicted, 3), shows=observed < half * predicted)
 
 
 def bf16_reading(table: pd.DataFrame, rates: pd.Series) -> str:
     """Notebook 03: what bf16 did on this run. table: per-setting max_err / flips / nodes
     (index: setting); rates: share of nodes where tree == chain, tree == AR, chain == AR."""
     bf = table.loc["bfloat16"]
-    exact = bf.max_err == 0
-    first = ("bf16 tree and path forwards came out bit-identical on every node" if exact else
-             f"bf16 tree and path forwards differ by up to {bf.max_err:.2e} in a logit")
-    return (f"{first}; {int(bf.flips)} of {int(bf.nodes)} nodes flip their argmax. The bf16 tree agrees with "
-            f"chain verification on {_pct(rates['tree_eq_chain'])} of the nodes and with token-by-token AR on "
-            f"{_pct(rates['tree_eq_ar'])}.")
+    return render("reading/bf16", exact=bf.max_err == 0, max_err=bf.max_err, flips=int(bf.flips), nodes=int(bf.nodes),
+                  tree_eq_chain=_pct(rates["tree_eq_chain"]), tree_eq_ar=_pct(rates["tree_eq_ar"]))
 
 
 # ----------------------------------------------------------------------------- shared
@@ -77,38 +67,21 @@ def table_text(frame: pd.DataFrame, missing: str, digits: int = 2) -> str:
 def conclusion(record, findings=()) -> str:
     """The notebook's last cell: 'What this notebook showed' in 3-6 lines, from its ``Record``
     (checks held, published claims reproduced or not and why, goals met or missed) and up
-    to two ``findings`` sentences the notebook rendered from its own numbers."""
-    lines = ["What this notebook showed:"]
-    lines += [f"- {f}" for f in list(findings)[:2]]
+    to two ``findings`` sentences the notebook rendered from its own numbers: at most 8 lines
+    (the heading, 2 findings, the checks, 3 kinds of published claim, the goals)."""
     skipped = getattr(record, "skipped", [])
-    if record.checks or skipped:
-        lines.append(f"- {check_count(record)}" + (", among them: " + "; ".join(c.claim for c in record.checks[:2])
-                                                   if record.checks else ""))
-    done = [c for c, why in record.published if c.ok]
-    missed = [(c, why) for c, why in record.published if not c.ok and c.decided]
-    untold = [(c, why) for c, why in record.published if not c.decided]
-    if done:
-        lines.append("- published, reproduced here: " + "; ".join(f"{c.claim} ({c.got})" for c in done))
-    if missed:
-        lines.append("- published, NOT reproduced here: " + "; ".join(
-            f"{c.claim} (got {c.got})" + (f", because {why}" if why else "") for c, why in missed))
-    if untold:
-        lines.append("- published, not told apart here (the interval holds the threshold): " + "; ".join(
-            f"{c.claim} (got {c.got})" + (f": {why}" if why else "") for c, why in untold))
-    if record.goals:
-        lines.append(f"- the lab's goals: {goal_count(record.goals)}" + "".join(
-            f"; {g.verdict}: {g.goal} (target {g.target}, got {g.got})" for g in record.goals if g.verdict != "met"))
-    if len(lines) == 1:
-        lines.append("- nothing was checked, compared or aimed at")
-    return "\n".join(lines[:8])
+    return render("reading/conclusion", findings=list(findings)[:2], checks=[c.claim for c in record.checks[:2]],
+                  skipped=skipped, count=check_count(record) if record.checks or skipped else None,
+                  done=[c for c, why in record.published if c.ok],
+                  missed=[(c, why) for c, why in record.published if not c.ok and c.decided],
+                  untold=[(c, why) for c, why in record.published if not c.decided],
+                  goals=record.goals, goal_count=goal_count(record.goals) if record.goals else None)
 
 
 def check_count(record) -> str:
     """'9 checks held' (', 1 skipped (printed with why, not asserted)'): every check the notebook printed,
     ``Record.check`` and ``Record.check_unless`` alike."""
-    skipped = len(getattr(record, "skipped", []))
-    held = f"{len(record.checks)} check{'s' if len(record.checks) != 1 else ''} held"
-    return held + (f", {skipped} skipped (printed with why, not asserted)" if skipped else "")
+    return render("reading/check_count", held=len(record.checks), skipped=len(getattr(record, "skipped", [])))
 
 
 def winners(sums: pd.DataFrame, a: dict, b: dict, name_a: str, name_b: str, row_a, row_b) -> str:
@@ -130,24 +103,11 @@ def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
     prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
     tags = round_tags(prompt_ids, tokens, acceptance_lengths)
     split = loop_split(acceptance_lengths, tags["round_looping"], tags["round_copyable"])
-    copied = (f"{split['copyable_share']:.0%} of its rounds accepted a block that occurs earlier in the context "
-              f"(an n-gram lookup would have proposed it)")
-    clean = (f"tau over the {split['rounds_clean']} clean rounds (neither looping nor copyable) is {split['tau_clean']:.2f}"
-             if split["rounds_clean"] else "no round is clean (neither looping nor copyable), so there is no clean tau")
-    if not any(tags["round_looping"]):
-        return (f"No repetition loop in this generation: tau {split['tau']:.2f} over all {split['rounds']} rounds "
-                f"is tau outside loops; {copied}; {clean}.")
-    period = loop_period(tokens)
-    shape = f" (period {period} tokens at the end)" if period else " (a loop that drifts)"
-    if split["rounds_outside_loops"]:
-        outside = f"tau outside the loop is {split['tau_outside_loops']:.2f} over {split['rounds_outside_loops']} rounds"
-        effect = {"above": "is inflated by it", "tie": "is not moved by it",   # the one rule, on the printed values
-                  "below": "is not inflated by it (the loop's rounds accepted less)"}[versus(split["tau"], split["tau_outside_loops"])]
-    else:
-        outside, effect = "no round lies outside the loop, so there is no tau outside it", "rests on the loop alone"
-    return (f"This generation falls into a repetition loop{shape}: {split['loop_round_share']:.0%} of "
-            f"{split['rounds']} rounds start in it. tau over all rounds {split['tau']:.2f} {effect}; "
-            f"{outside}; {copied}; {clean}.")
+    looping = any(tags["round_looping"])
+    # the loop's effect on tau: the one rule, on the printed values (only where rounds lie outside the loop)
+    effect = versus(split["tau"], split["tau_outside_loops"]) if looping and split["rounds_outside_loops"] else None
+    return render("reading/loop", split=split, looping=looping, period=loop_period(tokens) if looping else None,
+                  effect=effect)
 
 
 # ----------------------------------------------------------------------------- 02
@@ -155,13 +115,8 @@ def loop_reading(prompt_ids, tokens, acceptance_lengths) -> str:
 def naive_peak_why(naive_tau: pd.Series, exact_tau: pd.Series) -> str:
     """Notebook 02: why naive tau does (not) peak inside the swept budgets (index: budget)."""
     peak, big = int(naive_tau.idxmax()), int(naive_tau.index.max())
-    if peak < big:
-        return (f"naive tau peaks at budget {peak} ({naive_tau[peak]:.2f}) and falls to {naive_tau[big]:.2f} "
-                f"at {big}, while exact tau reaches {exact_tau[big]:.2f}")
-    return (f"naive tau is highest at the largest budget swept ({big}: {naive_tau[big]:.2f}, exact "
-            f"{exact_tau[big]:.2f}): the main path, which pop order verifies first and naive scores exactly, "
-            f"carries most of this drafter's accepted tokens, so the leak lowers tau "
-            f"({1 - naive_tau[big] / exact_tau[big]:.0%} below exact) without making it fall")
+    return render("reading/naive_peak_why", falls=peak < big, peak=peak, big=big, naive_peak=naive_tau[peak],
+                  naive_big=naive_tau[big], exact_big=exact_tau[big], lowered=1 - naive_tau[big] / exact_tau[big])
 
 
 def exact_nodes_reading(nodes_per_budget: pd.Series) -> str:
@@ -169,16 +124,14 @@ def exact_nodes_reading(nodes_per_budget: pd.Series) -> str:
     the count moves (index: budget)."""
     values = ", ".join(f"{int(b)}: {v:.2f}" for b, v in nodes_per_budget.items())
     if len(nodes_per_budget) < 2:
-        trend = "one budget only"
+        trend = "one"
     elif nodes_per_budget.is_monotonic_decreasing and nodes_per_budget.iloc[-1] < nodes_per_budget.iloc[0]:
-        trend = "fewer as the budget grows"
+        trend = "fewer"
     elif nodes_per_budget.nunique() == 1:
-        trend = ("the same at every budget measured: nodes are stored in pop order, and a larger budget only "
-                 "appends nodes to the same order, so the chain before the first branch cannot move; what the "
-                 "budget adds are nodes after it, every one scored on leaked state")
+        trend = "same"
     else:
-        trend = "not fewer at every larger budget"
-    return f"draft nodes naive scores exactly, mean per tree by budget: {values} ({trend})"
+        trend = "not fewer"
+    return render("reading/exact_nodes", values=values, trend=trend)
 
 
 # ----------------------------------------------------------------------------- 04
@@ -186,14 +139,9 @@ def exact_nodes_reading(nodes_per_budget: pd.Series) -> str:
 def naive_above_exact(tau_naive: pd.Series, tau_exact: pd.Series, matches_naive: pd.Series) -> str:
     """Notebook 04: where naive tau sits above exact tau, and why that is no gain (index:
     budget; matches_naive: naive's share of prompts equal to AR)."""
-    above = [b for b in tau_naive.index if tau_naive[b] > tau_exact[b]]
-    if not above:
-        return "naive tau is at or below exact tau at every budget"
-    where = ", ".join(f"budget {b}: {tau_naive[b]:.3f} vs {tau_exact[b]:.3f}, naive equal to AR on "
-                      f"{_pct(matches_naive[b])} of the prompts" for b in above)
-    return (f"naive tau sits above exact tau at {len(above)} budget{'s' if len(above) > 1 else ''} ({where}): naive "
-            "scores nodes on leaked state, so its output departs from AR and its tau is counted over other "
-            "text; a higher tau over text the target would not have written is no acceptance gain")
+    above = [{"budget": b, "naive": tau_naive[b], "exact": tau_exact[b], "matches": _pct(matches_naive[b])}
+             for b in tau_naive.index if tau_naive[b] > tau_exact[b]]
+    return render("reading/naive_above_exact", above=above)
 
 
 # ----------------------------------------------------------------------------- 05
@@ -215,11 +163,10 @@ def peak_text(top: int, values: pd.Series, ties: list[int], unit: str = "") -> s
     index budget; ties: ``peak_ties``): 'tokens/s peaks at budget 31 (1.86x AR), told apart from
     every other budget', or, when other budgets tie with it, 'the tokens/s peak is not told
     apart among budgets 8, 16, 31, 32 (1.80-1.86x AR)': never a peak the intervals do not show."""
-    if list(ties) == [top]:
-        return f"tokens/s peaks at budget {top} ({values[top]:.2f}{unit}), told apart from every other budget"
-    span = values[list(ties)]
-    return (f"the tokens/s peak is not told apart among budgets {', '.join(map(str, ties))} "
-            f"({span.min():.2f}-{span.max():.2f}{unit})")
+    alone = list(ties) == [top]
+    span = values[[top] if alone else list(ties)]
+    return render("reading/peak", alone=alone, top=top, ties=list(ties), value=values[top], lo=span.min(),
+                  hi=span.max(), unit=unit)
 
 
 def peak_label(top: int, value: float, ties: list[int] | None) -> str:
@@ -248,15 +195,14 @@ def sweep_reading(arch: str, block: int, rows: pd.DataFrame, sums: pd.DataFrame)
     tau_r = compare_configs(sums, tree(top_tau), {**at, "method": "dflash"})["tau"]
     tps_r = compare_configs(sums, tree(top_tps), {**at, "method": "dflash"})["tokens_per_s"]
     peak = peak_text(top_tps, fixed.speedup, peak_ties(arch, block, rows, sums), "x AR")
-    text = (f"{arch} (block {block}, T = 0, {int(chain.n_prompts)} prompts): "
-            + axis_verdict("tau", f"DDTree-{top_tau}", "DFlash", f"{fixed.tau[top_tau]:.2f}", f"{chain.tau:.2f}", tau_r)
-            + "; " + axis_verdict("tokens/s", f"DDTree-{top_tps}", "DFlash", f"{fixed.speedup[top_tps]:.2f}x AR",
-                                  f"{chain.speedup:.2f}x AR", tps_r) + f"; {peak}")
-    if len(auto):
-        a = auto.iloc[0]
-        text += (f"; auto: {a.tokens_per_s / fixed.tokens_per_s.max():.2f} of the best fixed budget's tokens/s "
-                 f"(mean tree {a.mean_tree_size:.1f} nodes)")
-    return text
+    a = auto.iloc[0] if len(auto) else None
+    return render("reading/sweep", arch=arch, block=block, prompts=int(chain.n_prompts), peak=peak,
+                  tau=axis_verdict("tau", f"DDTree-{top_tau}", "DFlash", f"{fixed.tau[top_tau]:.2f}", f"{chain.tau:.2f}",
+                                   tau_r),
+                  tokens_per_s=axis_verdict("tokens/s", f"DDTree-{top_tps}", "DFlash", f"{fixed.speedup[top_tps]:.2f}x AR",
+                                            f"{chain.speedup:.2f}x AR", tps_r),
+                  auto=None if a is None else {"share": a.tokens_per_s / fixed.tokens_per_s.max(),
+                                               "tree": a.mean_tree_size})
 
 
 def entropy_note(table: pd.DataFrame) -> str:
@@ -264,16 +210,14 @@ def entropy_note(table: pd.DataFrame) -> str:
     (table: rows with arch, temperature, method, entropy). At T > 0 the target's entropy at the
     row's temperature; a greedy (T = 0) row has no temperature to scale by and reports it at
     T = 1, so it reads higher than the T = 0.3 rows."""
-    note = ("entropy: the target's mean next-token entropy (nats) at the row's temperature; the T = 0 rows "
-            "(greedy) report it at T = 1, the unscaled softmax")
     first = table[table.method == "dflash"] if (table.method == "dflash").any() else table
     arch = first.arch.iloc[0]
     greedy, sampled = first[(first.arch == arch) & (first.temperature == 0)], first[(first.arch == arch) & (first.temperature > 0)]
-    if len(greedy) and len(sampled):
-        low = sampled.loc[sampled.temperature.idxmin()]
-        note += (f", so {arch} {greedy.method.iloc[0]} at T = 0 shows {greedy.entropy.iloc[0]:.3f} above its "
-                 f"{low.entropy:.3f} at T = {low.temperature:g}: not a more uncertain greedy decode")
-    return note
+    both = len(greedy) and len(sampled)
+    low = sampled.loc[sampled.temperature.idxmin()] if both else None
+    return render("reading/entropy_note", arch=arch,
+                  greedy={"method": greedy.method.iloc[0], "entropy": greedy.entropy.iloc[0]} if both else None,
+                  low={"entropy": low.entropy, "temperature": low.temperature} if both else None)
 
 
 # ----------------------------------------------------------------------------- 08
@@ -302,8 +246,8 @@ def dflash2_winners(summary: pd.DataFrame, sums: pd.DataFrame, temperature: floa
             t, ln = trees.loc[trees[col].idxmax()], linear.loc[linear[col].idxmax()]
             r = compare_configs(sums, pick(t), pick(ln))["tau" if col == "tau" else "tokens_per_s"]
             parts.append(axis_verdict(axis, name(t), name(ln), fmt.format(t[col]), fmt.format(ln[col]), r))
-        lines.append(f"{arch}, T = {temperature:g} ({int(g.n_prompts.max())} prompts), the best tree against the "
-                     f"best linear draft: " + "; ".join(parts))
+        lines.append(render("reading/dflash2_winners", arch=arch, temperature=temperature,
+                            prompts=int(g.n_prompts.max()), parts=parts))
     return lines
 
 
@@ -312,10 +256,8 @@ def dflash2_winners(summary: pd.DataFrame, sums: pd.DataFrame, temperature: floa
 def ece_reading(arch: str, ece: float, nodes: int, rank0_predicted: float, rank0_observed: float,
                 per_round_ratio: float) -> str:
     """Notebook 06: why a small ECE and a large per-round miss are both true."""
-    return (f"{arch}: ECE {ece:.3f} is a mean over {nodes} reached nodes, most of them branches predicted and "
-            f"accepted rarely, where the surrogate is close; the accepted tokens of a round come from the main "
-            f"path, where it predicts {rank0_predicted:.2f} and the target accepts {rank0_observed:.2f}, so per "
-            f"round it expects {per_round_ratio:.2f}x too few accepted tokens")
+    return render("reading/ece", arch=arch, ece=ece, nodes=nodes, rank0_predicted=rank0_predicted,
+                  rank0_observed=rank0_observed, per_round_ratio=per_round_ratio)
 
 
 def sibling_gap_why(arch: str, main: float, sibling: float, nodes: int, enough: int = 30,
@@ -326,15 +268,12 @@ def sibling_gap_why(arch: str, main: float, sibling: float, nodes: int, enough: 
     the targets (same drafter recipe and size) where it does show, named so no size argument
     is made that they contradict."""
     ratio = sibling / main if main else float("nan")
+    values = dict(arch=arch, nodes=nodes, sibling=sibling, main=main, bound=bound, shown_on=shown_on)
     if nodes < enough:
-        return f"{arch}: only {nodes} nodes after an accepted sibling outside loops, too few to decide"
+        return render("reading/sibling_gap_why", case="few", interval=None, **values)
     r = {"ratio": ratio, **(interval or {"lo": float("nan"), "hi": float("nan")})}
-    head = (f"{arch}: outside loops the walk goes on after a sibling {sibling:.4f} vs {main:.4f} on the main path "
-            f"({interval_text(r, 4, 'x')}, {nodes} nodes)")
-    others = f"; the gap does show on {', '.join(shown_on)}, whose drafter is as small" if shown_on else ""
-    if decide(r["lo"], r["hi"], bound) == "tie" and interval:
-        return f"{head}: the interval holds the published {bound} bound, so this run neither shows the gap nor rules it out{others}"
-    return f"{head}: above the published {bound} bound{others}"
+    case = "tie" if decide(r["lo"], r["hi"], bound) == "tie" and interval else "above"
+    return render("reading/sibling_gap_why", case=case, interval=interval_text(r, 4, "x"), **values)
 
 
 def branches_why(branch: pd.DataFrame) -> str:
@@ -354,27 +293,28 @@ def _edge_phrase(t: pd.DataFrame) -> str:
     else:
         edge, lo, hi = t.best_over_dflash, t.best_over_dflash_lo, t.best_over_dflash_hi
     sides = {c: decide(lo[c], hi[c]) for c in t.index}
-    groups = {name: [str(c) for c in t.index if sides[c] == side]
-              for side, name in (("below", "DFlash wins"), ("above", "the best tree wins"), ("tie", "a tie"))}
-    who = "; ".join(f"{name} at c={', '.join(cs)}" for name, cs in groups.items() if cs)
+    groups = [(side, [str(c) for c in t.index if sides[c] == side]) for side in ("below", "above", "tie")]
     a, b = t.index.min(), t.index.max()
-    ends = f"{interval_text({'ratio': edge[a], 'lo': lo[a], 'hi': hi[a]}, 2, 'x')} -> " \
-           f"{interval_text({'ratio': edge[b], 'lo': lo[b], 'hi': hi[b]}, 2, 'x')}"
-    return f"tokens/s, the best fixed tree over DFlash: {who} ({ends} from c={a} to c={b}, {_gap_move(sides, a, b, edge, lo, hi)})"
+    return render("reading/edge", groups=[(side, cs) for side, cs in groups if cs], a=a, b=b,
+                  first=interval_text({"ratio": edge[a], "lo": lo[a], "hi": hi[a]}, 2, "x"),
+                  last=interval_text({"ratio": edge[b], "lo": lo[b], "hi": hi[b]}, 2, "x"),
+                  move=_gap_move(sides, a, b, edge, lo, hi))
 
 
 def _gap_move(sides: dict, a, b, edge: pd.Series, lo: pd.Series, hi: pd.Series) -> str:
     """How the gap between the best tree and DFlash moved from load ``a`` to ``b``, by the one
     rule (``verdicts.apart``): it narrows or widens only when the two intervals are told apart."""
     if math.isnan(lo[a]) or math.isnan(lo[b]):
-        return "no interval, so no change in the gap is told apart"
-    if sides[a] == sides[b] == "tie":
-        return "a tie at both ends: no gap to narrow or widen"
-    if apart({"lo": lo[a], "hi": hi[a]}, {"lo": lo[b], "hi": hi[b]}) == "tie":
-        return "the two intervals overlap: no change in the gap is told apart"
-    if "tie" not in (sides[a], sides[b]) and sides[a] != sides[b]:
-        return "the lead changes sides"
-    return "the gap narrows" if abs(edge[b] - 1) < abs(edge[a] - 1) else "the gap widens"
+        case = "no interval"
+    elif sides[a] == sides[b] == "tie":
+        case = "tie at both ends"
+    elif apart({"lo": lo[a], "hi": hi[a]}, {"lo": lo[b], "hi": hi[b]}) == "tie":
+        case = "overlap"
+    elif "tie" not in (sides[a], sides[b]) and sides[a] != sides[b]:
+        case = "sides"
+    else:
+        case = "narrows" if abs(edge[b] - 1) < abs(edge[a] - 1) else "widens"
+    return render("reading/gap_move", case=case)
 
 
 def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
@@ -385,14 +325,10 @@ def concurrency_reading(arch: str, t0: pd.DataFrame) -> str:
     best = ", ".join(budget_label(r) for r in t0.itertuples())
     ties = sum(len(getattr(r, "tied_budgets", ())) > 1 for r in t0.itertuples())
     end, start = tied_of(t0.loc[hi]), tied_of(t0.loc[lo])   # the budgets not told apart from the best at each end
-    b_dir = ("falls" if max(end) < min(start) else "rises" if min(end) > max(start) else
-             "ends where it started" if t0.best_budget[hi] == t0.best_budget[lo] else
-             "moves, but no move is told apart (a budget is among the best at both ends)")
-    return (f"{arch}, T = 0: over concurrency {', '.join(str(c) for c in t0.index)} the best budget goes {best} "
-            f"({b_dir} from c={lo} to c={hi}); {_edge_phrase(t0)}; auto reaches "
-            f"{t0.auto_vs_best.min():.2f}-{t0.auto_vs_best.max():.2f} of the best fixed budget's tokens/s"
-            + (f"; at {ties} of {len(t0)} loads the best budget is a tie (not told apart outside the noise)"
-               if ties else ""))
+    move = ("falls" if max(end) < min(start) else "rises" if min(end) > max(start) else
+            "same" if t0.best_budget[hi] == t0.best_budget[lo] else "unclear")
+    return render("reading/concurrency", arch=arch, loads=list(t0.index), best=best, move=move, lo=lo, hi=hi,
+                  edge=_edge_phrase(t0), auto_lo=t0.auto_vs_best.min(), auto_hi=t0.auto_vs_best.max(), ties=ties)
 
 
 def sampled_reading(arch: str, t: pd.DataFrame, temperature: float) -> str:
@@ -404,10 +340,8 @@ def sampled_reading(arch: str, t: pd.DataFrame, temperature: float) -> str:
     top = max(t[c].max() for c in cols.values() if t[c].notna().any())
     his = [t[f"{c}_hi"] for c in cols.values() if f"{c}_hi" in t and t[c].notna().any()]
     all_below = bool(his) and all((h < 1).all() for h in his)
-    where = ("every method runs below batched AR at every load, every interval below 1" if all_below else
-             "every method runs below batched AR at every load" if top < 1 else
-             "not every method runs below batched AR")
-    return f"{arch}, T = {temperature:g}: {where} ({spans} of batched AR's tokens/s); {_edge_phrase(t)}"
+    where = "every interval below" if all_below else "below" if top < 1 else "not below"
+    return render("reading/sampled", arch=arch, temperature=temperature, where=where, spans=spans, edge=_edge_phrase(t))
 
 
 def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
@@ -419,12 +353,8 @@ def best_budget_why(arch: str, t0: pd.DataFrame) -> str:
     ties = lambda c: tied_of(t0.loc[c])  # noqa: E731
     path = ", ".join(f"{budget_label(r)} (c={r.Index})" for r in t0.itertuples())
     shared = sorted(set(ties(lo)) & set(ties(hi)))
-    reason = (f"{'budgets' if len(shared) > 1 else 'budget'} {', '.join(map(str, shared))} "
-              f"{'are' if len(shared) > 1 else 'is'} among the best at both c={lo} and c={hi}, so no shrinkage is "
-              "told apart outside the noise" if shared else
-              f"the best at c={hi} ({', '.join(map(str, ties(hi)))}) is not below every best at c={lo} "
-              f"({', '.join(map(str, ties(lo)))})")
-    return f"{arch}'s best budget goes {path}: {reason}; at c={hi} the best tree runs at {t0.best_speedup[hi]:.2f}x batched AR"
+    return render("reading/best_budget_why", arch=arch, path=path, shared=shared, lo=lo, hi=hi, ties_lo=list(ties(lo)),
+                  ties_hi=list(ties(hi)), speedup=t0.best_speedup[hi])
 
 
 # ----------------------------------------------------------------------------- 09

@@ -29,8 +29,16 @@ SUFFIX = ".md.j2"
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
-    env.filters["fmt"] = format
+    env.filters["fmt"] = fmt
     return env
+
+
+def fmt(value, spec: str = "") -> str:
+    """The filter ``fmt``: ``format(value, spec)``. A value the code did not pass fails naming it, as
+    ``{{ x }}`` does (``format`` of a StrictUndefined would raise a TypeError that names nothing)."""
+    if isinstance(value, jinja2.Undefined):
+        str(value)   # StrictUndefined: UndefinedError "'x' is undefined"
+    return format(value, spec)
 
 
 def render(name: str, **values) -> str:

@@ -27,6 +27,10 @@ LEAK = pd.DataFrame({"family": ["gdn"] * 2 + ["kda"] * 2, "class": ["A", "A", "B
                      "after_branch": [False, True, False, True], "max_dlogit": [3e-8, 2e-3, 1e-8, 0.4]})
 FAM = pd.DataFrame({"family": ["gdn", "gdn", "kda", "kda"], "budget": [64, 64, 64, 64],
                     "mode": ["exact", "naive", "exact", "naive"], "matches_full_forward": [1.0, 0.5, 1.0, 0.0]})
+UL = pd.DataFrame({"run": ["gdn-shipped", "gdn-a", "gdn-b"], "arch": ["gdn"] * 3,
+                   "candidates": ["shipped", "ngram", "lens"], "loop_share_tail": [0.65, 0.18, 0.15],
+                   "loop_share_lens": [0.87, 0.1, 0.3], "solution_loss": [2.70, 2.75, 2.85],
+                   "delta_loss": [0.0, 0.05, 0.15]})
 CASES = {
     "08-lossless": (claims.dflash2_lossless, (164, 164), (163, 164)),
     "08-lossless-empty": (claims.dflash2_lossless, (3, 3), (0, 0)),
@@ -99,6 +103,10 @@ CASES = {
     "11-naive-leaks": (claims.families_naive_leaks, (LEAK,), (LEAK.assign(max_dlogit=[3e-8, 2e-3, 1e-8, 1e-7]),)),
     "11-exact-equals-ar": (claims.families_exact_equal_ar, (FAM,), (FAM.assign(matches_full_forward=[1.0, 0.5, 0.8, 0.0]),)),
     "11-naive-departs": (claims.families_naive_departs, (FAM,), (FAM.assign(matches_full_forward=[1.0, 1.0, 1.0, 1.0]),)),
+    "12-goal": (claims.unlikelihood_goal, (UL.iloc[1],), (UL.iloc[2],)),
+    "12-goal-lens": (lambda r: claims.unlikelihood_goal(r, "loop_share_lens"), (UL.iloc[1],),
+                     (UL.assign(loop_share_lens=[0.87, 0.4, 0.3]).iloc[1],)),
+    "12-deltas": (claims.unlikelihood_deltas_consistent, (UL,), (UL.assign(delta_loss=[0.0, 0.05, 0.2]),)),
 }
 
 

@@ -448,7 +448,8 @@ def test_every_template_renders_from_the_stores_with_every_value_passed():
     with StrictUndefined: a value a template names that the code does not pass is an error."""
     assert templating.environment().undefined is jinja2.StrictUndefined
     used = set().union(*(rendered(name)[1] for name in readme.BLOCKS))
-    assert used == set(templating.template_files()), "a template no block renders, or one that is not a file"
+    ours = {t for t in templating.template_files() if t.startswith("readme/")}   # reading/, claims/: test_templates
+    assert used == ours, "a template no block renders, or one that is not a file"
     with pytest.raises(jinja2.UndefinedError, match="'skipped' is undefined"):
         templating.render("readme/corpus", python="3.11", dropped="", table="")
 
