@@ -152,6 +152,9 @@ EXPERIMENTS = (
                (), ("gpu_projection.csv", "projection_validation.csv"), (study("gpu_projection"),)),
     Experiment("k26_bounds", "issue 69: Kimi K2.6's best budget and winner over fixed cost per forward x routing x "
                "chain tau x tree gain (a projection)", (), ("k26_bounds.csv",), (study("k26_bounds"),)),
+    Experiment("auto_calibration", "issue 69: per-node acceptance by drafter path probability, on the top-1 path or "
+               "off it, fitted on calibration prompts 10-18, checked on 0-9 (auto does not read it)", (),
+               ("auto_calibration.json",), (study("auto_calibration"),)),
     Experiment("auto_chain", "issue 69: auto with the chain among its candidates against the chain and every fixed "
                "budget, both targets, interleaved (timing)", ("auto_chain",), ("auto_chain.csv",),
                (study("auto_chain"),)),
@@ -163,7 +166,9 @@ EXPERIMENTS = (
                    {"arch": "mla", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
                    {"arch": "gdn", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
                    {"arch": "gdn", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"},
-                   {"arch": "mla", "alpha": 1.0, "steps": 150, "lr": 2e-4, "candidates": "ngram"}))),
+                   {"arch": "mla", "alpha": 1.0, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
+                   {"arch": "gdn", "alpha": 0.5, "steps": 250, "lr": 1e-4, "candidates": "ngram"},
+                   {"arch": "mla", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"}))),
 )
 
 # scripts/*.py that are not experiments of the registry, and why
