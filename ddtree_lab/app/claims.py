@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from .templating import render
-from .verdicts import decide
+from ..experiments.plumbing.verdicts import decide
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from ..common import FIGURES_DIR, MAIN_JOB_ENV, RESULTS_DIR
 from ..experiments.plumbing.sweep import EXACT_MODE, names_mode
 from ..experiments.studies.calibration import calibration_table
 from ..experiments.studies.concurrency import tied_of
-from ..experiments.studies.drafter_grid import pareto_front, point_label
+from ..experiments.studies.drafter_grid import pareto_front, point_label, ship_rule
+from .reading import peak_label
 
 SMOKE_FIGURES_DIR = RESULTS_DIR / "smoke" / "figures"   # git-ignored: SMOKE never touches figures/
 LOCAL_FIGURES_DIR = FIGURES_DIR / "local"   # git-ignored: any run but the main job (a tweak in JupyterLab)
@@ -380,7 +381,6 @@ def _annotate_peaks(ax, peaks: dict[str, tuple[int, float]], ties: list[int] | N
     intervals do not tell from the best, hold the best alone: ``reading.peak_label``, the
     sentence's own rule), stacked in the top-left corner inside the axes, in a band of headroom
     added above every line drawn (so the labels never cover data and never leave the axes)."""
-    from .reading import peak_label   # late: reading's sentences and this label share one rule
     if not peaks:
         return
     bottom, top = ax.get_ylim()
@@ -1281,7 +1281,6 @@ def plot_drafter_grid(grid: pd.DataFrame, floor: dict, x: str = "tf_dflash_tau",
     labels overlap), the Pareto front joined,
     teacher-forced floor of the drafter shipped before the grid (``floor[arch]``) dashed, and the
     ship rule's pick (``drafter_grid.ship_rule``) ringed."""
-    from ..experiments.studies.drafter_grid import ship_rule
     archs = sorted(grid.arch.unique())
     picks = ship_rule(grid, floor).set_index("arch") if (grid.source == "trained").any() else pd.DataFrame()
     with mpl.rc_context(STYLE):

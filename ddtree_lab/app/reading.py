@@ -14,7 +14,7 @@ from ..experiments.plumbing.loops import loop_period, loop_split, round_tags
 from ..experiments.studies.concurrency import budget_label, tied_of
 from .claims import goal_count
 from .templating import render
-from .verdicts import apart, axis_verdict, compare_configs, decide, interval_text, versus
+from ..experiments.plumbing.verdicts import apart, axis_verdict, compare_configs, decide, interval_text, versus
 
 
 def _pct(x: float) -> str:

@@ -37,7 +37,7 @@ from ..experiments.studies.official import chain_divergence
 from ..experiments.studies.teacher_forced import tf_summary
 from . import seed_readme
 from .templating import render
-from .verdicts import apart
+from ..experiments.plumbing.verdicts import apart
 
 README = ROOT / "README.md"
 RESULTS_PAGE = ROOT / "docs" / "results.md"  # every table the README does not keep

@@ -13,7 +13,7 @@ from ddtree_lab.app.reading import (best_budget_why, bf16_reading, branches_why,
                                     concurrency_reading, dflash2_winners, ece_reading, entropy_note,
                                     exact_nodes_reading, loop_reading, naive_above_exact, naive_peak_why,
                                     sampled_reading, sibling_gap_why, sweep_reading, table_text, winners)
-from ddtree_lab.app.verdicts import prompt_sums
+from ddtree_lab.experiments.plumbing.verdicts import prompt_sums
 
 GAPS = pd.DataFrame({"arch": ["gdn", "gdn"], "group": ["rank0", "rank1+"], "predicted": [0.528, 0.038],
                      "observed": [0.742, 0.028], "count": [1092, 7178]})
@@ -156,7 +156,7 @@ def test_why_the_best_budget_did_not_shrink_is_read_from_the_ties_and_the_speedu
 
 def test_two_readings_agree_on_the_tie_or_the_winner():
     """A difference inside its interval is a tie, whichever side its point estimate falls on."""
-    from ddtree_lab.app.verdicts import axis_verdict
+    from ddtree_lab.experiments.plumbing.verdicts import axis_verdict
     tie = axis_verdict("tokens/s", "DDTree-31", "DFlash", "1.86x AR", "1.87x AR", {"ratio": 0.997, "lo": 0.85, "hi": 1.15})
     assert tie.startswith("tokens/s: a tie (") and "0.997x [0.85, 1.15]; the interval holds 1" in tie
     chain = axis_verdict("tokens/s", "DDTree-32", "DFlash", "1.78x AR", "2.04x AR", {"ratio": 0.872, "lo": 0.82, "hi": 0.92})
@@ -314,7 +314,7 @@ def test_winners_name_both_axes():
 
 def test_one_rule_reads_the_interval_as_printed():
     """'[1.00, 1.55]' and '[0.77, 1.00]' both hold 1 as printed: both ties, never a win and a tie."""
-    from ddtree_lab.app.verdicts import apart, decide, versus
+    from ddtree_lab.experiments.plumbing.verdicts import apart, decide, versus
     assert decide(1.004, 1.55) == "tie" and decide(0.77, 0.9996) == "tie"
     assert decide(1.006, 1.55) == "above" and decide(0.5, 0.994) == "below"
     assert decide(float("nan"), 1.2) == "tie" and decide(1.31, 1.4, 1.3) == "above" and decide(1.23, 1.301, 1.3) == "tie"
@@ -354,7 +354,7 @@ def test_08_the_same_printed_bound_gets_one_verdict():
 
 def test_00_tau_is_called_inflated_only_when_it_is_above_tau_outside_the_loop():
     """00: 'tau over all rounds 9.71 is inflated by it; tau outside the loop is 10.00'."""
-    from ddtree_lab.app.verdicts import versus
+    from ddtree_lab.experiments.plumbing.verdicts import versus
     prompt = list(range(100, 160))
     loop = list(range(200, 216)) + [7, 8, 9] * 40
     for lengths in ([4] * 4 + [8] * 15, [8] * 2 + [4] * 30):   # the loop's rounds accept more, then fewer

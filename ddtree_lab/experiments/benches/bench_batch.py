@@ -36,6 +36,7 @@ import time
 import pandas as pd
 import torch
 import transformers
+from transformers.cache_utils import DynamicLayer
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
@@ -121,7 +122,6 @@ def stock_forwarder(model, tokens: torch.Tensor, prefix: int):
     with no tree in it (on the GDN target transformers' own multi-token linear-attention
     path). After each call the attention layers' K/V are cut back to the prefixes; the GDN
     layers' fixed-size states are overwritten at the same cost."""
-    from transformers.cache_utils import DynamicLayer
     (B, n), (cache, mask, pos) = tokens.shape, _prefilled(model, tokens.shape[0], prefix)
     mask = torch.cat([mask, mask.new_ones(B, n)], 1)
     positions = pos + torch.arange(n)

@@ -28,6 +28,7 @@ import argparse
 
 import pandas as pd
 import torch
+from torch._dynamo.utils import counters
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
@@ -43,7 +44,6 @@ BUDGETS = (1, 4, 16, 64, 256)
 
 def budget_row(model, cache, budget: int, repeats: int, mode: str, device) -> dict:
     """Compile time, eager vs compiled ms (interleaved pairs), error and graph breaks at one budget."""
-    from torch._dynamo.utils import counters
     torch._dynamo.reset()
     counters.clear()
     tree = random_tree(model.config.vocab_size, budget)

@@ -15,7 +15,7 @@ import argparse
 import pandas as pd
 import torch
 
-from ddtree_lab import load_pair
+from ddtree_lab.train.pair import load_pair
 from ddtree_lab.experiments.studies.compiled_loop import STORE, loop_summary, run_compiled_loop
 
 

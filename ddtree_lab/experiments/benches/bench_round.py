@@ -16,7 +16,7 @@ import argparse
 import pandas as pd
 import torch
 
-from ddtree_lab import load_pair
+from ddtree_lab.train.pair import load_pair
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.experiments.studies.round_cost import (floor_summary, round_table, run_round_cost,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ddtree_lab import load_pair
+from ddtree_lab.train.pair import load_pair
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.experiments.studies.precision import exactness_table

@@ -83,7 +83,7 @@ def format_ratio(median: float, lo: float = math.nan, hi: float = math.nan, perc
     if math.isnan(lo) or math.isnan(hi):
         return text
     text += f" [{scale * lo:.{digits}f}, {scale * hi:.{digits}f}]"
-    shown_lo, shown_hi = float(f"{lo:.{digits}f}"), float(f"{hi:.{digits}f}")   # app.verdicts.decide's rule:
+    shown_lo, shown_hi = float(f"{lo:.{digits}f}"), float(f"{hi:.{digits}f}")   # verdicts.decide's rule:
     return text + (" noise" if not percent and shown_lo <= 1.0 <= shown_hi else "")   # the ends as printed
 
 

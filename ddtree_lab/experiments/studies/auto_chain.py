@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from ...common import RESULTS_DIR
+from ...train.pair import load_pair
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import paired_ratio
 from ..plumbing.summary import summarize
@@ -122,7 +123,6 @@ def run(pairs: dict, grid: ChainGrid = ChainGrid(), store: ResultsStore | None =
 def study(smoke: bool = False, prompts: int = ChainGrid.num_prompts) -> pd.DataFrame:
     """Measure (resumable), print the table and the goals, write ``auto_chain.csv`` (smoke: one
     prompt, few tokens, into data/results/smoke/): the registry's step."""
-    from ...train.pair import load_pair
     torch.set_num_threads(1)
     grid = SMOKE if smoke else ChainGrid(num_prompts=prompts)
     directory = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR

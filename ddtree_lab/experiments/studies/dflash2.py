@@ -24,6 +24,7 @@ from ...core.decode import first_draft
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import pooled_ratio
 from ..plumbing.summary import ar_divergence, equals_ar, summarize, tag_columns
+from ..plumbing.verdicts import decide
 from ..plumbing.sweep import AXES, EXACT_MODE, expand_grid, run_config, run_sweep
 from ...train.pair import load_pair, pairs_of_one_target
 from ...common import RESULTS_DIR
@@ -312,9 +313,8 @@ def _temperature_ratios(study: pd.DataFrame, budget: int = 64, frame: pd.DataFra
 
 
 def _verdict(lo: float, hi: float, threshold: float = 1.0) -> str:
-    """'above' / 'below' / 'tie': the lab's one rule (``app.verdicts.decide``, the interval as
+    """'above' / 'below' / 'tie': the lab's one rule (``plumbing.verdicts.decide``, the interval as
     printed), so '[1.00, 1.55]' and '[0.77, 1.00]' are both ties, never a win and a tie."""
-    from ...app.verdicts import decide   # late: the app layer sits above the studies
     return decide(lo, hi, threshold)
 
 

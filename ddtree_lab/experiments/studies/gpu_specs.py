@@ -286,12 +286,12 @@ STACKS = {
 # The chain's acceptance length (DFlash, the published drafter's block) a projection calibrates its
 # per-depth acceptance model to (``acceptance_model``), for targets without a published tree point.
 KIMI_CARD = ("https://huggingface.co/z-lab/Kimi-K2.5-DFlash (model card: block 8, acceptance length HumanEval 5.3, "
-             "GSM8K 5.3, MBPP 4.5, MT-Bench 3.7; as quoted in /work/shared/RESEARCH.md section 11 and issue 69)")
+             "GSM8K 5.3, MBPP 4.5, MT-Bench 3.7; as quoted in the lab's research notes and issue 69; the card not in the lab's search corpus)")
 KIMI_CARD_TAU = {"HumanEval": 5.3, "GSM8K": 5.3, "MBPP": 4.5, "MT-Bench": 3.7}
 CHAIN_TAU = {"Kimi K2.6": (KIMI_CARD_TAU["HumanEval"], f"HumanEval {KIMI_CARD_TAU['HumanEval']}: {KIMI_CARD}")}
 # The band the bounds span (issue 69 item 3): each end with where it comes from.
 KIMI_TAU_BAND = {
-    3.6: "the seed's '3.6-4.9 with linear (block_size=8)' (/work/shared/RESEARCH.md section 2); SGLang PR 35784 "
+    3.6: "the seed's '3.6-4.9 with linear (block_size=8)' (the seed question's own figure); SGLang PR 35784 "
          "reports 3.56 at block 8 (as quoted in issue 69)",
     5.3: f"HumanEval: {KIMI_CARD}",
     5.5: "the upper end of the band issue 69 states (3.6-5.5); not found in the lab's search corpus",

@@ -32,7 +32,7 @@ from . import expert_union as eu
 UNIONS_CSV, FIT_JSON = "expert_union_published.csv", "routing_fit.json"
 LUCEBOX_501 = ("https://github.com/Luce-Org/lucebox/pull/501 (Laguna XS 2.1, 256 routed experts top-8: 8 verify "
                "rows read 64 expert slots, 39.4 distinct; 15 rows read 120, 58.9 distinct; as quoted in "
-               "/work/shared/RESEARCH.md section 11 and issue 69, the PR itself not in the lab's search corpus)")
+               "issue 69, the PR itself not in the lab's search corpus)")
 MLX_1485 = ("https://github.com/ml-explore/mlx-lm/pull/1485 (comment, 2026-07-26: GLM-4.7-Flash, 64 routed experts "
             "top-4, 46 MoE layers, router instrumented over 96 greedy decode steps: consecutive positions share "
             "25.7% of their top-4 experts, 'a k=1 verify step reads ~1.74x the expert weights of a 1-token step'; "

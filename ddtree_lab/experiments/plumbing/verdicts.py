@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..experiments.plumbing.spread import pooled_ratio
+from .spread import pooled_ratio
 
 
 DIGITS = 2   # the decimals an interval's ends are printed with ('[0.85, 1.15]'): the verdict reads those
