@@ -1,4 +1,4 @@
-"""One-off (issue 60): draw the rounds that validate the loop lens (``plumbing/loops.py``) and
+"""One-off (issue 60): draw the rounds that validate the loop lens (``train/loops.py``) and
 write them, unlabelled, to data/loop_labels.json. A person then reads each round (its decoded
 context and block) and fills in the two labels; ``experiments/tests/test_loop_labels.py``
 measures the lens against them.
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.common import RESULTS_DIR  # noqa: E402
-from ddtree_lab.experiments.plumbing.loops import LEAD, round_blocks  # noqa: E402
+from ddtree_lab.train.loops import LEAD, round_blocks  # noqa: E402
 from ddtree_lab.train import data  # noqa: E402
 
 OUT = ROOT / "data" / "loop_labels.json"

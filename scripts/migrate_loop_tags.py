@@ -1,5 +1,5 @@
 """One-off migration (issue 60): give every stored decoding row the loop lens's two per-round
-tags (``experiments/plumbing/loops.py``: ``round_looping``, ``round_copyable``) and its
+tags (``train/loops.py``: ``round_looping``, ``round_copyable``) and its
 ``ends_in_loop`` under the new lens, in place of the old ``round_in_loop`` (the last 48 context
 tokens exactly periodic with a period <= 24). Nothing is decoded again: the tags are a function
 of the prompt's tokens (the shipped tokenizer on the row's HumanEval prompt), the row's tokens
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.common import RESULTS_DIR  # noqa: E402
-from ddtree_lab.experiments.plumbing.loops import generation_tags  # noqa: E402
+from ddtree_lab.train.loops import generation_tags  # noqa: E402
 from ddtree_lab.train import data  # noqa: E402
 
 KEPT = ("tokens", "acceptance_lengths", "tree_sizes", "entropy")  # must not move

@@ -94,8 +94,6 @@ def _cmd_tiny_target(args):
 
 def _cmd_unlikelihood(args):
     """Unlikelihood fine-tuning of a shipped target, measured into data/results/unlikelihood.csv (issue 70)."""
-    from ..experiments.studies.unlikelihood import run_unlikelihood  # late: the study's imports only here
-    from ..train.unlikelihood import UnlikelihoodConfig
     cfg = UnlikelihoodConfig(alpha=args.alpha, steps=args.steps, lr=args.lr, candidates=args.candidates)
     run_unlikelihood(args.arch, cfg, Path(args.runs_dir), ship=args.ship)
 
@@ -296,7 +294,7 @@ def _drafter_dir(value: str) -> str:
     if not (Path(value) / "config.json").is_file():
         missing = "" if Path(value).is_dir() else " (no such directory)"
         raise argparse.ArgumentTypeError(f"{value} must be a DFlash drafter directory with config.json{missing}")
-    from ..train.drafter_dir import check_drafter_dir  # late and light: json only, no torch
+    from ..train.drafter_dir import check_drafter_dir  # late: light (json only, no torch), checked as argparse reads it
     try:
         check_drafter_dir(Path(value))
     except ValueError as e:

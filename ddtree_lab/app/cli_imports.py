@@ -21,6 +21,8 @@ from ..experiments.studies.compare_drafters import (compare_display, compare_dra
 from ..experiments.studies.dflash2 import Drafters, drafters_from_dirs, load_drafters, run_dflash2
 from ..experiments.studies.official import run_with_official
 from ..experiments.studies.quality import run_quality
+from ..experiments.studies.unlikelihood import run_unlikelihood
+from ..train.unlikelihood import UnlikelihoodConfig
 from . import house
 from .readme import BLOCKS, TABLES_JSON, write_readme
 
@@ -28,6 +30,7 @@ __all__ = ["BLOCKS", "CKPT_DIR", "Drafters", "ResultsStore", "TABLES_JSON", "ben
            "check_manifest", "ckpt_path", "compare_display", "compare_drafters", "compare_table", "conc", "data",
            "default_runs_dir", "drafters_from_dirs", "expand_grid", "grid_rows", "house", "load_drafter",
            "load_drafters", "load_pair", "load_target", "load_tokenizer_for", "pair_from_dirs", "pairs_of_one_target",
-           "run_bench", "run_dflash2", "run_quality", "run_sweep", "run_with_official", "set_threads", "spread_prompts",
+           "run_bench", "run_dflash2", "run_quality", "run_sweep", "run_unlikelihood", "UnlikelihoodConfig",
+           "run_with_official", "set_threads", "spread_prompts",
            "summarize", "tiny_target", "torch", "train_drafter", "train_drafter2", "train_target",
            "write_readme", "write_timing_table"]

@@ -54,7 +54,7 @@ class Kind:
         return loaded if self.part is None else self.part(loaded)
 
 
-LOOP_FIELDS = ("round_looping", "round_copyable")  # the loop lens's round tags (``plumbing.loops``): a lens change shows
+LOOP_FIELDS = ("round_looping", "round_copyable")  # the loop lens's round tags (``train.loops``): a lens change shows
 GEN_FIELDS = ("tokens", "acceptance_lengths", "tree_sizes", "entropy") + LOOP_FIELDS
 KINDS = {"generation": Kind(load_pair, run_with_official, GEN_FIELDS),
          "study": Kind(load_drafters, run_study_config, GEN_FIELDS),

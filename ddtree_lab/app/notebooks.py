@@ -84,7 +84,7 @@ def figures_shown(nb) -> int:
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # its text/plain is a repr no reader sees
 RAW_REPRS = (re.compile(r"\b[A-Z]\w*\(\w+="),      # a dataclass repr: ConcurrencyGrid(archs=...
              re.compile(r"\{'[^']*': "),           # a dict repr: {'gdn': 1.69, ...}
-             re.compile(r"\[\('|\(np\.float"))  # a list of tuples / numpy scalar reprs
+             re.compile(r"\[\('|\(np\.float\d*\("))  # a list of tuples / numpy scalar reprs: (np.float64(0.5), ...
 MAX_TABLE_ROWS, MAX_TABLE_WIDTH = 15, 120      # rows of numbers; wider wraps in a notebook column
 
 

@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from ..experiments.plumbing.loops import loop_period, loop_split, round_tags
+from ..train.loops import loop_period, loop_split, round_tags
 from ..experiments.studies.concurrency import budget_label, tied_of
 from .claims import goal_count
 from .templating import render

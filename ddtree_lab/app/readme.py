@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..common import RESULTS_DIR, ROOT
 from ..train.checkpoints import CKPT_DIR
-from ..experiments.plumbing.loops import is_copyable, is_looping
+from ..train.loops import is_copyable, is_looping
 from ..experiments.plumbing.results import ResultsStore, cached_table_path
 from ..experiments.plumbing.spread import format_ratio_columns
 from ..experiments.plumbing.summary import summarize

@@ -168,7 +168,8 @@ EXPERIMENTS = (
                    {"arch": "gdn", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"},
                    {"arch": "mla", "alpha": 1.0, "steps": 150, "lr": 2e-4, "candidates": "ngram"},
                    {"arch": "gdn", "alpha": 0.5, "steps": 250, "lr": 1e-4, "candidates": "ngram"},
-                   {"arch": "mla", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"}))),
+                   {"arch": "mla", "alpha": 1.5, "steps": 150, "lr": 2e-4, "candidates": "lens"},
+                   {"arch": "gdn", "alpha": 1.0, "steps": 250, "lr": 1e-4, "candidates": "lens"}))),
 )
 
 # scripts/*.py that are not experiments of the registry, and why

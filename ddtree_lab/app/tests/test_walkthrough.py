@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ddtree_lab.app import cli, readme
-from ddtree_lab.experiments.plumbing.loops import is_looping
+from ddtree_lab.train.loops import is_looping
 from ddtree_lab.experiments.plumbing.results import ResultsStore
 from ddtree_lab.experiments.plumbing.summary import summarize
 

@@ -21,7 +21,7 @@ from ...core.decode import generate
 from ...core.rules import TreeRule, Walk, as_rule
 from ...core.spec import GenerationSpec, Sampling
 from .costs import cost_model
-from .loops import generation_tags
+from ...train.loops import generation_tags
 from .meaning import plugin_key
 from .results import ResultsStore
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from ...core.decode import generate
 from ...core.sampling import Marginal
-from ..plumbing.loops import is_looping
+from ...train.loops import is_looping
 from ..plumbing.spread import pooled_ratio
 
 COLUMNS = ("round", "node", "parent", "depth", "rank", "main_path", "q_cond", "q_path", "reached", "accepted",

@@ -6,7 +6,7 @@ spell of the machine hits each alike (interleaved). Each run is timed as a whole
 (``measure.timed``) and its output checked against AR (lossless).
 
 The table (``compare_table``), per drafter and method: tau pooled over rounds, over all
-rounds and over rounds outside repetition loops (``plumbing.loops``), the share of rounds in
+rounds and over rounds outside repetition loops (``train.loops``), the share of rounds in
 loops, the speed over AR (median over prompts of AR seconds / seconds, with the order-statistic
 95% interval of ``plumbing.spread``) and, for every drafter after the first, its speed over
 the first drafter's on the same prompts and method (paired the same way).
@@ -21,7 +21,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from ...core.decode import generate
-from ..plumbing.loops import loop_split, round_tags
+from ...train.loops import loop_split, round_tags
 from ..plumbing.measure import timed
 from ..plumbing.spread import format_ratio_columns, ratio_columns
 

@@ -44,7 +44,7 @@ import pandas as pd
 from ...common import RESULTS_DIR
 from ...core.decode import generate_batch
 from ..plumbing.costs import BATCH_BUDGETS, COST_DIR, DEFAULT_BATCHES, batch_cost_model
-from ..plumbing.loops import generation_tags
+from ...train.loops import generation_tags
 from ..plumbing.measure import model_clock, model_seconds
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import format_ratio_columns, paired_ratio, ratio_columns

@@ -11,7 +11,7 @@ measured on three lenses:
   (``draft_quality``; the manifest's figure);
 - ``decode_*``: DFlash (block 8) and DDTree-16 decoding HumanEval prompts at T = 0,
   ``DECODE_MAX_NEW`` tokens, tau pooled over rounds, all rounds and outside repetition loops
-  (``plumbing.loops``);
+  (``train.loops``);
 - ``tf_*``: teacher-forced tau on the HumanEval canonical solutions (``teacher_forced``,
   the same problems and stride as notebook 05's lens), DFlash and DDTree-64.
 

@@ -9,7 +9,7 @@ Three measurements, each stored with its stamp:
 - ``family_tau``: one trained tiny target per studied family (``ddtree-lab tiny-target --family
   F``, with its ``train-drafter`` drafter; ``scripts/train_families.sh``): DDTree tau with the
   naive and the exact verify at budgets 1-256 on HumanEval prompts, tau outside loops (the loop
-  lens, ``plumbing.loops``), whether the output equals AR (the stock decode) and whether it
+  lens, ``train.loops``), whether the output equals AR (the stock decode) and whether it
   equals greedy decoding by the stock full forward (where the two differ, the stock decode departs
   from the model's own prefill). Resumable, a row per (family, mode, budget, prompt). ->
   ``data/results/families.csv``.
@@ -35,7 +35,8 @@ from ...core.decode import generate
 from ...core.families.tiny import HYBRIDS, build_tiny
 from ...core.tree import ancestor_mask
 from ...train.pair import load_pair
-from ..plumbing import loops, measure
+from ...train import loops
+from ..plumbing import measure
 from ..plumbing.results import ResultsStore, write_timing_table
 
 STUDIED = ("gdn", "kda", "mamba2", "short_conv")

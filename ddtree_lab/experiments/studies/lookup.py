@@ -31,7 +31,7 @@ from transformers.generation.candidate_generator import PromptLookupCandidateGen
 
 from ...core.adapter import loop_ready
 from ...core.decode import PHASES
-from ..plumbing.loops import generation_tags
+from ...train.loops import generation_tags
 
 NGRAM = 2   # the longest n-gram matched (transformers' default)
 

@@ -24,7 +24,7 @@ from ...core import naive
 from ...core.adapter import loop_ready
 from ...core.compiled import compiled_module
 from ...core.decode import PHASES, generate, start
-from ..plumbing.loops import generation_tags
+from ...train.loops import generation_tags
 from ..plumbing.summary import ar_divergence
 from ..plumbing.sweep import run_config
 from .lookup import run_lookup

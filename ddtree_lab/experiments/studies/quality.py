@@ -21,7 +21,7 @@ from ...train.checkpoints import check_manifest, ckpt_path
 from ...train.drafters import draft_quality
 from ...train.rollouts import make_rollouts
 from ...common import RESULTS_DIR
-from ..plumbing.loops import is_looping
+from ...train.loops import is_looping
 from ..plumbing.results import ResultsStore
 from ..plumbing.summary import ar_divergence, equals_ar
 from ..plumbing.sweep import expand_grid, run_sweep

@@ -131,7 +131,7 @@ def test_rounds_are_tagged_by_the_loop_state_of_their_output():
     """Rounds are tagged as ``loops.round_loop_flags`` tags them from the generation: by the
     output before them (a prompt that repeats is given text: the first round never loops); a
     recorder without the prompt tags None, left out outside loops."""
-    from ddtree_lab.experiments.plumbing.loops import round_loop_flags
+    from ddtree_lab.train.loops import round_loop_flags
     target, drafter = toy_pair("gdn-toy")
     rec = calibration.RoundRecorder()
     flags = []

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ddtree_lab.app.cli import main
-from ddtree_lab.experiments.plumbing.loops import loop_split
+from ddtree_lab.train.loops import loop_split
 from ddtree_lab.experiments.studies.compare_drafters import (compare_display, compare_drafters, compare_table,
                                                             spread_prompts)
 from helpers import toy_pair

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ddtree_lab.common import ROOT
-from ddtree_lab.experiments.plumbing.loops import is_copyable, is_looping, round_tags
+from ddtree_lab.train.loops import is_copyable, is_looping, round_tags
 
 LABELS = ROOT / "data" / "loop_labels.json"
 GOAL = 0.9

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from ddtree_lab.experiments.plumbing.loops import (LEAD, MIN_WINDOW, REPEATS, distinct_ngram_share, is_copyable,
+from ddtree_lab.train.loops import (LEAD, MIN_WINDOW, REPEATS, distinct_ngram_share, is_copyable,
                                                    is_looping, local_repeat_share, loop_period, loop_split,
                                                    round_loop_flags, round_tags, round_tags_reference)
 
