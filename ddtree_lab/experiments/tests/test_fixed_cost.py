@@ -5,12 +5,14 @@ import os
 import subprocess
 
 import pandas as pd
+import pytest
 
 from ddtree_lab.common import ROOT
 from ddtree_lab.core.models import build_target
 from ddtree_lab.experiments.studies import fixed_cost as fc
 
 
+@pytest.mark.slow  # runs scripts/gpu_check.sh --dry whole (seconds of subprocesses)
 def test_gpu_check_dry_writes_the_fixed_cost(tmp_path):
     env = os.environ | {"GPU_CHECK_OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "--dry"], check=True, env=env, timeout=300)
