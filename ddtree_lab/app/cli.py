@@ -234,37 +234,24 @@ def _int_in(low: int, high: int | None = None, alternative: str = ""):
     return parse
 
 
-def _positive_float(value: str) -> float:
-    """--lr: a finite float > 0."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = float("nan")
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite float > 0, got {value!r}")
-    return x
+def _finite_float(lowest: float, strict: bool = False, zero: str = ""):
+    """An argparse type: a finite float >= ``lowest`` (> with ``strict``); zero: what 0 means."""
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = float("nan")
+        if not (math.isfinite(x) and (x > lowest if strict else x >= lowest)):
+            note = f" ({zero})" if zero else ""
+            raise argparse.ArgumentTypeError(f"must be a finite float {'>' if strict else '>='} {lowest:g}{note}, "
+                                             f"got {value!r}")
+        return x
+    return parse
 
 
-def _ul_weight(value: str) -> float:
-    """--alpha: a finite float >= 0 (0: plain MLE fine-tuning)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = float("nan")
-    if not (math.isfinite(x) and x >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite float >= 0 (0: MLE alone), got {value!r}")
-    return x
-
-
-def _non_negative_float(value: str) -> float:
-    """--temperatures: a finite float >= 0 (0: greedy)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = float("nan")
-    if not (math.isfinite(x) and x >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite float >= 0 (0: greedy), got {value!r}")
-    return x
+_positive_float = _finite_float(0, strict=True)            # --lr
+_ul_weight = _finite_float(0, zero="0: MLE alone")          # --alpha
+_non_negative_float = _finite_float(0, zero="0: greedy")    # --temperatures, --minutes
 
 
 def _target_dir(value: str) -> str:

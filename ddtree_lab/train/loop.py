@@ -107,8 +107,9 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-class _Log:
-    """log.csv with one row per eval; rows past a resumed checkpoint are dropped."""
+class CsvLog:
+    """A CSV log of ``FIELDS`` (here log.csv, one row per eval); rows past a resumed
+    checkpoint's step are dropped (the run replays them)."""
 
     FIELDS = ["step", "tokens", "elapsed_s", "lr", "train_loss", "val_loss"]
 
@@ -192,7 +193,7 @@ def _train(model, loss_fn, eval_fn, cfg: TrainConfig, out_dir: Path, desc: str,
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         st = saved["state"]
-    log = _Log(out_dir / "log.csv", st["step"])
+    log = CsvLog(out_dir / "log.csv", st["step"])
 
     def save():
         _atomic_save({"model": model.state_dict(), "opt": opt.state_dict(), "state": st,

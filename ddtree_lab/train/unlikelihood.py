@@ -38,7 +38,7 @@ import torch
 from . import data
 from .checkpoints import ckpt_path, sha256_file
 from .corpus import build_corpus
-from .loop import TrainConfig, lm_eval_loss, model_device, random_windows, train
+from .loop import CsvLog, TrainConfig, lm_eval_loss, model_device, random_windows, train
 from .rollouts import continue_prompts
 from ..core.models import load_target
 from .loops import is_looping, round_loop_flags
@@ -123,26 +123,18 @@ def unlikelihood_loss(logits: torch.Tensor, tokens: torch.Tensor, marks: torch.T
     return (per_token * marks.float()).sum() / tokens.numel()
 
 
-class _StepLog:
-    """steps.csv: one row per step; rows past a resumed step are dropped (the run replays them)."""
+class _StepLog(CsvLog):
+    """steps.csv: one row per step (``loop.CsvLog``), numbered on from the resumed step."""
 
     FIELDS = ["step", "mle", "ul", "candidate_share", "looping_share"]
 
     def __init__(self, path: Path, resume_step: int):
-        self.path, self.step = path, resume_step
-        rows = []
-        if path.is_file():
-            with path.open() as f:
-                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
-        with path.open("w", newline="") as f:
-            w = csv.DictWriter(f, self.FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        super().__init__(path, resume_step)
+        self.step = resume_step
 
     def add(self, **row) -> None:
         self.step += 1
-        with self.path.open("a", newline="") as f:
-            csv.DictWriter(f, self.FIELDS).writerow({"step": self.step, **row})
+        super().add(step=self.step, **row)
 
 
 def greedy_continuations(model, prefixes: torch.Tensor, new_tokens: int) -> torch.Tensor:
