@@ -41,9 +41,6 @@ class Step:
         args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
         return f"{self.function}({args})"
 
-    def __hash__(self) -> int:
-        return hash((self.function, tuple(sorted(self.kwargs.items(), key=str)).__repr__()))
-
 
 def command(name: str, **options) -> Step:
     """The CLI subcommand ``name`` with its defaults, ``options`` changed (``cli.command``)."""

@@ -178,15 +178,20 @@ def test_a_finding_without_a_number_is_refused():
         lab.finding("the tree wins")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
-def test_the_executed_finding_states_a_number_on_the_first_screen(number):
+def _executed(number: str):
+    """The executed copy of notebook ``number`` (``python -m ddtree_lab notebooks`` writes it); skip without one."""
     path = EXECUTED_DIR / _path(number).name
     if not path.is_file():
         pytest.skip(f"no executed copy at {path} (python -m ddtree_lab notebooks {number})")
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
+def test_the_executed_finding_states_a_number_on_the_first_screen(number):
     committed = nbformat.read(_path(number), as_version=4)
     ids = {c.id for c in _finding_cells(committed)}
-    executed = nbformat.read(path, as_version=4)
+    executed = _executed(number)
     text = "\n".join(o.get("text", "") for c in executed.cells if c.get("id") in ids for o in c.get("outputs", []))
     found = re.search(r"^Finding: (.*)$", text, re.MULTILINE)
     assert found and re.search(r"\d", found.group(1)), f"{number}: no finding with a number in {text[:300]!r}"
@@ -196,10 +201,7 @@ def test_the_executed_finding_states_a_number_on_the_first_screen(number):
 @pytest.mark.parametrize("number", FINDING_NOTEBOOKS)
 def test_the_conclusion_counts_every_check_the_run_printed(number):
     """08 said '1 checks held' with two 'match: True' printed (a check_unless went uncounted)."""
-    path = EXECUTED_DIR / _path(number).name
-    if not path.is_file():
-        pytest.skip(f"no executed copy at {path}")
-    text = _output_text(nbformat.read(path, as_version=4))
+    text = _output_text(_executed(number))
     held = len(re.findall(r"^  match:    True$", text, re.MULTILINE))
     skipped = len(re.findall(r"^skipped:  |^  asserted: no ", text, re.MULTILINE))
     said = re.search(r"^- (\d+) checks? held(?:, (\d+) skipped)?", text, re.MULTILINE)

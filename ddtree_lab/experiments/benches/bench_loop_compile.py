@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from ddtree_lab.train.pair import load_pair
+from ddtree_lab.experiments.plumbing.measure import print_row
 from ddtree_lab.experiments.studies.compiled_loop import STORE, loop_summary, run_compiled_loop
 
 
@@ -34,8 +35,7 @@ def run(prompts: int = 8, archs: str = "gdn,mla") -> None:
     for arch in archs.split(","):
         pair = load_pair(arch)
         ids = {p: pair.prompt_ids(p) for p in range(0, 164, 164 // prompts)[:prompts]}
-        rows += run_compiled_loop(pair, arch, ids, progress=lambda r: print(
-            {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}, flush=True))
+        rows += run_compiled_loop(pair, arch, ids, progress=print_row)
     frame = pd.DataFrame(rows)
     frame.to_csv(STORE, index=False)
     print(loop_summary(frame).to_string(index=False))

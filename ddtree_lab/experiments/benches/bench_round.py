@@ -18,6 +18,7 @@ import torch
 
 from ddtree_lab.train.pair import load_pair
 from ddtree_lab.common import RESULTS_DIR
+from ddtree_lab.experiments.plumbing.measure import print_row
 from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.experiments.studies.round_cost import (floor_summary, round_table, run_round_cost,
                                                       verify_floor)
@@ -47,8 +48,7 @@ def run(prompts: int = 12, floor_prompts: int = 4, repeats: int = 10) -> None:
     frames = []
     for arch, pair in pairs.items():
         frames.append(verify_floor(pair, every_nth(floor_prompts), repeats=repeats,
-                                   progress=lambda r: print({k: (round(v, 3) if isinstance(v, float) else v)
-                                                             for k, v in r.items()}, flush=True)))
+                                   progress=print_row))
     rows = pd.concat(frames, ignore_index=True)
     out = RESULTS_DIR / "verify_floor.csv"
     write_timing_table(rows, out)

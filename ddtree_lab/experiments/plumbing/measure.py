@@ -202,3 +202,8 @@ def random_tree(vocab_size: int, budget: int, seed: int = 0) -> DraftTree:
 def random_prefix(model, prefix_len: int, seed: int = 0) -> torch.Tensor:
     """[prefix_len] random token ids."""
     return torch.randint(model.config.vocab_size, (prefix_len,), generator=_generator(seed, "prefix"))
+
+
+def print_row(row: dict) -> None:
+    """A measured row on one line, floats to 3 decimals (a bench's ``progress`` callback)."""
+    print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
