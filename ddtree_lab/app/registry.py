@@ -146,7 +146,7 @@ EXPERIMENTS = (
                ("expert_union_published.csv", "routing_fit.json"), (study("published_unions"),)),
     Experiment("gpu_projection", "the round-cost model on named accelerators: published points predicted (and the "
                "cost model alone beside the trivial baseline), Kimi K2.6 and Qwen3.6-27B projected (a projection)",
-               (), ("gpu_projection.csv", "projection_validation.csv"), (study("gpu_projection"),)),
+               (), ("gpu_projection.csv", "projection_validation.csv"), (study("gpu_projection", "main"),)),
     Experiment("k26_bounds", "issue 69: Kimi K2.6's best budget and winner over fixed cost per forward x routing x "
                "chain tau x tree gain (a projection)", (), ("k26_bounds.csv",), (study("k26_bounds"),)),
     Experiment("auto_calibration", "issue 69: per-node acceptance by drafter path probability, on the top-1 path or "

@@ -437,11 +437,6 @@ def write(table: pd.DataFrame, directory=RESULTS_DIR) -> None:
     table.to_csv(directory / PROJECTION_CSV, index=False, float_format="%.6g")
 
 
-def study() -> None:
-    """The registry's step (``main``)."""
-    main()
-
-
 def main(argv=None) -> None:
     """``python -m ddtree_lab.experiments.studies.gpu_projection``: build and store the table
     from ``routing_fit.json``, ``expert_pairs.csv`` and ``bench.csv``."""
