@@ -1,7 +1,7 @@
 """ddtree_lab: DFlash drafting, DDTree trees and exact tree verification on real architectures.
 
-The layers, each a folder: ``core`` (tree, GDN tree maths, cache + commit, verify, adapter,
-drafter, decode, model presets), ``train`` (corpus, tokenizer, training loop, recipes,
+The layers, each a folder: ``core`` (tree, spec, rules, drafter, verify + cache + commit,
+decode, the recurrent families, model presets), ``train`` (corpus, tokenizer, training loop, recipes,
 checkpoints, ``load_pair``), ``experiments`` (results store, sweeps, analyses), ``app``
 (plots, widgets, notebook helpers, CLI). The names below are the public API: among them the
 plug-in points, tree rules and acceptance walks (``core.rules``), ``check_lossless``, and
@@ -15,7 +15,6 @@ import importlib
 
 _API = {  # module: the public names it defines
     ".core": ("naive",),
-    ".core.cache": ("TreeCache", "commit"),
     ".core.decode": ("Generation", "generate", "generate_batch"),
     ".core.lossless": ("LosslessReport", "check_lossless"),
     ".core.models": ("load_target",),
@@ -24,7 +23,7 @@ _API = {  # module: the public names it defines
                     "rejection", "target_matching", "unary"),
     ".core.spec": ("GenerationSpec", "Sampling"),
     ".core.tree": ("DraftTree", "build_tree", "chain_tree"),
-    ".core.verify": ("GDN_MODES", "prefill", "tree_logits", "verify"),
+    ".core.verify": ("GDN_MODES", "TreeCache", "commit", "prefill", "tree_logits", "verify"),
     ".train.pair": ("Pair", "load_pair"),
 }
 _HOME = {name: module for module, names in _API.items() for name in names}

@@ -19,7 +19,9 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import torch_chunk_gated_delta
 
 from ddtree_lab.core.tree import ancestor_mask_from_parents as ancestor_mask, tree_depths
 from ddtree_lab.experiments.plumbing.measure import median_seconds
-from ddtree_lab.core.gdn_tree import (chain_parents, gated_delta_fork, gated_delta_wy, normalize_qk)
+from ddtree_lab.core.tree import chain_parents
+from ddtree_lab.core.families.gdn.wy import gated_delta_fork
+from ddtree_lab.core.families.gdn.wy import gated_delta_wy, normalize_qk
 
 REPEATS = 7
 BUDGETS = (16, 64, 256)

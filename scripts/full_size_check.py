@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_lab.experiments.studies.full_size import build_full_size, full_size_config, save_checkpoint  # noqa: E402
-from ddtree_lab.core.gdn_layer import gdn_mode  # noqa: E402
+from ddtree_lab.core.spec import gdn_mode  # noqa: E402
 from ddtree_lab.core.models import build_target, load_target  # noqa: E402
 from ddtree_lab.experiments.studies import full_size_cost as fsc# noqa: E402
 

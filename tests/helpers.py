@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from ddtree_lab.core import families, harness
+from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig, Draft
 from ddtree_lab.core.families.tiny import build_tiny
 from ddtree_lab.core.models import build_target
@@ -243,7 +244,7 @@ def branched(h_path: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, 
 
 def capture_mixers(model, ids: torch.Tensor, **kwargs):
     """One stock forward of ``model`` over ids [1, t] (``kwargs`` passed on: a cache, positions),
-    its recurrent mixers' (``families.recurrent_mixers``) inputs and outputs caught by hooks:
+    its recurrent mixers' (``verify.recurrent_mixers``) inputs and outputs caught by hooks:
     ({layer: input [t, D]}, {layer: output [t, D]}, the model's output)."""
     ins, outs = {}, {}
 
@@ -254,7 +255,7 @@ def capture_mixers(model, ids: torch.Tensor, **kwargs):
         return grab
 
     handles = [m.register_forward_hook(hook(i), with_kwargs=True)
-               for i, (m, _) in families.recurrent_mixers(model).items()]
+               for i, (m, _) in verify_mod.recurrent_mixers(model).items()]
     try:
         with torch.no_grad():
             output = model(ids, **kwargs)
@@ -277,7 +278,7 @@ class MixerCase(NamedTuple):
 def mixer_case(model, ids: torch.Tensor, fam) -> MixerCase:
     """One stock full forward over ids [1, t] (``capture_mixers``); every recurrent mixer of
     ``model`` is of family ``fam``."""
-    mixers = families.recurrent_mixers(model)
+    mixers = verify_mod.recurrent_mixers(model)
     assert mixers and all(f is fam for _, f in mixers.values()), f"not every recurrent mixer is {families.name_of(fam)}"
     ins, outs, output = capture_mixers(model, ids)
     return MixerCase(model, ids, mixers, ins, outs, output.logits[0])
@@ -301,7 +302,7 @@ def stock_cache(model, ids: torch.Tensor):
 def prefill_states(model, ids: torch.Tensor) -> dict:
     """{layer: its state (``families.state_of``)} of every recurrent layer in ``stock_cache``."""
     cache = stock_cache(model, ids)
-    return {i: families.state_of(fam, cache, i) for i, (_, fam) in families.recurrent_mixers(model).items()}
+    return {i: families.state_of(fam, cache, i) for i, (_, fam) in verify_mod.recurrent_mixers(model).items()}
 
 
 def assert_chain_is_stock(case: MixerCase, L: int, tol: float, relative: bool = False, t: int | None = None) -> None:
@@ -388,7 +389,7 @@ def decode_from_states(model, ids: torch.Tensor, P: int, states: dict, gen: torc
     so a part the write misses leaves junk), and the recurrent mixers' outputs {layer: [n, D]} of
     that call. ``positions``: pass position_ids P..P+n-1 (a stock decode that reads them from a
     recurrent first layer's cache restarts them at 0: MiniMax's, Bamba's)."""
-    cache, mixers = stock_cache(model, ids[:, :P]), families.recurrent_mixers(model)
+    cache, mixers = stock_cache(model, ids[:, :P]), verify_mod.recurrent_mixers(model)
     with torch.no_grad():
         for i, state in states.items():
             fam = mixers[i][1]
@@ -543,7 +544,7 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
     ``verify``, ``accept_round``, ``commit``). -> Generation (tokens, acceptance lengths, tree
     sizes, entropies; no timings)."""
     from ddtree_lab.core import decode
-    from ddtree_lab.core.cache import commit
+    from ddtree_lab.core.verify import commit
     from ddtree_lab.core.verify import verify
     rule, layers = decode.round_rule(decode.tree_rule(drafter, tree), method), tuple(drafter.cfg.target_layer_ids)
     sampling = decode.Sampling(temperature, accept_rule, seed)
@@ -557,7 +558,7 @@ def generate_reference(target, drafter, prompt_ids, *, method: str, budget: int 
         t = decode.sampled(rule(draft, root, block_size - 1 if method == "dflash" else budget), proposal, sampling, rng)
         out = verify(target, cache, t, gdn_mode, feature_layers=layers)
         path, bonus, _ = decode.accept_round(t, out.logits, proposal, sampling, rng)
-        commit(target, cache, t, path)
+        commit(target, cache, out.pending, path)
         features, root = out.features[path], bonus
         gen.tokens += t.tokens[path[1:]].tolist() + [bonus]
         gen.entropies += decode.entropies(out.logits[path], temperature)

@@ -56,7 +56,7 @@ def layer(module: str) -> str:
 
 def test_the_graph_is_read():
     assert "ddtree_lab.core.verify" in GRAPH["ddtree_lab.core.decode"]
-    assert "ddtree_lab.core.cache" in GRAPH["ddtree_lab.core.verify"]
+    assert "ddtree_lab.core.families.gdn.wy" in GRAPH["ddtree_lab.core.families.gdn.naive"]
     assert len(MODULES) > 30
 
 

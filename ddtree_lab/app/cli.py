@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..common import DATA_DIR, RESULTS_DIR, ROOT
 from .registry import EXPERIMENTS, by_name
+from .templating import texts
 
 MAX_BUDGET = 1024   # core.spec.MAX_BUDGET (a test holds them equal): --budgets is checked before torch loads
 
@@ -183,21 +184,15 @@ def _dtype(name: str):
     return getattr(torch, name)
 
 
-TOKENIZER_HELP = ("with --target: the target's tokenizer, a directory of tokenizer files or a tokenizer.json "
-                  "(default: the target directory's own; a target without one is refused)")
-
-
 def _pair_args(s, drafter: bool = True) -> None:
     """The options of every command that decodes a pair of one's own (drafter: its --drafter)."""
-    s.add_argument("--target", type=_target_dir, default=None,
-                   help="a target checkpoint directory (default: the shipped pair)")
+    s.add_argument("--target", type=_target_dir, default=None)
     if drafter:
-        s.add_argument("--drafter", type=_drafter_dir, default=None,
-                       help="a published-format DFlash drafter directory for --target")
-    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
-    s.add_argument("--device", default=None, help="torch device of the pair, e.g. cuda (default: cpu)")
-    s.add_argument("--dtype", default="float32", choices=DTYPES, help="the target's dtype")
-    s.add_argument("--field", default="prompt", help="the JSON field of each line of a --prompts FILE.jsonl")
+        s.add_argument("--drafter", type=_drafter_dir, default=None)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None)
+    s.add_argument("--device", default=None)
+    s.add_argument("--dtype", default="float32", choices=DTYPES)
+    s.add_argument("--field", default="prompt")
 
 
 def _prompt_count_or_file(value: str):
@@ -435,14 +430,41 @@ def _cmd_notebooks(args):
     run_all(smoke=args.smoke, only=tuple(args.numbers), jobs=args.jobs)
 
 
-def _training_parser(sub, name: str, func, what: str, device: bool):
+def _command(sub, name: str) -> argparse.ArgumentParser:
+    """The subcommand ``name`` with its line of ``ddtree-lab --help`` (templates/cli/help.toml);
+    its options' texts follow from ``_helps``."""
+    return sub.add_parser(name, help=texts("cli/help")[name]["help"])
+
+
+def _helps(p: argparse.ArgumentParser, **values) -> None:
+    """Every option's help text from templates/cli/help.toml (``templating.texts``), its ``{name}``
+    fields filled from ``values``: a command's table keys its texts by option (``--budgets``) or
+    positional (``name``); ``[every]``: those that read the same wherever a command has no entry
+    of its own. A table or a key that names no command or option is an error (a text left behind)."""
+    helps = texts("cli/help")
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    parsers = {p.prog: p, **sub.choices}
+    if set(helps) - {"every"} - set(parsers):
+        raise ValueError(f"templates/cli/help.toml: no command {sorted(set(helps) - {'every'} - set(parsers))}")
+    for cmd, s in parsers.items():
+        own = {k: v for k, v in helps.get(cmd, {}).items() if k != "help"}
+        actions = {a.option_strings[-1] if a.option_strings else a.dest: a for a in s._actions}
+        if set(own) - set(actions):
+            raise ValueError(f"templates/cli/help.toml: {cmd} has no option {sorted(set(own) - set(actions))}")
+        for key, action in actions.items():
+            text = own.get(key, helps["every"].get(key))
+            if text is not None:
+                action.help = text.format(**values)
+
+
+def _training_parser(sub, name: str, func, device: bool):
     """One training command: --arch, --preset, --max-minutes (and --device where it trains on one)."""
-    s = sub.add_parser(name, help=what)
+    s = _command(sub, name)
     s.add_argument("--arch", choices=["gdn", "mla"], required=name == "train-target", default=None)
     s.add_argument("--preset", choices=["default", "quick", "toy"], default="default")
-    s.add_argument("--max-minutes", type=float, default=None, help="wall-clock cap")
+    s.add_argument("--max-minutes", type=float, default=None)
     if device:
-        s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
+        s.add_argument("--device", default="cpu")
     s.set_defaults(func=func)
     return s
 
@@ -457,16 +479,15 @@ def _experiment(name: str):
 
 def _house_parsers(sub) -> None:
     """run / show / recompute / status: the house's commands (``app/house.py``) over the registry."""
-    names = ", ".join(e.name for e in EXPERIMENTS)
-    s = sub.add_parser("run", help="run one experiment of the registry (resumable; `ddtree-lab show` lists them)")
-    s.add_argument("name", type=_experiment, metavar="NAME", help=f"one of: {names}")
-    s = sub.add_parser("show", help="an experiment's stored table and the stamp of its timings")
-    s.add_argument("name", type=_experiment, nargs="?", default=None, metavar="NAME", help="none: list them")
-    s = sub.add_parser("recompute", help="recompute only the named experiments' stores (old files kept until done)")
-    s.add_argument("names", type=_experiment, nargs="*", metavar="NAME", help=f"of: {names}")
-    s.add_argument("--all", action="store_true", help="every experiment, in the registry's order (hours)")
-    s = sub.add_parser("status", help="every store: rows, revisions measured at, whether its golden sample reproduces")
-    s.add_argument("--no-golden", action="store_true", help="skip recomputing the golden sample (~30 s)")
+    s = _command(sub, "run")
+    s.add_argument("name", type=_experiment, metavar="NAME")
+    s = _command(sub, "show")
+    s.add_argument("name", type=_experiment, nargs="?", default=None, metavar="NAME")
+    s = _command(sub, "recompute")
+    s.add_argument("names", type=_experiment, nargs="*", metavar="NAME")
+    s.add_argument("--all", action="store_true")
+    s = _command(sub, "status")
+    s.add_argument("--no-golden", action="store_true")
     for name in ("run", "show", "recompute", "status"):
         sub.choices[name].set_defaults(func=_cmd_house)
 
@@ -484,158 +505,119 @@ def _version() -> str:
         return "(not installed)"
 
 
-THREADS_HELP = ("torch CPU threads, an int >= 1 (default: OMP_NUM_THREADS, else the lab's rule, "
-                "ddtree_lab/core/threads.py: one thread to decode and time; the train-* commands and tiny-target: "
-                "the cores not already busy)")
 TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "tiny-target", "unlikelihood")
 
 
 def parser() -> argparse.ArgumentParser:
-    """The ``ddtree-lab`` command line: one subparser per command (``func``: its handler)."""
+    """The ``ddtree-lab`` command line: one subparser per command (``func``: its handler); the help
+    texts are templates/cli/help.toml's (``_command``, ``_helps``)."""
     p = argparse.ArgumentParser(prog="ddtree-lab", description=__doc__)
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    p.add_argument("--threads", type=_int_in(1), default=None, help=THREADS_HELP)
+    p.add_argument("--threads", type=_int_in(1), default=None)
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("train-tokenizer", help="train the byte-level BPE tokenizer into data/")
+    s = _command(sub, "train-tokenizer")
     s.add_argument("--vocab-size", type=int, default=4096)
     s.set_defaults(func=_cmd_train_tokenizer)
-    for name, func, what, device in (
-            ("train-target", _cmd_train_target, "train a target on the stdlib corpus (resumable)", True),
-            ("train-drafter", _cmd_train_drafter, "train a DFlash drafter on target rollouts (resumable)", True),
-            ("train-drafter2", _cmd_train_drafter2, "train a DFlash 2 drafter (selector + convolutions) from a "
-                                                    "DFlash drafter (the shipped one of --arch, or --drafter with "
-                                                    "--target), on the same data (resumable)", False)):
-        s = _training_parser(sub, name, func, what, device)
+    for name, func, device in (("train-target", _cmd_train_target, True), ("train-drafter", _cmd_train_drafter, True),
+                               ("train-drafter2", _cmd_train_drafter2, False)):
+        s = _training_parser(sub, name, func, device)
     s = sub.choices["train-drafter2"]
-    s.add_argument("--target", type=_target_dir, default=None,
-                   help="a target checkpoint directory of your own (instead of --arch)")
-    s.add_argument("--drafter", type=_drafter_dir, default=None, help="the DFlash drafter directory of --target (the start)")
-    s.add_argument("--out", default=None, help="where the DFlash 2 drafter ships (with --target)")
-    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
+    s.add_argument("--target", type=_target_dir, default=None)
+    s.add_argument("--drafter", type=_drafter_dir, default=None)
+    s.add_argument("--out", default=None)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None)
     s = sub.choices["train-drafter"]
-    s.add_argument("--target", type=_target_dir, default=None,
-                   help="a target checkpoint directory of your own (instead of --arch)")
-    s.add_argument("--out", default=None, help="where the drafter ships (with --target); its resumable training "
-                                               "state stays beside it in OUT.run")
-    s.add_argument("--tokenizer", type=_tokenizer_path, default=None, help=TOKENIZER_HELP)
-    s.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's <|mask|>")
-    s.add_argument("--corpus-share", type=_unit_float, default=None,
-                   help="share of real-code windows per batch, in [0, 1] (default: the preset's)")
-    s.add_argument("--steps", type=_positive_int, default=None,
-                   help="optimizer steps (default: the preset's); fewer also make that share of the preset's "
-                        "rollouts and real-code windows, unless --rollouts is given")
-    s.add_argument("--rollouts", type=_positive_int, default=None,
-                   help="target rollouts to train on (default: the preset's, scaled by --steps)")
-    s = sub.add_parser("tiny-target", help="build a tiny Qwen3ForCausalLM of your own from a transformers config, "
-                                           "train it briefly on the lab's corpus and save it with its tokenizer "
-                                           "(the README's walk-through)")
-    s.add_argument("--out", required=True, help="the target's directory (save_pretrained layout + tokenizer files)")
-    s.add_argument("--minutes", type=_non_negative_float, default=1.0,
-                   help="training time on the lab's corpus (0: random weights)")
-    s.add_argument("--family", default="attention", choices=("attention", "gdn", "kda", "mamba2", "short_conv"),
-                   help="the layers: attention (Qwen3), or a hybrid of one recurrent family: gdn (Qwen3.5), kda "
-                        "(Kimi Linear), mamba2 (Nemotron-H), short_conv (LFM2)")
+    s.add_argument("--target", type=_target_dir, default=None)
+    s.add_argument("--out", default=None)
+    s.add_argument("--tokenizer", type=_tokenizer_path, default=None)
+    s.add_argument("--mask-token-id", type=int, default=None)
+    s.add_argument("--corpus-share", type=_unit_float, default=None)
+    s.add_argument("--steps", type=_positive_int, default=None)
+    s.add_argument("--rollouts", type=_positive_int, default=None)
+    s = _command(sub, "tiny-target")
+    s.add_argument("--out", required=True)
+    s.add_argument("--minutes", type=_non_negative_float, default=1.0)
+    s.add_argument("--family", default="attention", choices=("attention", "gdn", "kda", "mamba2", "short_conv"))
     s.set_defaults(func=_cmd_tiny_target)
-    s = sub.add_parser("unlikelihood", help="fine-tune a shipped target with sequence-level unlikelihood on its own "
-                                             "greedy continuations (issue 70; resumable), measure its loops and "
-                                             "HumanEval-solution loss into data/results/unlikelihood.csv")
+    s = _command(sub, "unlikelihood")
     s.add_argument("--arch", choices=["gdn", "mla"], required=True)
-    s.add_argument("--alpha", type=_ul_weight, default=0.5, help="weight of the unlikelihood term, >= 0")
-    s.add_argument("--steps", type=_positive_int, default=250, help="optimizer steps, an int >= 1")
-    s.add_argument("--lr", type=_positive_float, default=1e-4, help="AdamW learning rate, > 0")
-    s.add_argument("--candidates", choices=["ngram", "lens"], default="ngram",
-                   help="which continuation tokens are penalised: those completing a repeated 4-gram, or those "
-                        "the lab's loop lens reads as looping")
-    s.add_argument("--runs-dir", default=str(ROOT / "runs" / "unlikelihood"),
-                   help="where the resumable training states live (git-ignored)")
-    s.add_argument("--ship", action="store_true", help="save a target that meets the goal under "
-                                                       "data/checkpoints/unlikelihood/ARCH-target")
+    s.add_argument("--alpha", type=_ul_weight, default=0.5)
+    s.add_argument("--steps", type=_positive_int, default=250)
+    s.add_argument("--lr", type=_positive_float, default=1e-4)
+    s.add_argument("--candidates", choices=["ngram", "lens"], default="ngram")
+    s.add_argument("--runs-dir", default=str(ROOT / "runs" / "unlikelihood"))
+    s.add_argument("--ship", action="store_true")
     s.set_defaults(func=_cmd_unlikelihood)
-    s = sub.add_parser("dflash2", help="DDTree over DFlash 2: the budget x temperature run, the 164-prompt "
-                                        "lossless rows and the teacher-forced lens (resumable)")
+    s = _command(sub, "dflash2")
     s.add_argument("--archs", nargs="+", choices=["gdn", "mla"], default=["gdn", "mla"])
-    s.add_argument("--study-prompts", type=_positive_int, default=6, help="prompts of the interleaved run")
-    s.add_argument("--lossless-prompts", type=_positive_int, default=164, help="prompts of the T = 0 lossless rows")
-    s.add_argument("--tf-problems", type=_positive_int, default=12,
-                   help="HumanEval canonical solutions of the teacher-forced lens")
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
-                   help="FILE.jsonl: decode its prompts (--field) instead of HumanEval's; N: --study-prompts N")
+    s.add_argument("--study-prompts", type=_positive_int, default=6)
+    s.add_argument("--lossless-prompts", type=_positive_int, default=164)
+    s.add_argument("--tf-problems", type=_positive_int, default=12)
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=None)
     _pair_args(s)
-    s.add_argument("--drafter2", type=_drafter_dir, default=None, help="a DFlash 2 drafter directory for --target")
+    s.add_argument("--drafter2", type=_drafter_dir, default=None)
     s.set_defaults(func=_cmd_dflash2)
-    s = sub.add_parser("train-all", help="retrain tokenizer, both targets and both drafters (resumable)")
-    s.add_argument("--quick", action="store_true", help="lower quality, <= 20 min, into data/checkpoints-quick")
+    s = _command(sub, "train-all")
+    s.add_argument("--quick", action="store_true")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
-    s.add_argument("--retrain-tokenizer", action="store_true",
-                   help="retrain data/tokenizer.json too (invalidates every checkpoint)")
-    s.add_argument("--device", default="cpu", help="torch device to train on, e.g. cuda (default: cpu)")
+    s.add_argument("--retrain-tokenizer", action="store_true")
+    s.add_argument("--device", default="cpu")
     s.set_defaults(func=_cmd_train_all)
-    s = sub.add_parser("quality", help="quality and lossless table of the shipped pairs (or --target / --drafter)")
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=164,
-                   help="N: HumanEval prompts 0..N-1 for the decoding checks; FILE.jsonl: its prompts (--field)")
+    s = _command(sub, "quality")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=164)
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     _pair_args(s)
     s.set_defaults(func=_cmd_quality)
-    s = sub.add_parser("bench", help="AR vs DFlash vs DDTree side by side (tokens/s, tau, speedup)")
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
-                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
+    s = _command(sub, "bench")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10)
     _pair_args(s)
     s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
-    s.add_argument("--fresh", action="store_true", help="discard earlier bench rows first")
-    s.add_argument("--wide", action="store_true", help="print every column of the table (default: 10; bench.csv "
-                                                      "keeps them all)")
+    s.add_argument("--fresh", action="store_true")
+    s.add_argument("--wide", action="store_true")
     s.set_defaults(func=_cmd_bench)
-    s = sub.add_parser("compare-drafters", help="A/B of two or more drafters of one target: tau (all rounds, "
-                                                 "outside loops) and speed over AR and over the first, interleaved")
-    s.add_argument("--arch", choices=["gdn", "mla"], default=None, help="the shipped target")
-    s.add_argument("--drafter", action="append", required=True, type=_drafter_dir,
-                   help="a drafter directory (repeat; 'shipped': the shipped one of --arch)")
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=12,
-                   help="N: N HumanEval prompts spread over the 164; FILE.jsonl: its prompts (--field)")
+    s = _command(sub, "compare-drafters")
+    s.add_argument("--arch", choices=["gdn", "mla"], default=None)
+    s.add_argument("--drafter", action="append", required=True, type=_drafter_dir)
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=12)
     _pair_args(s, drafter=False)
     s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
-    s.add_argument("--cpu-clock", action="store_true", help="time by this thread's CPU time (a shared machine)")
-    s.add_argument("--out", default=None, help="write the table to this CSV")
+    s.add_argument("--cpu-clock", action="store_true")
+    s.add_argument("--out", default=None)
     s.set_defaults(func=_cmd_compare_drafters)
-    s = sub.add_parser("sweep", help="grid of decoding runs on HumanEval, into a resumable results store")
+    s = _command(sub, "sweep")
     s.add_argument("--archs", nargs="+", default=["gdn", "mla"], choices=["gdn", "mla"])
     s.add_argument("--methods", nargs="+", default=["ar", "dflash", "ddtree"], choices=["ar", "dflash", "ddtree"])
     s.add_argument("--gdn-modes", nargs="+", default=["wy"], choices=["naive", "fork", "wy"])
-    s.add_argument("--budgets", nargs="+", type=_budget, default=[1, 4, 16, 64, 256],
-                   help=f"DDTree budgets: ints in [1, {MAX_BUDGET}] or auto")
-    s.add_argument("--block-sizes", nargs="+", type=_int_in(2), default=[8],
-                   help="drafter blocks: ints >= 2, at most the drafter's block size")
+    s.add_argument("--budgets", nargs="+", type=_budget, default=[1, 4, 16, 64, 256])
+    s.add_argument("--block-sizes", nargs="+", type=_int_in(2), default=[8])
     s.add_argument("--temperatures", nargs="+", type=_non_negative_float, default=[0.0])
     s.add_argument("--max-new-tokens", type=_int_in(1), default=128)
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=10,
-                   help="N: HumanEval prompts 0..N-1; FILE.jsonl: its prompts (--field)")
-    s.add_argument("--store", default="sweeps", help="results store name under data/results/")
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=10)
+    s.add_argument("--store", default="sweeps")
     _pair_args(s)
     s.set_defaults(func=_cmd_sweep)
-    s = sub.add_parser("concurrency", help="budget x concurrency sweep of batched AR / DFlash / DDTree (resumable)")
-    s.add_argument("--smoke", action="store_true", help="the seconds-long grid, into data/results/smoke/")
+    s = _command(sub, "concurrency")
+    s.add_argument("--smoke", action="store_true")
     s.add_argument("--archs", nargs="+", default=None, choices=["gdn", "mla"])
-    s.add_argument("--concurrency", nargs="+", type=_int_in(1), default=None, help="default 1 2 4 8 16")
-    s.add_argument("--budgets", nargs="+", type=_int_in(1, MAX_BUDGET), default=None,
-                   help=f"T = 0 DDTree budgets, ints in [1, {MAX_BUDGET}] (auto is added)")
-    s.add_argument("--temperatures", nargs="+", type=_non_negative_float, default=None, help="default 0 1")
-    s.add_argument("--max-new-tokens", type=_int_in(1), default=None, help="default 64")
-    s.add_argument("--prompts", type=_prompt_count_or_file, default=None,
-                   help="N: HumanEval prompts decoded at every concurrency (default 8); FILE.jsonl: its prompts")
+    s.add_argument("--concurrency", nargs="+", type=_int_in(1), default=None)
+    s.add_argument("--budgets", nargs="+", type=_int_in(1, MAX_BUDGET), default=None)
+    s.add_argument("--temperatures", nargs="+", type=_non_negative_float, default=None)
+    s.add_argument("--max-new-tokens", type=_int_in(1), default=None)
+    s.add_argument("--prompts", type=_prompt_count_or_file, default=None)
     _pair_args(s)
     s.set_defaults(func=_cmd_concurrency)
-    s = sub.add_parser("readme", help="render the result tables of README.md and docs/results.md from the stored result files")
-    s.add_argument("--blocks", nargs="+", default=None, help="only these blocks (default: all)")
+    s = _command(sub, "readme")
+    s.add_argument("--blocks", nargs="+", default=None)
     s.set_defaults(func=_cmd_readme)
-    s = sub.add_parser("notebooks", help="execute every notebook headless (figures -> figures/)")
-    s.add_argument("--smoke", action="store_true", help="run them small (as the tests do)")
-    s.add_argument("numbers", nargs="*", metavar="NN", help="only these notebooks (e.g. 02 05); default: all")
-    s.add_argument("--jobs", type=_int_in(1), default=None,
-                   help="notebooks run at once, each in its own kernel on one thread (default: one per core; 1 on a shared machine)")
+    s = _command(sub, "notebooks")
+    s.add_argument("--smoke", action="store_true")
+    s.add_argument("numbers", nargs="*", metavar="NN")
+    s.add_argument("--jobs", type=_int_in(1), default=None)
     s.set_defaults(func=_cmd_notebooks)
     _house_parsers(sub)  # run, show, recompute, status (app/house.py)
     for s in sub.choices.values():  # also after the command: `ddtree-lab bench --threads 1`, in its --help
-        s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS, help=THREADS_HELP)
+        s.add_argument("--threads", type=_int_in(1), default=argparse.SUPPRESS)
+    _helps(p, names=", ".join(e.name for e in EXPERIMENTS), max_budget=MAX_BUDGET)
     return p
 
 

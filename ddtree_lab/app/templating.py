@@ -12,14 +12,21 @@ empty string), autoescape off (markdown, not HTML), ``trim_blocks`` and ``lstrip
 line holding only a ``{% ... %}`` tag adds nothing to the output), and the filter ``fmt``:
 ``{{ x | fmt(".2f") }}`` is Python's ``format(x, ".2f")``, the same spec as an f-string's.
 Files whose name starts with ``_`` hold macros other templates import.
+
+Short texts looked up by key, too many for a file each (the command line's help, the registry's
+lines), sit in TOML files beside the templates, ``templates/NAME.toml``, read by ``texts``
+without Jinja2 (``ddtree-lab --help`` reads them and loads no template).
 """
 from __future__ import annotations
 
 import ast
+import tomllib
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 TEMPLATES = Path(__file__).with_name("templates")
 SUFFIX = ".md.j2"
@@ -27,6 +34,7 @@ SUFFIX = ".md.j2"
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    import jinja2  # late: ~30 ms to import; `ddtree-lab --help` reads texts() and renders no template
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
@@ -36,7 +44,7 @@ def environment() -> jinja2.Environment:
 def fmt(value, spec: str = "") -> str:
     """The filter ``fmt``: ``format(value, spec)``. A value the code did not pass fails naming it, as
     ``{{ x }}`` does (``format`` of a StrictUndefined would raise a TypeError that names nothing)."""
-    if isinstance(value, jinja2.Undefined):
+    if isinstance(value, environment().undefined):
         str(value)   # StrictUndefined: UndefinedError "'x' is undefined"
     return format(value, spec)
 
@@ -45,6 +53,13 @@ def render(name: str, **values) -> str:
     """The template ``name`` (its path under ``templates/`` without ``SUFFIX``, e.g.
     ``"readme/corpus"``) rendered with ``values``, without the file's final newline."""
     return environment().get_template(name + SUFFIX).render(**values).removesuffix("\n")
+
+
+@lru_cache(maxsize=None)
+def texts(name: str) -> dict:
+    """The TOML file ``templates/NAME.toml`` (``name`` e.g. ``"cli/help"``) as a dict of its
+    tables: {key: text} or {table: {key: text}}. Cached: callers read it, never change it."""
+    return tomllib.loads((TEMPLATES / f"{name}.toml").read_text())
 
 
 def template_files() -> list[str]:

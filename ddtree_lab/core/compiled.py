@@ -11,7 +11,7 @@ eager (one per prompt, any length).
   shared by every later generation with the same models.
 - Mixture-of-experts targets: transformers' eager experts loop has data-dependent shapes
   (``nonzero``), a graph break per MoE layer. Every lab loop, eager or compiled, runs the
-  experts as transformers' ``grouped_mm`` (one grouped matmul, no break; ``adapter.loop_ready``),
+  experts as transformers' ``grouped_mm`` (one grouped matmul, no break; ``verify.loop_ready``),
   then the model's own setting comes back. The AR baseline of a compiled comparison is
   compiled the same way, so no ratio mixes a compiled loop with an eager one.
 - Not bit-identical to eager: inductor fuses and reorders float32 sums (relative logit

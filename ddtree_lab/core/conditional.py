@@ -12,7 +12,7 @@ accepted draft tokens of a tree is still the sum over its nodes of the product o
 node's path; every q <= 1, so a path weighs no more than its prefix and the best tree of B
 nodes is again the B heaviest paths. ``build_conditional_tree`` finds them best-first, each
 node's children ranked by its own q. Every q the search (and the T > 0 proposal,
-``sampling.Conditional``) reads comes from one table per block, built in one vectorised pass:
+``rules.Conditional``) reads comes from one table per block, built in one vectorised pass:
 a node of depth d >= 1 holds one of depth d's K candidates, so its children's scores are a
 row of the [K, K] transition table of depth d + 1 (``ConditionalDraft.transitions``; only
 the root's row is computed on its own); each (parent, depth) is ranked once;

@@ -10,7 +10,7 @@ the B sequences still running (docs/background.md section 7):
    with its own budget, or with ``budget="auto"`` the budgets chosen jointly (``allocate.auto_trees``);
 3. verify: ``verify.verify_batch``, ONE target forward over every tree;
 4. accept per sequence (its own argmax, or its own seeded walk at T > 0);
-5. ragged commit: ``cache.commit_batch``, each sequence its own accepted path (target cache
+5. ragged commit: ``verify.commit_batch``, each sequence its own accepted path (target cache
    and drafter context advance by the path and the bonus); finished sequences leave the batch.
 
 No full re-forward of the sequence per round. ``generate`` is the batch of one. At T = 0 the
@@ -32,16 +32,15 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import families, tree as tree_mod
-from .adapter import loop_ready
 from .allocate import auto_trees, auto_with_chain, chain_candidate
 from .compiled import compiled_module, compiled_tree_forward
-from .cache import TreeCache, commit_batch
 from .drafter import Draft, DrafterState
 from .rules import TreeRule, check_tree
-from .sampling import choose_tokens  # noqa: F401  (decode.choose_tokens: the AR loops' name for it)
+from .rules import choose_tokens  # noqa: F401  (decode.choose_tokens: the AR loops' name for it)
 from .spec import (PHASES, Generation, GenerationSpec, Sampling, check_generate_args, entropies, round_rule,  # noqa: F401
                    token_ids, tree_rule)
-from .verify import padded_prefill, prefill_batch, tree_forward, verify_batch_unchecked
+from .verify import (TreeCache, commit_batch, loop_ready, padded_prefill, prefill_batch, recurrent_mixers, runs_in_fast_loop,
+                     tree_forward, verify_batch_unchecked)
 
 
 _CUDA = torch.cuda.is_available()
@@ -82,7 +81,7 @@ def generate(target, drafter, prompt_ids, spec: GenerationSpec | None = None, *,
     per predicted second with ``cost_model``, see ``allocate.auto_trees``).
     on_round: optional callback ``on_round(Round)`` after every speculative round (for
     calibration and leakage studies; not timed apart from the loop).
-    accept_rule: the T > 0 walk, a name of ``sampling.ACCEPT_RULES`` ("rejection": DFlash's rule
+    accept_rule: the T > 0 walk, a name of ``rules.ACCEPT_RULES`` ("rejection": DFlash's rule
     with the drafter's q; "target": target-only matching) or a walk of one's own
     (``rules.Walk``); ignored at T = 0 (the argmax walk).
     tree: a tree rule, "unary" / "conditional" (``rules.TREES``) or any callable
@@ -147,16 +146,16 @@ def _decode(target, drafter, prompts, spec: GenerationSpec, *, cost_model, on_ro
 
 def fast_loop_covers(target) -> bool:
     """Whether this loop runs every layer of ``target``: softmax attention, the GDN classes the
-    adapter routes (``adapter.GDN_CLASSES``) and every family whose layers it routes to their
-    one-pass tree form (``families.runs_in_fast_loop``: all but MiniMax's lightning attention,
+    batched layers (``verify.batched_mixers``) and every family whose layers it routes to their
+    one-pass tree form (``verify.runs_in_fast_loop``: all but MiniMax's lightning attention,
     whose forward refuses any cache but its own). Otherwise ``generate`` runs the specification."""
-    return all(families.runs_in_fast_loop(fam) for _, fam in families.recurrent_mixers(target).values())
+    return all(runs_in_fast_loop(fam) for _, fam in recurrent_mixers(target).values())
 
 
 def _decode_by_specification(target, drafter, prompts, spec, budgets, news, *, cost_model, on_round) -> list[Generation]:
     """The loud fallback: prompt by prompt, ``reference.reference_generate`` (exact, lossless, one
     stock step per tree node), sequence b seeded ``seed + b`` as this loop seeds it."""
-    names = sorted({type(m).__name__ for m, _ in families.recurrent_mixers(target).values()})
+    names = sorted({type(m).__name__ for m, _ in recurrent_mixers(target).values()})
     if on_round is not None:
         raise ValueError(f"on_round needs the fast loop, which does not yet run {', '.join(names)}")
     if names not in _WARNED:
@@ -281,7 +280,7 @@ class Round:
     """What one speculative round saw, for one sequence (``sequence``: its index in the batch):
     draft logits [bs-1, V], the tree, the target's logits [N+1, V] and argmax choices [N+1]
     (T = 0), the accepted path, the bonus token and the drafter's q (``proposal``:
-    ``rule.proposal(draft)``, e.g. ``sampling.Marginal`` or ``Conditional``)."""
+    ``rule.proposal(draft)``, e.g. ``rules.Marginal`` or ``Conditional``)."""
     draft_logits: torch.Tensor
     tree: tree_mod.DraftTree
     target_logits: torch.Tensor
@@ -375,7 +374,8 @@ def _generate_spec(target, drafter, prompts, seqs: list[_Sequence], spec: Genera
             walks = [accept_round(t, o.logits, q, s, seq.rng, o.choice)
                      for t, o, q, seq in zip(trees, outs, proposals, running)]
         with timed_phase(clock, "commit"):
-            commit_batch(target, [q.cache for q in running], trees, [path for path, _, _ in walks], checked=True)
+            commit_batch(target, [q.cache for q in running], [o.pending for o in outs], [path for path, _, _ in walks],
+                         checked=True)
             for seq, o, (path, bonus, _) in zip(running, outs, walks):
                 seq.features, seq.root = _rows(o.features, path), bonus
         path_logits = [_rows(o.logits, path) for o, (path, _, _) in zip(outs, walks)]

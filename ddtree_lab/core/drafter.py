@@ -42,7 +42,7 @@ from dflash.model import build_target_layer_ids
 from torch import nn
 from transformers import Qwen3Config
 
-from .cache import append_rows, batch_of_rows, held_batch, hold_rows
+from .verify import append_rows, batch_of_rows, held_batch, hold_rows
 from .conditional import from_selector, selector_scores
 
 GAMMA = {16: 7.0, 10: 5.0, 8: 4.0}  # DFlash loss decay per training block size
@@ -206,7 +206,7 @@ class ContextCache:
     every row; -> a view [B, H, width + bs, D]: every context left-aligned in ``width`` rows,
     then the block. No context row is copied. Row b's rows past its context are its buffer's
     scratch, which the forward's mask hides (``DFlashDrafter._block_mask``). A batch of one
-    appends to its own buffers (``cache.append_rows``)."""
+    appends to its own buffers (``verify.append_rows``)."""
 
     def __init__(self, states: list[DrafterState], block_size: int, width: int,
                  batch: tuple | None = None, rows: tuple | None = None):
@@ -227,7 +227,7 @@ class ContextCache:
 
     def _update_one(self, keys, values, layer_idx):
         """A batch of one: the new rows and the block appended after the context in the
-        state's buffers (``cache.append_rows``: the block's rows become scratch); -> views
+        state's buffers (``verify.append_rows``: the block's rows become scratch); -> views
         [1, H, length + n + bs, D]. Under ``torch.compile``: [context ; new rows ; block] in
         one ``cat``, which becomes the state's buffer."""
         state, out = self.states[0], []
@@ -365,7 +365,7 @@ class DFlashDrafter(nn.Module):
         rows = new_context_rows([s.length for s in states], new_rows, self.device) if len(states) > 1 else None
         feats, pos, mask = (self._inputs_one if len(states) == 1 else self._inputs_padded)(
             states, new_features, new_rows, rows, width, block_size)
-        # a batch of one appends by ``cache.append_rows`` (``_update_one``)
+        # a batch of one appends by ``verify.append_rows`` (``_update_one``)
         batch = batch_context(states, width + block_size) if len(states) > 1 else None
         cache = ContextCache(states, block_size, width, batch, rows)
         ids = self._block_ids(torch.tensor(last_tokens, device=self.device), block_size)  # [B, bs]

@@ -2,7 +2,7 @@
 
 ``float64_harness()`` swaps the float32 casts of the stock modules (RMSNorms, eager softmax,
 the MoE routers, the GDN kernels, Kimi Linear's forget gate) for dtype-preserving versions, and
-the adapter's ``kernel_dtype`` with them, so a float64 model computes in float64 end to end and
+the GDN family's ``kernel_dtype`` with them, so a float64 model computes in float64 end to end and
 tree vs full forward can be compared to ~1e-14. The patches are found by name in every modeling
 module of ``MODULES`` (``patches``): a module's ``eager_attention_forward`` and GDN kernels, its
 ``*RMSNorm`` (plain, or zero-centred: a weight initialised to zeros, used as 1 + w),
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from transformers.activations import ACT2FN
 
-from . import adapter, gdn_tree
+from .families.gdn import naive as gdn_naive, wy
 
 # the modeling modules whose float32 casts the harness swaps (transformers.models.<name>.modeling_<name>)
 MODULES = ("qwen3", "qwen3_moe", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next", "deepseek_v3",
@@ -42,7 +42,7 @@ MODULES = ("qwen3", "qwen3_moe", "llama", "qwen3_5", "qwen3_5_moe", "qwen3_next"
 
 
 def _same_dtype(dtype: torch.dtype) -> torch.dtype:
-    """``adapter.kernel_dtype`` under the harness: the kernels keep the model's dtype."""
+    """``wy.kernel_dtype`` under the harness: the kernels keep the model's dtype."""
     return dtype
 
 
@@ -128,9 +128,9 @@ def _chunk_rule(query, key, value, g, beta, initial_state=None, output_final_sta
 def _chunk_rule_row(query, key, value, g, beta, S0):
     """One row of ``_chunk_rule``: query [T, nk, dk], value [T, H, dv], S0 [H, dk, dv] or None
     -> (o [T, H, dv], S [H, dk, dv])."""
-    q, k = gdn_tree.normalize_qk(query, key, value.shape[1])
+    q, k = wy.normalize_qk(query, key, value.shape[1])
     S0 = S0 if S0 is not None else q.new_zeros(q.shape[1], q.shape[2], value.shape[-1])
-    return gdn_tree.gated_delta_chain(q, k, value, g.to(q.dtype), beta.to(q.dtype), S0.to(q.dtype))
+    return gdn_naive.gated_delta_chain(q, k, value, g.to(q.dtype), beta.to(q.dtype), S0.to(q.dtype))
 
 
 def _rmsnorm_patch(cls):
@@ -171,11 +171,11 @@ def _module_patches(mod) -> list:
 @functools.lru_cache(maxsize=None)
 def patches() -> tuple:
     """Every (object, attribute, replacement) the harness swaps: those found in ``MODULES`` and
-    the adapter's ``kernel_dtype``."""
+    the GDN family's ``kernel_dtype``."""
     out = []
     for name in MODULES:
         out += _module_patches(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
-    return tuple(out + [(adapter, "kernel_dtype", _same_dtype)])
+    return tuple(out + [(wy, "kernel_dtype", _same_dtype)])
 
 
 @contextlib.contextmanager

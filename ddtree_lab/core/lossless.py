@@ -31,7 +31,7 @@ import torch
 
 from .decode import generate, generate_batch
 from .rules import Walk
-from .sampling import choose_tokens, probs
+from .rules import choose_tokens, probs
 from .spec import GenerationSpec
 
 SAMPLES = 480       # runs at T > 0, split over the prompts (the shipped pairs, one core: well within a minute)

@@ -30,6 +30,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from . import adapter, families
 from .adapter import decoder_layers
+from .verify import family_of
 from .threads import apply_rule
 
 ARCHS = ("gdn", "mla")            # the shipped pairs
@@ -176,7 +177,7 @@ def _layer_kind(model, i: int, layer, layer_type: str) -> str:
     type ``layer_type`` (default 'full_attention'), else the ``ValueError`` that names why it
     cannot be exact."""
     where = f"{type(model).__name__}: layer {i} ({type(layer).__name__}"
-    fam = next((f for m in layer.modules() if (f := families.family_of(m)) is not None), None)
+    fam = next((f for m in layer.modules() if (f := family_of(m)) is not None), None)
     if fam is not None:
         return families.name_of(fam)
     recurrent = [f"{type(m).__name__} in `{n}`" for n, m in layer.named_children() if SSM_CLASS.search(type(m).__name__)]

@@ -15,14 +15,14 @@ twin                                   fast function
 ``build_tree`` (brute force)           ``tree.build_tree`` (best-first heap)
 ``ancestor_mask``                      ``tree.ancestor_mask``
 ``accept`` (every root path)           ``tree.accept``
-``tree_conv`` (per node)               ``gdn_tree.tree_conv``
-``gated_delta`` (per path)             ``gdn_tree.gated_delta_fork`` / ``gated_delta_wy``
-``tree_layer_batch`` (per tree)        ``gdn_layer.tree_layer_batch``
-``tree_conv_batch``                    ``gdn_layer.tree_conv_batch`` (``batched.tree_conv``)
-``gated_delta_wy_batch`` (per tree)    ``gdn_layer.gated_delta_wy_batch`` (``batched``)
+``tree_conv`` (per node)               ``families.gdn.wy.tree_conv``
+``gated_delta`` (per path)             ``families.gdn.wy.gated_delta_wy``
+``tree_layer_batch`` (per tree)        ``wy.tree_layer_batch``
+``tree_conv_batch``                    ``families.gdn.wy.tree_conv_batch``
+``gated_delta_wy_batch`` (per tree)    ``families.gdn.wy.gated_delta_wy_batch``
 ``batch_buffers`` (per tree, padded)   ``verify.batch_buffers``
 ``tree_logits`` (a forward per node)   ``verify.tree_logits``
-``commit`` (replay)                    ``cache.commit``
+``commit`` (replay)                    ``verify.commit``
 ``allocate_budgets`` (every vector)    ``allocate.allocate_budgets``
 ``scores`` (one row at a time)         ``conditional.ConditionalDraft.scores``
 ``ranked_children`` (no table, memo)   ``conditional.ConditionalDraft.ranked_children``
@@ -31,7 +31,7 @@ twin                                   fast function
 =====================================  ==================================================
 
 Two fast functions need their twin's work at run time, so that work stays in the fast module
-(importing this one there would be a cycle): ``gdn_layer.tree_layer_per_tree`` (a mode with no
+(importing this one there would be a cycle): ``wy.tree_layer_per_tree`` (a mode with no
 batched form, fork, runs the layer per tree), which ``tree_layer_batch`` here calls, and
 ``ConditionalDraft.scores_alone`` (the root's row of scores, computed on its own), whose
 formula ``scores`` here writes out.
@@ -44,15 +44,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import adapter, gdn_tree
 from .allocate import _check_allocation_args, _verify_tokens
-from .cache import TreeCache, _accept_rows, replay_gdn
 from .conditional import ConditionalDraft, _check, _ranked, _tree, selector_scores
 from .drafter import DFlashDrafter
-from .gdn_layer import GdnMode, tree_layer_per_tree
-from .gdn_tree import gated_delta_chain
-from .tree import DraftTree, _check_int, _check_logits, _log_normaliser, _pack, tree_path
-from .verify import BatchBuffers, TreeBuffers, full_forward_logits, tree_buffers
+from .families.gdn import wy
+from .families.gdn.naive import gated_delta_chain, replay_gdn
+from .families.gdn.wy import tree_layer_per_tree
+from .spec import GdnMode
+from .tree import DraftTree, _check_int, _check_logits, _log_normaliser, _pack, ancestor_windows, tree_path
+from .verify import BatchBuffers, TreeBuffers, TreeCache, _accept_rows, full_forward_logits, tree_buffers
 
 
 # ----------------------------------------------------------------------------- tree
@@ -112,7 +112,7 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
 
 def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
               parents: torch.Tensor) -> torch.Tensor:
-    """Plain twin of ``gdn_tree.tree_conv``: per node, walk the parents and fill the window by hand.
+    """Plain twin of ``families.gdn.wy.tree_conv``: per node, walk the parents and fill the window by hand.
 
     x [N+1, C] pre-conv inputs, conv_state [C, K], weight [C, K], parents [N+1] -> [N+1, C].
     """
@@ -132,8 +132,8 @@ def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
 
 
 def gated_delta(q, k, v, g, beta, parents, *, S0):
-    """Oracle of ``gdn_tree.gated_delta_fork`` and ``gated_delta_wy``: for each node run
-    ``gdn_tree.gated_delta_chain`` over its path root..i from S0.
+    """Oracle of ``wy.gated_delta_fork`` and ``gated_delta_wy``: for each node run
+    ``gdn.naive.gated_delta_chain`` over its path root..i from S0.
 
     Shapes as ``gated_delta_chain`` with L = N+1 (q, k [N+1, H, dk], v [N+1, H, dv], g, beta
     [N+1, H], S0 [H, dk, dv]), plus parents [N+1]; -> o [N+1, H, dv]. O(N * depth) steps.
@@ -149,18 +149,18 @@ def gated_delta(q, k, v, g, beta, parents, *, S0):
 # ----------------------------------------------------------------------------- gdn_layer
 
 def tree_layer_batch(m, h, conv_state, S0, bufs: BatchBuffers, mode: GdnMode):
-    """Plain twin of ``gdn_layer.tree_layer_batch``: ``gdn_layer.tree_layer`` per sequence (h
+    """Plain twin of ``wy.tree_layer_batch``: ``wy.tree_layer`` per sequence (h
     packed: unpacked first, the output packed back). h [B, T, D] or [1, N, D], conv_state
     [B, C, K], S0 [B, H, dk, dv] -> (out shaped as h, a ``GdnRecord`` per sequence).
 
-    Its body is ``gdn_layer.tree_layer_per_tree``: the fast layer runs it for a mode with no
+    Its body is ``wy.tree_layer_per_tree``: the fast layer runs it for a mode with no
     batched form (fork), so it stays there (this module imports ``gdn_layer``)."""
     return tree_layer_per_tree(m, h, conv_state, S0, bufs, mode)
 
 
 def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
                     windows: torch.Tensor) -> torch.Tensor:
-    """``gdn_layer.tree_conv_batch``'s (``batched.tree_conv``) plain twin, a broadcast advanced
+    """``wy.tree_conv_batch``'s (``wy.tree_conv_batch``) plain twin, a broadcast advanced
     index: x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K]
     (``verify.BatchBuffers``) -> silu(conv) [B, T, C]."""
     rows = torch.cat([conv_state.transpose(1, 2), x], dim=1)  # [B, K+T, C]
@@ -170,11 +170,11 @@ def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Ten
 
 
 def gated_delta_wy_batch(q, k, v, g, beta, S0, *, anc):
-    """``gdn_layer.gated_delta_wy_batch``'s (``batched.gated_delta_wy``) plain twin:
-    ``gdn_tree.gated_delta_wy`` per tree. q, k [B, T, H, dk], v [B, T, H, dv], g, beta
+    """``wy.gated_delta_wy_batch``'s (``wy.gated_delta_wy_batch``) plain twin:
+    ``wy.gated_delta_wy`` per tree. q, k [B, T, H, dk], v [B, T, H, dv], g, beta
     [B, T, H], S0 [B, H, dk, dv], anc [B, T, T] -> (o [B, T, H, dv], aux {"U": [B, H, T, dv],
     "G": [B, T, H], "k": [B, H, T, dk]})."""
-    outs = [gdn_tree.gated_delta_wy(q[b], k[b], v[b], g[b], beta[b], None, S0=S0[b], anc=anc[b], return_aux=True)
+    outs = [wy.gated_delta_wy(q[b], k[b], v[b], g[b], beta[b], None, S0=S0[b], anc=anc[b], return_aux=True)
             for b in range(q.shape[0])]
     return torch.stack([o for o, _ in outs]), {name: torch.stack([aux[name] for _, aux in outs]) for name in ("U", "G", "k")}
 
@@ -234,12 +234,12 @@ def _batch_allowed(per_tree: list[TreeBuffers], lengths: list[int]) -> torch.Ten
 
 
 def _conv_windows(per_tree: list[TreeBuffers], K: int) -> torch.Tensor:
-    """LongTensor[B, T, K]: ``gdn_tree.ancestor_windows`` of every tree (over the GDN parents),
+    """LongTensor[B, T, K]: ``tree.ancestor_windows`` of every tree (over the GDN parents),
     padded; a padding node's window is itself K times."""
     T = max(buf.gdn_parents.numel() for buf in per_tree)
     out = (K + torch.arange(T))[None, :, None].repeat(len(per_tree), 1, K)
     for b, buf in enumerate(per_tree):
-        out[b, :buf.gdn_parents.numel()] = gdn_tree.ancestor_windows(buf.gdn_parents.cpu(), K)
+        out[b, :buf.gdn_parents.numel()] = ancestor_windows(buf.gdn_parents.cpu(), K)
     return out
 
 
@@ -254,17 +254,17 @@ def tree_logits(model, prefix_ids, tree: DraftTree) -> torch.Tensor:
 # ----------------------------------------------------------------------------- cache
 
 @torch.no_grad()
-def commit(model, cache: TreeCache, tree: DraftTree, path) -> None:
-    """``cache.commit``'s plain twin: each GDN layer's state replayed token by token along the
-    path from the pre-verify state (``cache.replay_gdn``)."""
-    idx = _accept_rows(model, cache, tree, path)
-    mods = adapter.gdn_modules(model)
-    for i, rec in cache.pending.gdn.items():
+def commit(model, cache: TreeCache, pending, path) -> None:
+    """``verify.commit``'s plain twin: each GDN layer's state replayed token by token along the
+    path from the pre-verify state (``gdn.naive.replay_gdn``)."""
+    idx, pending = _accept_rows(model, cache, pending, path)
+    mods = wy.gdn_modules(model)
+    for i, rec in pending.gdn.items():
         at = idx.to(rec.x.device)
         cache.conv[i], cache.rec[i] = replay_gdn(mods[i], rec.x[at], rec.a[at], rec.b[at],
                                                  cache.conv[i], cache.rec[i])
     cache.length += idx.numel()
-    cache.pending = None
+    cache.serial += 1
 
 
 # ----------------------------------------------------------------------------- allocate

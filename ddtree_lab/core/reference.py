@@ -40,8 +40,7 @@ from transformers import DynamicCache
 from .allocate import auto_trees, auto_with_chain, chain_candidate
 from .conditional import from_selector
 from .drafter import Draft
-from .rules import check_tree
-from .sampling import choose_tokens
+from .rules import check_tree, choose_tokens
 from .spec import Generation, GenerationSpec, check_generate_args, entropies, round_rule, tree_rule
 from .tree import DraftTree, accept, ancestor_mask, position_ids
 

@@ -15,11 +15,72 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from typing import ClassVar
 
 import torch
 
-from .gdn_layer import GdnMode, gdn_mode as as_gdn_mode
 from .rules import TreeRule, Walk, as_rule, as_walk, drafters_own
+from .tree import chain_parents
+
+MODE_NAMES = ("naive", "fork", "wy")
+
+
+@dataclass(frozen=True)
+class GdnMode:
+    """How a verify runs the recurrent layers on a tree (every family; the name is the spec's
+    ``gdn_mode``): "wy", the default, the family's one-pass exact form over the real tree.
+
+    exact: the mode's tree outputs equal per-path forwards (naive's do not past a branch);
+    batched: the GDN layer has a form over B padded trees (fork has none, and its layer runs
+    per sequence, measured as such); forks: every node's state from its parent's by the plain
+    step. The maths each mode picks lives with its family (``families/gdn/wy.py``: ``core``,
+    ``core_batch``, ``state``)."""
+    name: str = "wy"
+    exact: ClassVar[bool] = True
+    batched: ClassVar[bool] = True
+    forks: ClassVar[bool] = False
+
+    def parents(self, tree) -> torch.Tensor:
+        """The parents [N+1] the recurrent layers use for ``tree``."""
+        return tree.parents
+
+    def needs_rescore(self, path: torch.Tensor) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class NaiveMode(GdnMode):
+    """The flattened tree read as a chain: what a tree-unaware implementation does."""
+    name: str = "naive"
+    exact: ClassVar[bool] = False
+
+    def parents(self, tree) -> torch.Tensor:
+        return chain_parents(tree.num_nodes)
+
+    def needs_rescore(self, path: torch.Tensor) -> bool:
+        return not torch.equal(path, torch.arange(path.numel()))
+
+
+@dataclass(frozen=True)
+class ForkMode(GdnMode):
+    """Per-node conv windows from ancestors and per-node states from the parent's; no batched
+    form (``batched`` False)."""
+    name: str = "fork"
+    batched: ClassVar[bool] = False
+    forks: ClassVar[bool] = True
+
+
+MODES = {"naive": NaiveMode(), "fork": ForkMode(), "wy": GdnMode()}
+
+
+def gdn_mode(mode) -> GdnMode:
+    """The ``GdnMode`` named ``mode`` (one of ``MODE_NAMES``), or ``mode`` itself if it is one."""
+    if isinstance(mode, GdnMode):
+        return mode
+    if mode not in MODES:
+        raise ValueError(f"gdn_mode must be one of {MODE_NAMES}, got {mode!r}")
+    return MODES[mode]
+
 
 METHODS = ("ar", "dflash", "ddtree")
 MAX_BUDGET = 1024
@@ -33,7 +94,7 @@ def _is_int(x) -> bool:
 class Sampling:
     """temperature (0: greedy), accept_rule (the walk at T > 0, a ``rules.Walk``: "rejection",
     DFlash's rule with the drafter's q, or "target", target-only matching, by name
-    (``sampling.ACCEPT_RULES``), or a walk of one's own, ``rules``) and seed (an int >= 0;
+    (``rules.ACCEPT_RULES``), or a walk of one's own, ``rules``) and seed (an int >= 0;
     sequence b of a batch samples with seed + b)."""
     temperature: float = 0.0
     accept_rule: Walk | str = "rejection"
@@ -119,7 +180,7 @@ class GenerationSpec:
         if self.method == "dflash" and self.tree is not None and self.tree.chain is None:
             raise ValueError(f"method 'dflash' drafts a chain, and the tree rule {self.tree.name!r} has none "
                              "(a ``chain`` attribute): run it with method='ddtree'")
-        object.__setattr__(self, "gdn_mode", as_gdn_mode(self.gdn_mode))
+        object.__setattr__(self, "gdn_mode", gdn_mode(self.gdn_mode))
         if not isinstance(self.compile, bool):
             raise ValueError(f"compile must be True or False, got {self.compile!r}")
 

@@ -384,3 +384,196 @@ def expected_acceptance_prefixes(tree: DraftTree) -> torch.Tensor:
     Nodes are in pop order, so each prefix of a built tree is the best tree of its size.
     """
     return tree.log_weights[1:].exp().cumsum(0)  # [N]
+
+
+# ----------------------------------------------------------------------------- batches of trees
+# The trees of one verify as batch tensors, in one pass over the batch (issue 29): tokens,
+# positions, attention and recurrent ancestor masks and conv windows (``batch_masks``; plain
+# twin ``naive.batch_buffers``), and the packed layout of trees of different sizes (``packed_rows``,
+# ``pack``, ``unpack``; issue 29 item 4): the trees' rows side by side, no padding, for every
+# row-wise piece of the forward; attention and the recurrent layers unpack them to [B, T].
+
+def chain_parents(n: int) -> torch.Tensor:
+    """Parents of a chain with nodes 0..n: [-1, 0, 1, ..., n-1], LongTensor[n+1].
+
+    The naive mode of section 4 is an exact mode called with ``chain_parents(N)`` on a tree of
+    N+1 nodes: each node then follows the previous node in sequence order, siblings included.
+    """
+    return torch.arange(-1, n)
+
+
+def ancestor_windows(parents: torch.Tensor, K: int) -> torch.Tensor:
+    """Conv window of every node, as rows into ``torch.cat([conv_state.T, x])`` [K+N+1, C].
+
+    Row c < K is conv state column c, row K+i is node i. Window of node i:
+    [a_{K-1}, ..., a_1, i] with a_j its j-th ancestor; above the root the chain continues into
+    the conv state (the root's predecessors are columns K-1, K-2, ...). Returns LongTensor[N+1, K].
+    """
+    n = parents.numel()
+    # predecessor of every row of the concatenation: conv column c -> c-1, node i -> its parent
+    node_pred = torch.where(parents >= 0, parents + K, torch.full_like(parents, K - 1))
+    pred = torch.cat([(torch.arange(K) - 1).clamp(min=0), node_pred])  # [K+N+1]
+    windows = torch.empty(n, K, dtype=torch.long)
+    windows[:, K - 1] = torch.arange(n) + K
+    for j in range(K - 2, -1, -1):
+        windows[:, j] = pred[windows[:, j + 1]]
+    return windows
+
+
+def _padded_rows(rows: list[torch.Tensor], T: int, fill: torch.Tensor | None = None) -> torch.Tensor:
+    """1-D LongTensors of lengths n_b -> [B, T]: row b's entries, then ``fill[b, n_b:]`` (zeros)."""
+    if min(r.numel() for r in rows) == T:
+        return torch.stack(rows)
+    out = torch.zeros(len(rows), T, dtype=torch.long) if fill is None else fill
+    for b, r in enumerate(rows):
+        out[b, :r.numel()] = r
+    return out
+
+
+def ancestor_masks(up: torch.Tensor) -> torch.Tensor:
+    """BoolTensor[B, T, T] from ``up`` LongTensor[B, T] (each row's parent; the root and every
+    padding row point at themselves): [b, i, j] true iff j == i or j is an ancestor of i.
+
+    Walks every row of every tree up one level per step (max-depth steps, all trees at once)."""
+    B, T = up.shape
+    mask = torch.eye(T, dtype=torch.bool).repeat(B, 1, 1)
+    node = torch.arange(T).expand(B, T)
+    rows = mask.new_ones(B, T, 1)
+    while True:
+        nxt = up.gather(1, node)
+        if torch.equal(nxt, node):
+            return mask
+        mask.scatter_(2, nxt[..., None], rows)
+        node = nxt
+
+
+def _real_rows(sizes: list[int], T: int) -> torch.Tensor:
+    """BoolTensor[B, T]: row i of tree b is a node (i < sizes[b]), not padding."""
+    return torch.arange(T)[None, :] < torch.tensor(sizes)[:, None]
+
+
+def packed_rows(sizes: list[int], T: int) -> torch.Tensor | None:
+    """LongTensor[N], N = sum(sizes): for node i of tree b in the packed layout (the trees side
+    by side, no padding), its row b * T + i of the padded layout [B * T]; None when no tree is
+    padded (the two layouts are one)."""
+    if min(sizes) == T:
+        return None
+    return _real_rows(sizes, T).reshape(-1).nonzero().squeeze(1)
+
+
+def unpack(x: torch.Tensor, rows: torch.Tensor, B: int, T: int, dim: int) -> torch.Tensor:
+    """x [1, ..., N, ...] (the N packed rows along ``dim`` >= 1) -> [B, ..., T, ...]: every row
+    at its padded place ``rows`` (``packed_rows``), zeros on the padding rows."""
+    flat = x[0].movedim(dim - 1, 0)  # [N, ...]
+    out = flat.new_zeros(B * T, *flat.shape[1:])
+    out[rows.to(x.device)] = flat
+    return out.view(B, T, *flat.shape[1:]).movedim(1, dim)
+
+
+def pack(x: torch.Tensor, rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """``unpack``'s inverse: x [B, ..., T, ...] (T along ``dim`` >= 1) -> [1, ..., N, ...], the
+    padded rows ``rows`` in packed order (padding rows dropped)."""
+    flat = x.movedim(dim, 1)
+    flat = flat.reshape(-1, *flat.shape[2:])  # [B * T, ...]
+    return flat.index_select(0, rows.to(x.device)).movedim(0, dim - 1)[None]
+
+
+@functools.lru_cache(maxsize=None)
+def _lower_triangle(T: int) -> torch.Tensor:
+    """BoolTensor[T, T]: [i, j] true iff j <= i."""
+    return torch.ones(T, T, dtype=torch.bool).tril_()
+
+
+def chain_masks(sizes: list[int], T: int) -> torch.Tensor:
+    """``ancestor_masks`` of B chains of ``sizes`` nodes, padded to T: lower triangles (with
+    no padding, views of one triangle per T, built once and never written)."""
+    tril = _lower_triangle(T)
+    if min(sizes) == T:  # no padding: one triangle for every tree
+        return tril.expand(len(sizes), T, T)
+    return tril[None] & _real_rows(sizes, T)[:, :, None] | torch.eye(T, dtype=torch.bool)
+
+
+def chain_windows(sizes: list[int], T: int, K: int) -> torch.Tensor:
+    """``conv_windows`` of B chains: node i's window is rows i + 1 .. i + K of [conv_state.T ; x]
+    (K - 1 predecessors, then itself); a padding row's, itself K times."""
+    windows = torch.arange(T)[:, None] + torch.arange(1, K + 1)  # [T, K]
+    if min(sizes) == T:
+        return windows.expand(len(sizes), T, K)
+    own = (torch.arange(T) + K)[:, None].expand(T, K)
+    return torch.where(_real_rows(sizes, T)[:, :, None], windows, own)
+
+
+def conv_windows(up: torch.Tensor, K: int) -> torch.Tensor:
+    """LongTensor[B, T, K]: every node's conv window as rows into [conv_state.T ; x_b] [K + T, C]
+    (``tree.ancestor_windows`` of every tree at once). ``up`` as ``ancestor_masks`` takes it,
+    with the root at -1; a padding row's window is itself K times."""
+    B, T = up.shape
+    own = torch.arange(T) + K
+    node_pred = torch.where(up >= 0, up + K, torch.full_like(up, K - 1))  # [B, T]
+    padding = up == torch.arange(T)
+    node_pred = torch.where(padding, own, node_pred)
+    pred = torch.cat([(torch.arange(K) - 1).clamp(min=0).expand(B, K), node_pred], dim=1)  # [B, K + T]
+    windows = torch.empty(B, T, K, dtype=torch.long)
+    windows[:, :, K - 1] = own
+    for j in range(K - 2, -1, -1):
+        windows[:, :, j] = pred.gather(1, windows[:, :, j + 1])
+    return windows
+
+
+def _parents_up(parents: list[torch.Tensor], T: int, root: int) -> torch.Tensor:
+    """[B, T]: each tree's parents (the root's set to ``root``), padding rows pointing at themselves."""
+    if min(p.numel() for p in parents) == T:
+        up = torch.stack(parents)
+    else:
+        up = _padded_rows(parents, T, torch.arange(T).repeat(len(parents), 1))
+    up[:, 0] = root
+    return up
+
+
+def _masks(parents: list[torch.Tensor], sizes: list[int], T: int, chains: bool) -> torch.Tensor:
+    """The ancestor masks [B, T, T] of B parent lists (``chains``: all are chains)."""
+    return chain_masks(sizes, T) if chains else ancestor_masks(_parents_up(parents, T, 0))
+
+
+def _allowed(anc: torch.Tensor, sizes: list[int], lengths: list[int], P: int) -> torch.Tensor:
+    """BoolTensor[B, T, P + T], the batch's attention mask with every sequence's rows
+    left-aligned (``verify.TreeBatch``'s layout): a node of sequence b sees b's committed
+    columns 0 .. lengths[b] - 1, then its tree column j at lengths[b] + j where ``anc``
+    [B, T, T] allows it; a padding row sees only its own tree column."""
+    B, T = anc.shape[:2]
+    if min(lengths) == P:  # every prefix P long: committed columns, then the trees
+        return torch.cat([_real_rows(sizes, T)[:, :, None].expand(B, T, P), anc], dim=2)
+    seen = torch.arange(P + T)[None, :] < torch.tensor(lengths)[:, None]  # [B, P + T]
+    allowed = seen[:, None, :] & _real_rows(sizes, T)[:, :, None]
+    cols = (torch.tensor(lengths)[:, None] + torch.arange(T))[:, None, :].expand(B, T, T)
+    return allowed.scatter_(2, cols, anc)
+
+
+def _is_chain_parents(parents: torch.Tensor) -> bool:
+    return bool((parents[1:] == torch.arange(parents.numel() - 1)).all())
+
+
+def batch_masks(trees: list[DraftTree], lengths: list[int], gdn_parents: list[torch.Tensor],
+                conv_kernel: int | None = None) -> dict:
+    """Every tensor a verify of B trees needs, built for the batch at once: tokens, positions
+    LongTensor[B, T] (padding: 0), allowed BoolTensor[B, T, P + T] (``_allowed``: each
+    sequence's committed columns, then its tree's), anc, gdn_anc BoolTensor[B, T, T]
+    (over the trees' and ``gdn_parents``' ancestors; padding rows see themselves) and windows
+    LongTensor[B, T, K] (None without a ``conv_kernel``). T = the largest tree, P = max(lengths)."""
+    sizes = [len(t) for t in trees]
+    T, P = max(sizes), max(lengths)
+    chains = all(t.is_chain for t in trees)
+    anc = _masks([t.parents for t in trees], sizes, T, chains)  # [B, T, T]
+    if not all(p is t.parents for p, t in zip(gdn_parents, trees)):  # naive: the flattened trees as chains
+        chains = all(map(_is_chain_parents, gdn_parents))
+        gdn_anc = _masks(gdn_parents, sizes, T, chains)
+    else:
+        gdn_anc = anc
+    windows = None
+    if conv_kernel is not None:
+        windows = (chain_windows(sizes, T, conv_kernel) if chains
+                   else conv_windows(_parents_up(gdn_parents, T, -1), conv_kernel))
+    return {"tokens": _padded_rows([t.tokens for t in trees], T),
+            "positions": _padded_rows([t.depths + length for t, length in zip(trees, lengths)], T),
+            "allowed": _allowed(anc, sizes, lengths, P), "anc": anc,
+            "gdn_anc": gdn_anc, "windows": windows}

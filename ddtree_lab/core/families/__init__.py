@@ -55,75 +55,7 @@ def name_of(fam: ModuleType) -> str:
     return fam.__name__.rsplit(".", 1)[-1]
 
 
-def family_of(module: torch.nn.Module) -> ModuleType | None:
-    """The family module of a stock mixer (its class or a base class in ``REGISTRY``), else None."""
-    for cls in type(module).__mro__:
-        if cls.__name__ in REGISTRY:
-            return REGISTRY[cls.__name__]
-    return None
-
-
-def recurrent_mixers(model) -> dict[int, tuple[torch.nn.Module, ModuleType]]:
-    """{decoder layer index: (its recurrent mixer, the mixer's family)} of ``model``, in layer
-    order (attention-only models: empty). The walk over the modules runs once per model (every
-    ``generate`` and every prefill asks): later calls return what it found."""
-    found = _MIXERS.get(model)
-    if found is None:
-        found = _MIXERS[model] = _walk_mixers(model)
-    return found
-
-
-_MIXERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent mixers
-
-
-def _walk_mixers(model) -> dict:
-    out = {}
-    for i, layer in enumerate(model.model.layers):
-        for m in layer.modules():
-            fam = family_of(m)
-            if fam is not None:
-                out[i] = (m, fam)
-                break
-    return out
-
-
 # ----------------------------------------------------------------------------- the fast loop's route
-
-class TreeRoute:
-    """A stock mixer with one more route: handed a cache that runs recurrent layers on trees (an
-    object with ``recurrent_tree_layer(mixer, hidden_states) -> output``, ``verify.TreeBatch``),
-    the mixer runs there; with any other cache it is the stock forward. A callback through
-    transformers, because no stock route exists: the stock mixers read and write their cache
-    themselves, as a chain. Mixed in before a stock mixer class (``route_class``)."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        for value in (*args, *kwargs.values()):  # the cache comes as cache_params or past_key_values
-            route = getattr(value, "recurrent_tree_layer", None)
-            if route is not None:
-                return route(self, hidden_states)
-        return super().forward(hidden_states, *args, **kwargs)
-
-
-_ROUTED_CLASSES: dict[type, type] = {}
-
-
-def route_class(cls: type) -> type:
-    """The routed twin of a stock mixer class (``TreeRoute`` mixed in before it), made once."""
-    if issubclass(cls, TreeRoute):
-        return cls
-    if cls not in _ROUTED_CLASSES:
-        _ROUTED_CLASSES[cls] = type(f"Tree{cls.__name__}", (TreeRoute, cls), {"__module__": __name__})
-    return _ROUTED_CLASSES[cls]
-
-
-def runs_in_fast_loop(fam: ModuleType) -> bool:
-    """Whether the fast loop can run ``fam``'s layers (a family says no with ``FAST_LOOP = False``)."""
-    return getattr(fam, "FAST_LOOP", True)
-
-
-def stock_output(fam: ModuleType, out: torch.Tensor):
-    """``out`` [B, T, D] as the family's stock mixer returns it (``fam.stock_output``, else itself)."""
-    return fam.stock_output(out) if hasattr(fam, "stock_output") else out
 
 
 # ----------------------------------------------------------------------------- stock cache <-> state

@@ -1,6 +1,6 @@
 """Kimi Delta Attention (KDA, Kimi-Linear: arXiv 2510.26692): exact tree verification of one layer.
 
-KDA is Gated DeltaNet's delta rule (``core/gdn_tree.py``) with a per-CHANNEL forget gate. The
+KDA is Gated DeltaNet's delta rule (``core/wy.py``) with a per-CHANNEL forget gate. The
 conventions are those of transformers' ``KimiLinearDeltaAttention`` (5.23.0), for one sequence:
 
 * one causal depthwise conv (kernel K, activation ``config.hidden_act``) over the concatenation
@@ -12,7 +12,7 @@ conventions are those of transformers' ``KimiLinearDeltaAttention`` (5.23.0), fo
       S_t = diag(exp g_t) S_{t-1};  u_t = beta_t (v_t - S_t^T k_t);  S_t += k_t u_t^T;  o_t = S_t^T q_t;
 * output o_proj(rmsnorm(o) * w * sigmoid(g_b(g_a h))), the norm per head.
 
-Tree WY form (``tree``): ``gdn_tree.gated_delta_wy``'s (W1-W3) with the per-head scalar decay
+Tree WY form (``tree``): ``wy.gated_delta_wy``'s (W1-W3) with the per-head scalar decay
 e^{G_i - G_j} replaced by a per-channel one inside each key product. With G_i = sum over
 path(i) of g [H, d] (float64):
       S_i = diag(e^{G_i}) S0 + sum_{j in path(i)} diag(e^{G_i - G_j}) k_j u_j^T,                  (K1)
@@ -20,7 +20,7 @@ path(i) of g [H, d] (float64):
           = beta_j v_j - beta_j S0^T (e^{G_j} * k_j),                                             (K2)
       o_i = S0^T (e^{G_i} * q_i) + sum_{j in path(i)} [sum_c q_ic k_jc e^{G_ic - G_jc}] u_j,      (K3)
 (K2) is one unit-lower-triangular solve; (K1) is ``commit``. The conv reads ancestor windows
-(``gdn_tree.ancestor_windows``).
+(``tree.ancestor_windows``).
 
 Precision: the stock kernels, forget gate and gated norm compute in float32 whatever the model
 dtype, and its cache keeps the recurrent state in float32. Here the recurrence computes in
@@ -33,7 +33,8 @@ from __future__ import annotations
 import torch
 from transformers.activations import ACT2FN
 
-from ..gdn_tree import ancestor_windows, commit_conv_state
+from ..tree import ancestor_windows
+from .gdn.wy import commit_conv_state
 
 CLASS_NAMES = ("KimiLinearDeltaAttention",)
 

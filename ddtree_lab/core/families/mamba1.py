@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..gdn_tree import ancestor_windows
+from ..tree import ancestor_windows
 from ..tree import tree_depths
 
 CLASS_NAMES = ("JambaMambaMixer",)

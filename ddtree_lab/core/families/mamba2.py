@@ -17,7 +17,7 @@ Unrolled along a path (a_t = dt_t A, Acum_i = sum of a over the path root..i):
 
 SSD's quadratic (masked attention) form with the causal mask replaced by the ancestor mask, as
 in STree (arXiv 2505.14969, the brief's citation); the conv reads ancestor windows
-(``gdn_tree.ancestor_windows``). ``tree`` evaluates (W) for all nodes in one pass, ``commit``
+(``tree.ancestor_windows``). ``tree`` evaluates (W) for all nodes in one pass, ``commit``
 forms S_i of the accepted node from the same record.
 
 Per class (transformers 5.23.0), read from the stock mixer's attributes:
@@ -40,7 +40,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..gdn_tree import ancestor_windows, commit_conv_state, pairwise_decay
+from ..tree import ancestor_windows
+from .gdn.wy import commit_conv_state, pairwise_decay
 
 CLASS_NAMES = ("NemotronHMamba2Mixer", "FalconH1Mixer", "GraniteMoeHybridMambaLayer", "BambaMixer",
                "Zamba2MambaMixer")

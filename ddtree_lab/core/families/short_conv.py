@@ -12,7 +12,7 @@ and no recurrent state (``recurrent_states[0]`` stays None, which the generic ``
 leaves out: its state is {"conv": {0: [D, K]}, "rec": {}}).
 
 On a tree, node i's conv window is the last K inputs along its own path, continuing into the
-conv state above the root (``gdn_tree.ancestor_windows``); the state after an accepted path is
+conv state above the root (``tree.ancestor_windows``); the state after an accepted path is
 the window of its last node, so commit is a lookup. Everything is a pure function over one
 sequence (no batch), computing in the dtype of its inputs.
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from ..gdn_tree import ancestor_windows
+from ..tree import ancestor_windows
 
 CLASS_NAMES = ("Lfm2ShortConv", "Lfm2MoeShortConv")
 

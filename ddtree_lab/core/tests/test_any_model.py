@@ -29,7 +29,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from ddtree_lab.core import adapter, families, harness, naive
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.families.gdn import wy
+from ddtree_lab.core import verify as verify_mod
+from ddtree_lab.core.verify import commit
 from ddtree_lab.core.decode import generate
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
 from ddtree_lab.core.models import arch_of, build_target, layer_kinds, load_target
@@ -98,7 +100,7 @@ def test_models_enter_by_their_layer_types(model_type):
 
 @pytest.mark.parametrize("model_type,mode", cases(EXACT_MODES))
 def test_trees_of_different_sizes_verify_packed_as_each_alone(model_type, mode):
-    """One batched verify of trees of 9, 2 and 5 rows (packed: ``adapter.packed_attention``
+    """One batched verify of trees of 9, 2 and 5 rows (packed: ``verify.packed_attention``
     runs the layer's own eager attention) == each tree's batch-1 verify, float32."""
     model, gen = target(model_type), generator("packed", model_type, mode)
     prefixes = [random_prefix(SHAPE["vocab_size"], gen) for _ in range(3)]
@@ -110,15 +112,15 @@ def test_trees_of_different_sizes_verify_packed_as_each_alone(model_type, mode):
 
 @pytest.mark.parametrize("model_type", [t for t in sorted(MODELS) if label(t) == "gdn"])
 def test_gdn_layers_are_routed_and_stay_the_stock_layer(model_type):
-    """``adapter.route_gdn_trees`` gives each GDN layer a routed twin of its own stock class;
+    """``verify.route_recurrent`` gives each GDN layer a routed twin of its own stock class;
     with transformers' own cache the routed model is the stock one."""
     model = tiny(model_type, **MODELS[model_type][0])
-    stock = {i: type(m) for i, m in adapter.gdn_modules(model).items()}
+    stock = {i: type(m) for i, m in wy.gdn_modules(model).items()}
     ids = torch.tensor([[3, 1, 4, 1, 5, 9]])
     before = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
-    mods = adapter.route_gdn_trees(model)
+    mods = {i: m for i, (m, _) in verify_mod.route_recurrent(model).items()}
     assert mods.keys() == stock.keys() == {0, 2}
-    assert all(type(m) is adapter.tree_class(stock[i]) and isinstance(m, stock[i]) for i, m in mods.items())
+    assert all(type(m) is verify_mod.route_class(stock[i]) and isinstance(m, stock[i]) for i, m in mods.items())
     assert all(type(m).__name__ == f"Tree{stock[i].__name__}" for i, m in mods.items())
     after = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
     assert torch.equal(before, after)
@@ -176,11 +178,11 @@ def test_rounds_match_fresh_prefill(model_type, mode):
         cache, _ = prefill(model, committed)
         for r, pick in enumerate(("root", "deepest", "random", "random")):
             tree = random_tree(("bushy", "deep")[r % 2], 16, V, gen)
-            verify(model, cache, tree, mode)
+            pending = verify(model, cache, tree, mode).pending
             path = root_path(tree, pick, gen)
-            commit(model, cache, tree, path)
+            commit(model, cache, pending, path)
             committed = committed + tree.tokens[path].tolist()
-            assert cache.length == len(committed) and cache.pending is None
+            assert cache.length == len(committed)
         fresh, _ = prefill(model, committed)
         assert_same_cache(f"{model_type}-{mode}-rounds-f64", fresh, cache, 1e-12)
         tree = random_tree("bushy", 16, V, gen)

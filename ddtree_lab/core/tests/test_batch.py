@@ -19,8 +19,11 @@ import dataclasses
 import pytest
 import torch
 
-from ddtree_lab.core import adapter, batched, decode, gdn_layer, gdn_tree, harness, lossless, naive, sampling
-from ddtree_lab.core.cache import append_rows, batch_of_rows, commit, held_batch, hold_rows
+from ddtree_lab.core import adapter, decode, harness, lossless, naive
+from ddtree_lab.core.families.gdn import wy
+from ddtree_lab.core import spec
+from ddtree_lab.core import tree as tree_mod
+from ddtree_lab.core.verify import append_rows, batch_of_rows, commit, held_batch, hold_rows
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core import verify as verify_mod
@@ -119,11 +122,11 @@ def test_verify_batch_equals_per_sequence_verify(preset, mode, dtype, packed):
                      zip(("bushy", "deep", "chain", "bushy"), (7, 32, 5, 1))]
             outs = verify_batch(model, out, trees, mode, packed=packed)
             for b, (tree, o) in enumerate(zip(trees, outs)):
-                assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", verify(model, ref[b], tree, mode).logits,
-                             o.logits, LOGIT_TOL[dtype])
+                one = verify(model, ref[b], tree, mode)
+                assert_close(f"{preset}-{mode} round{rnd} seq{b} logits", one.logits, o.logits, LOGIT_TOL[dtype])
                 path = root_path(tree, "random", gen)
-                commit(model, ref[b], tree, path)
-                commit(model, out[b], tree, path)
+                commit(model, ref[b], one.pending, path)
+                commit(model, out[b], o.pending, path)
                 assert_same_cache(f"round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[dtype])
 
 
@@ -138,15 +141,15 @@ def test_a_batch_keeps_its_rows_in_one_tensor_across_rounds(preset):
     held = None
     for rnd in range(4):
         trees = [random_tree("bushy", n, V, gen) for n in (7, 3, 5, 1)]
-        verify_batch(model, caches, trees, "wy")
+        outs = verify_batch(model, caches, trees, "wy")
         tensors = {key: tag[0] for key, tag in caches[0].batch_rows.items()}
         assert tensors and all(c.batch_rows[key][0] is t and c.batch_rows[key][1] == b
                                for key, t in tensors.items() for b, c in enumerate(caches))
         if held is not None:
             assert all(tensors[key] is t for key, t in held.items()), f"round {rnd} built a new batch tensor"
         held = tensors
-        for c, t in zip(caches, trees):
-            commit(model, c, t, root_path(t, "random", gen))
+        for c, t, o in zip(caches, trees, outs):
+            commit(model, c, o.pending, root_path(t, "random", gen))
         for (layer, which), t in tensors.items():
             assert all(c.kv[layer][which].untyped_storage().data_ptr() == t.untyped_storage().data_ptr()
                        for c in caches)
@@ -164,8 +167,10 @@ def test_discard_forgets_the_verify(preset):
     first = verify_batch(model, caches, trees, "wy")
     for c in caches:
         c.discard()
-    for c, f in zip(caches, fresh):
-        assert c.pending is None and c.buffers and all(k.shape[-2] == c.length for k, _ in c.kv.values())
+    for c, f, o in zip(caches, fresh, first):
+        assert c.buffers and all(k.shape[-2] == c.length for k, _ in c.kv.values())
+        with pytest.raises(ValueError, match="last verify"):
+            commit(model, c, o.pending, [0])  # a discarded verify is never committed
         assert_same_cache("discarded", f, c, 1e-12)  # copied rows: equal to rounding
     again = verify_batch(model, caches, trees, "wy")
     for a, b in zip(first, again):
@@ -185,7 +190,7 @@ def test_verify_batch_features_match_batch_one():
 @pytest.mark.parametrize("preset", ("gdn-toy", "mla-toy"))
 def test_trees_of_different_sizes_run_packed(preset):
     """Trees of 8, 2 and 5 rows run as ONE row of 15 tokens (no padding to 8), their attention
-    through ``adapter.packed_attention``; trees of one size run as B rows of T; afterwards,
+    through ``verify.packed_attention``; trees of one size run as B rows of T; afterwards,
     and after a failed forward, the model's attention is its own again."""
     model, _ = PAIRS[preset, torch.float32]
     own, gen, seen = model.config._attn_implementation, generator("packed", preset), []
@@ -198,10 +203,10 @@ def test_trees_of_different_sizes_run_packed(preset):
             verify_batch(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees, "wy")
         with pytest.raises(RuntimeError, match="boom"):
             verify_mod.verify_batch_unchecked(model, _caches(model, [[1], [2]]), [trees[0], random_tree("chain", 2, 64, gen)],
-                                          gdn_layer.gdn_mode("wy"), forward=lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+                                          spec.gdn_mode("wy"), forward=lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
     finally:
         hook.remove()
-    assert seen == [((1, 15), adapter.PACKED_ATTENTION), ((3, 5), own)]
+    assert seen == [((1, 15), verify_mod.PACKED_ATTENTION), ((3, 5), own)]
     assert model.config._attn_implementation == own
 
 
@@ -214,11 +219,11 @@ def test_a_greedy_verify_hands_each_sequence_the_argmax_of_its_rows(preset, budg
     gen = generator("greedy", preset)
     trees = [random_tree("bushy", n, 64, gen) for n in budgets]
     outs = verify_mod.verify_batch_unchecked(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees,
-                                             gdn_layer.gdn_mode("wy"), greedy=True)
+                                             spec.gdn_mode("wy"), greedy=True)
     for o, t in zip(outs, trees):
         assert o.choice.shape == (len(t),) and torch.equal(o.choice, o.logits.argmax(-1))
     plain = verify_mod.verify_batch_unchecked(model, _caches(model, [[1, 2], [3], [4, 5, 6]]), trees,
-                                              gdn_layer.gdn_mode("wy"))
+                                              spec.gdn_mode("wy"))
     assert all(o.choice is None for o in plain)
 
 
@@ -241,7 +246,7 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
     [1, N, D]: outputs on real rows, conv, and the committed state (W1) of a random path per
     sequence, fast (one batched WY pass) vs the per-sequence loop."""
     model, _ = PAIRS["gdn-toy", dtype]
-    m, gen = adapter.gdn_modules(model)[0], generator("gdn-batch", mode)
+    m, gen = wy.gdn_modules(model)[0], generator("gdn-batch", mode)
     trees = [random_tree(kind, n, 64, gen) for kind, n in (("bushy", 9), ("deep", 3), ("chain", 6))]
     bufs = batch_buffers(trees, [0, 4, 2], mode, m.conv_kernel_size)
     assert bufs.rows is not None  # sizes differ: verify_batch packs them
@@ -249,20 +254,20 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
     conv = torch.randn(3, m.conv_dim, m.conv_kernel_size, generator=gen).to(dtype)
     S0 = torch.randn(3, m.num_v_heads, m.head_k_dim, m.head_v_dim, generator=gen).to(dtype) * 0.1
     if layout == "packed":
-        h, unpacked = batched.pack(h, bufs.rows, 1), (lambda x: batched.unpack(x, bufs.rows, 3, max(bufs.sizes), 1))
+        h, unpacked = tree_mod.pack(h, bufs.rows, 1), (lambda x: tree_mod.unpack(x, bufs.rows, 3, max(bufs.sizes), 1))
     else:
         bufs, unpacked = dataclasses.replace(bufs, rows=None), (lambda x: x)
     with precision(dtype):
-        out, recs = gdn_layer.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
-        ref, ref_recs = naive.tree_layer_batch(m, h, conv, S0, bufs, gdn_layer.gdn_mode(mode))
+        out, recs = wy.tree_layer_batch(m, h, conv, S0, bufs, spec.gdn_mode(mode))
+        ref, ref_recs = naive.tree_layer_batch(m, h, conv, S0, bufs, spec.gdn_mode(mode))
     assert out.shape == h.shape and ref.shape == h.shape
     out, ref = unpacked(out), unpacked(ref)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):
         path = root_path(tree, "random", gen) if mode == "wy" else list(range(n))
         assert_close(f"{mode} seq{b} out", ref[b, :n], out[b, :n], LOGIT_TOL[dtype])
         assert_close(f"{mode} seq{b} x", ref_recs[b].x, recs[b].x, LOGIT_TOL[dtype])
-        assert_close(f"{mode} seq{b} state", gdn_tree.wy_state(ref_recs[b].wy, ref_recs[b].S0, path),
-                     gdn_tree.wy_state(recs[b].wy, recs[b].S0, path), LOGIT_TOL[dtype])
+        assert_close(f"{mode} seq{b} state", wy.wy_state(ref_recs[b].wy, ref_recs[b].S0, path),
+                     wy.wy_state(recs[b].wy, recs[b].S0, path), LOGIT_TOL[dtype])
 
 
 def test_draft_batch_equals_draft_per_sequence():
@@ -302,7 +307,7 @@ def test_a_drafter_batch_keeps_its_contexts_in_one_tensor_across_rounds():
 
 
 def test_a_held_batch_tensor_counts_only_while_every_buffer_is_still_its_row():
-    """``cache.held_batch``, the one staleness rule of the target's and the drafter's batch
+    """``verify.held_batch``, the one staleness rule of the target's and the drafter's batch
     tensors: the tensor ``hold_rows`` recorded is handed back only while every holder's buffer
     is still its row b, in the same order, with room; ``batch_of_rows`` copies the kept rows in."""
     kept = [torch.randn(2, n, 3) for n in (4, 0, 2)]
@@ -323,7 +328,7 @@ def test_a_held_batch_tensor_counts_only_while_every_buffer_is_still_its_row():
 
 
 def test_an_append_in_room_writes_only_the_new_rows_and_a_growth_copies_the_first_n():
-    """``cache.append_rows``, the one append rule of the target's and the drafter's caches:
+    """``verify.append_rows``, the one append rule of the target's and the drafter's caches:
     ``held``'s first n rows are kept, the rest of it is never read; in room the new rows are
     written after them in the same buffer (no copy of the kept rows), and a growth (or no
     buffer) copies only the first n rows of ``held`` into a new buffer, leaving ``held`` as

@@ -5,12 +5,12 @@ them) against their plain per-tree twins:
   (mixed tree kinds and sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN
   and attention-only);
 - ``gated_delta_wy`` == ``naive.gated_delta_wy_batch`` (per tree) and
-  ``gdn_tree.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
+  ``wy.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
   ``naive.tree_conv_batch``, bit for bit;
 - ``packed_rows`` / ``pack`` / ``unpack``: the packed layout of trees of different sizes, its
   rows in tree order, ``unpack`` after ``pack`` the identity on real rows and zeros on padding;
-- ``wy_states`` == ``gdn_tree.wy_state`` and ``conv_states_at`` == ``gdn_tree.commit_conv_state``
-  per sequence; ``cache.commit_batch`` == ``cache.commit`` per sequence over two rounds of
+- ``wy_states`` == ``wy.wy_state`` and ``conv_states_at`` == ``wy.commit_conv_state``
+  per sequence; ``verify.commit_batch`` == ``verify.commit`` per sequence over two rounds of
   ``verify_batch`` (wy, fork, naive with branched paths re-scored; the wy states read from the
   batch's tensors), and over caches verified one by one;
 - the loop equals the loop with every twin swapped in, round for round.
@@ -20,8 +20,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddtree_lab.core import batched, decode, gdn_layer, gdn_tree, harness, naive, verify
-from ddtree_lab.core.cache import commit, commit_batch
+from ddtree_lab.core import decode, harness, naive, verify
+from ddtree_lab.core.families.gdn import wy
+from ddtree_lab.core import spec
+from ddtree_lab.core import tree as tree_mod
+from ddtree_lab.core.verify import commit, commit_batch
 from ddtree_lab.core.drafter import DFlashDrafter
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, verify_batch
@@ -48,20 +51,20 @@ def _trees(name: str, gen) -> tuple[list, list]:
 @pytest.mark.parametrize("dim", (1, 2))
 def test_pack_and_unpack_are_inverse_on_the_real_rows(dim):
     sizes, T = [3, 1, 4], 4
-    rows = batched.packed_rows(sizes, T)
+    rows = tree_mod.packed_rows(sizes, T)
     assert rows.tolist() == [0, 1, 2, 4, 8, 9, 10, 11]  # tree b's node i at row b * T + i, in tree order
-    assert batched.packed_rows([4, 4], 4) is None  # no padding: the padded layout is the packed one
+    assert tree_mod.packed_rows([4, 4], 4) is None  # no padding: the padded layout is the packed one
     x = torch.randn(3, T, 5) if dim == 1 else torch.randn(3, 2, T, 5)  # [B, T, d] or [B, h, T, d]
-    packed = batched.pack(x, rows, dim)
+    packed = tree_mod.pack(x, rows, dim)
     assert packed.shape == ((1, 8, 5) if dim == 1 else (1, 2, 8, 5))
-    back = batched.unpack(packed, rows, 3, T, dim)
-    real = batched._real_rows(sizes, T)  # [B, T]
+    back = tree_mod.unpack(packed, rows, 3, T, dim)
+    real = tree_mod._real_rows(sizes, T)  # [B, T]
     real = real[:, :, None] if dim == 1 else real[:, None, :, None]
     assert_identical(f"unpack(pack) dim {dim}", torch.where(real, x, torch.zeros(())), back)
 
 
 @pytest.mark.parametrize("conv_kernel", (4, None), ids=("gdn", "attention"))
-@pytest.mark.parametrize("mode", gdn_layer.MODE_NAMES)
+@pytest.mark.parametrize("mode", spec.MODE_NAMES)
 @pytest.mark.parametrize("name", BATCHES)
 def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
     trees, lengths = _trees(name, generator("buffers", name, mode))
@@ -85,16 +88,16 @@ def test_batch_buffers_equal_the_per_tree_buffers(name, mode, conv_kernel):
 
 
 def test_chains_without_padding_share_one_triangle_that_no_round_writes():
-    """``batched.chain_masks`` of unpadded chains are views of one lower triangle per size,
+    """``tree_mod.chain_masks`` of unpadded chains are views of one lower triangle per size,
     built once; verifying and committing chains on it leaves it the lower triangle."""
-    one, two = batched.chain_masks([6], 6), batched.chain_masks([6, 6], 6)
+    one, two = tree_mod.chain_masks([6], 6), tree_mod.chain_masks([6, 6], 6)
     assert one.data_ptr() == two.data_ptr()
     target = build_target("mla-toy")
     cache, _ = prefill(target, torch.tensor([3, 1, 4]))
     tree = random_tree("chain", 5, 64, generator("shared triangle"))
-    verify_batch(target, [cache], [tree])
-    commit(target, cache, tree, [0, 1, 2])
-    assert torch.equal(batched.chain_masks([6], 6)[0], torch.ones(6, 6, dtype=torch.bool).tril())
+    out = verify_batch(target, [cache], [tree])[0]
+    commit(target, cache, out.pending, [0, 1, 2])
+    assert torch.equal(tree_mod.chain_masks([6], 6)[0], torch.ones(6, 6, dtype=torch.bool).tril())
 
 
 def test_chain_bias_in_the_graph_equals_the_cached_view(monkeypatch):
@@ -129,7 +132,7 @@ def test_wy_over_leading_dims_equals_the_per_tree_pass(name, dtype):
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
     ref_o, ref_aux = naive.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
-    o, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    o, aux = wy.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     tol = LOGIT_TOL[dtype]
     for b, n in enumerate(bufs.sizes):
         assert_close(f"{name} seq{b} o", ref_o[b, :n], o[b, :n], tol)
@@ -137,8 +140,8 @@ def test_wy_over_leading_dims_equals_the_per_tree_pass(name, dtype):
             assert_close(f"{name} seq{b} {key}", ref_aux[key][b][:, :n], aux[key][b][:, :n], tol)
         assert_close(f"{name} seq{b} G", ref_aux["G"][b, :n], aux["G"][b, :n], 1e-12)
         one = tuple(x[b, :n] for x in (q, k, v, g, beta))
-        plain = gdn_tree.gated_delta_wy(*one, trees[b].parents, S0=S0[b], anc=bufs.per_tree[b].gdn_anc)
-        unbatched, _ = batched.gated_delta_wy(*one, S0[b], anc=bufs.per_tree[b].gdn_anc)
+        plain = wy.gated_delta_wy(*one, trees[b].parents, S0=S0[b], anc=bufs.per_tree[b].gdn_anc)
+        unbatched, _ = wy.gated_delta_wy_batch(*one, S0[b], anc=bufs.per_tree[b].gdn_anc)
         assert_close(f"{name} seq{b} o, no batch dim", plain, unbatched, tol)
 
 
@@ -149,7 +152,7 @@ def test_tree_conv_by_index_select_is_the_advanced_index_bit_for_bit(threads):
     B, T, C = len(trees), max(bufs.sizes), 12
     x, conv, weight = torch.randn(B, T, C, generator=gen), torch.randn(B, C, 4, generator=gen), torch.randn(C, 4, generator=gen)
     assert_identical("tree conv", naive.tree_conv_batch(x, conv, weight, bufs.windows),
-                     batched.tree_conv(x, conv, weight, bufs.windows))
+                     wy.tree_conv_batch(x, conv, weight, bufs.windows))
 
 
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
@@ -158,11 +161,11 @@ def test_wy_states_equal_the_per_sequence_closed_form(dtype):
     trees, lengths = _trees("mixed", gen)
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
-    _, aux = batched.gated_delta_wy(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    _, aux = wy.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     paths = [torch.tensor(root_path(t, pick, gen)) for t, pick in zip(trees, ("random", "deepest", "root", "random"))]
-    out = batched.wy_states(aux["U"], aux["G"], aux["k"], S0, paths)
+    out = wy.wy_states(aux["U"], aux["G"], aux["k"], S0, paths)
     for b, path in enumerate(paths):
-        ref = gdn_tree.wy_state({key: t[b] for key, t in aux.items()}, S0[b], path.tolist())
+        ref = wy.wy_state({key: t[b] for key, t in aux.items()}, S0[b], path.tolist())
         assert_close(f"state seq{b}", ref, out[b], LOGIT_TOL[dtype])
 
 
@@ -180,13 +183,12 @@ def test_commit_batch_equals_commit_per_sequence(preset, mode):
     for rnd in range(2):
         trees = [random_tree(kind, budget, V, gen) for kind, budget in (("bushy", 7), ("deep", 12), ("chain", 5))]
         paths = [root_path(t, "random", gen) for t in trees]
-        verify_batch(model, ref, trees, mode)
-        verify_batch(model, out, trees, mode)
-        for c, t, p in zip(ref, trees, paths):
-            commit(model, c, t, p)
-        commit_batch(model, out, trees, paths)
+        ref_pending = [o.pending for o in verify_batch(model, ref, trees, mode)]
+        pendings = [o.pending for o in verify_batch(model, out, trees, mode)]
+        for c, pending, p in zip(ref, ref_pending, paths):
+            commit(model, c, pending, p)
+        commit_batch(model, out, pendings, paths)
         for b in range(len(trees)):
-            assert out[b].pending is None
             assert_same_cache(f"{preset}-{mode} round{rnd} seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
         if mode == "wy":  # one WY pass: each new state is its row of the batch's tensor, nothing stacked
             for i in out[0].rec:
@@ -203,24 +205,23 @@ def test_commit_batch_of_separate_verifies_commits_each_sequence():
     ref, out = ([prefill(model, p)[0] for p in prefixes] for _ in range(2))
     trees = [random_tree("bushy", n, V, gen) for n in (6, 9)]
     paths = [root_path(t, "random", gen) for t in trees]
-    for c, t in zip(ref + out, trees + trees):
-        verify_batch(model, [c], [t], "wy")
-    for c, t, p in zip(ref, trees, paths):
-        commit(model, c, t, p)
-    commit_batch(model, out, trees, paths)
+    pendings = [verify_batch(model, [c], [t], "wy")[0].pending for c, t in zip(ref + out, trees + trees)]
+    for c, pending, p in zip(ref, pendings, paths):
+        commit(model, c, pending, p)
+    commit_batch(model, out, pendings[2:], paths)
     for b in range(2):
         assert_same_cache(f"separate seq{b}", ref[b], out[b], LOGIT_TOL[torch.float32])
 
 
 def test_conv_states_equal_the_per_sequence_commit():
-    """``batched.conv_states_at`` == ``gdn_tree.commit_conv_state`` per sequence, bit for bit
+    """``wy.conv_states_at`` == ``wy.commit_conv_state`` per sequence, bit for bit
     (columns copied, nothing computed): paths of 1 .. T nodes, shorter and longer than K."""
     gen, B, T, C, K = generator("conv-states"), 4, 9, 6, 4
     conv, x = torch.randn(B, C, K, generator=gen), torch.randn(B, T, C, generator=gen)
     paths = [torch.tensor(p) for p in ([0], [0, 2, 5], [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 3])]
-    out = batched.conv_states_at(conv, x, batched.path_rows(paths))
+    out = wy.conv_states_at(conv, x, wy.path_rows(paths))
     for b, p in enumerate(paths):
-        assert torch.equal(gdn_tree.commit_conv_state(conv[b], x[b][p]), out[b])
+        assert torch.equal(wy.commit_conv_state(conv[b], x[b][p]), out[b])
 
 
 def _f64_pair(preset: str):
@@ -249,8 +250,8 @@ def test_the_loop_equals_the_loop_with_every_twin(monkeypatch, preset, mode, met
               for p, n in zip(prompts, kw["max_new_tokens"])]
         fast, rounds = _decode(target, drafter, prompts, ar, kw)
         monkeypatch.setattr(verify, "batch_buffers", naive.batch_buffers)
-        monkeypatch.setattr(gdn_layer, "gated_delta_wy_batch", naive.gated_delta_wy_batch)
-        monkeypatch.setattr(gdn_layer, "tree_conv_batch", naive.tree_conv_batch)
+        monkeypatch.setattr(wy, "gated_delta_wy_batch", naive.gated_delta_wy_batch)
+        monkeypatch.setattr(wy, "tree_conv_batch", naive.tree_conv_batch)
         monkeypatch.setattr(decode, "commit_batch", _commit_per_sequence)
         _, rounds_ref = _decode(target, drafter, prompts, ar, kw)
     assert len(rounds) == len(rounds_ref)
@@ -268,7 +269,7 @@ def _decode(target, drafter, prompts, ar, kw) -> tuple[list, list]:
     return decode.generate_batch(target, hinted, prompts, on_round=rounds.append, **kw), rounds
 
 
-def _commit_per_sequence(model, caches, trees, paths, checked=False):
-    """``commit_batch``'s twin: ``commit`` per sequence (each a batch of one, ``GdnMode.state``)."""
-    for c, t, p in zip(caches, trees, paths):
-        commit(model, c, t, p, checked)
+def _commit_per_sequence(model, caches, pendings, paths, checked=False):
+    """``commit_batch``'s twin: ``commit`` per sequence (each a batch of one, ``wy.state``)."""
+    for c, pending, p in zip(caches, pendings, paths):
+        commit(model, c, pending, p, checked)

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from ddtree_lab.core import naive
+from ddtree_lab.core import rules
 from ddtree_lab.core.conditional import ConditionalDraft, build_conditional_tree, from_selector
 
 
@@ -170,8 +171,7 @@ def _two_token_counts(draft, table, budget, T, trials, seed, walk_proposal=None,
     """One rejection round over a conditional tree with root token 2, the target's logits at a
     node = table[node token] ([V, V]). -> (counts of the first emitted token [V], counts [V, V]
     of the second emitted token after an ACCEPTED first token a: row a)."""
-    from ddtree_lab.core import sampling
-    proposal = sampling.Conditional(draft)
+    proposal = rules.Conditional(draft)
     walker = walk_proposal(proposal) if walk_proposal else proposal
     draw = sampler(proposal) if sampler else proposal.sample_tree
     tree = build_conditional_tree(draft, 2, budget)
@@ -179,7 +179,7 @@ def _two_token_counts(draft, table, budget, T, trials, seed, walk_proposal=None,
     gen = torch.Generator().manual_seed(seed)
     for _ in range(trials):
         drawn = draw(tree, T, gen)
-        path, bonus = sampling.accept_rejection(drawn, table[drawn.tokens], walker, T, gen)
+        path, bonus = rules.accept_rejection(drawn, table[drawn.tokens], walker, T, gen)
         emitted = drawn.tokens[path[1:]].tolist() + [bonus]
         first[emitted[0]] += 1
         if len(path) > 1:

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ddtree_lab.core import allocate, decode, lossless, sampling
+from ddtree_lab.core import allocate, decode, lossless
 from ddtree_lab.core.lossless import check_lossless
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.models import build_target

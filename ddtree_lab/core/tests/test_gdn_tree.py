@@ -6,8 +6,10 @@ from hypothesis import given, settings, strategies as st
 from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_update, torch_recurrent_gated_delta_rule
 
 from ddtree_lab.core import naive
-from ddtree_lab.core.gdn_tree import (ancestor_windows, chain_parents, commit_conv_state, gated_delta_chain,
-                                 gated_delta_fork, gated_delta_wy, normalize_qk, tree_conv)
+from ddtree_lab.core.tree import ancestor_windows, chain_parents
+from ddtree_lab.core.families.gdn.wy import gated_delta_fork
+from ddtree_lab.core.families.gdn.wy import commit_conv_state, gated_delta_wy, normalize_qk, tree_conv
+from ddtree_lab.core.families.gdn.naive import gated_delta_chain
 from ddtree_lab.core.tree import tree_depths, tree_path
 from helpers import TREE_KINDS, assert_close, assert_identical, generator, random_tree
 

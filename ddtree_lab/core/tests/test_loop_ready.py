@@ -1,28 +1,29 @@
-"""The kernels every lab loop runs its target on (``adapter.loop_ready``): MoE experts as
+"""The kernels every lab loop runs its target on (``verify.loop_ready``): MoE experts as
 transformers' ``grouped_mm`` while a loop runs, the model's own setting back after; the same
 logits as the eager experts loop (scale-aware), so a loop on them keeps every token."""
 import torch
 
 from ddtree_lab.core import adapter, decode
+from ddtree_lab.core import verify
 from helpers import HintedDrafter, assert_close, toy_pair
 
 
 def test_loop_ready_switches_moe_experts_and_restores():
     target, _ = toy_pair("mla-toy")
     assert target.config._experts_implementation == "eager"
-    with adapter.loop_ready(target):
+    with verify.loop_ready(target):
         assert target.config._experts_implementation == "grouped_mm"
     assert target.config._experts_implementation == "eager"
     gdn, _ = toy_pair("gdn-toy")  # no experts: left as it is
-    assert adapter.experts_setting(gdn) is None
-    with adapter.loop_ready(gdn):
-        assert adapter.experts_setting(gdn) is None
+    assert verify.experts_setting(gdn) is None
+    with verify.loop_ready(gdn):
+        assert verify.experts_setting(gdn) is None
 
 
 def test_loop_ready_restores_after_an_error():
     target, _ = toy_pair("mla-toy")
     try:
-        with adapter.loop_ready(target):
+        with verify.loop_ready(target):
             raise RuntimeError("boom")
     except RuntimeError:
         pass
@@ -35,7 +36,7 @@ def test_grouped_experts_give_the_eager_logits():
     target, _ = toy_pair("mla-toy")
     ids = torch.randint(0, target.config.vocab_size, (1, 29), generator=torch.Generator().manual_seed(0))
     eager = target(ids).logits
-    with adapter.loop_ready(target):
+    with verify.loop_ready(target):
         grouped = target(ids).logits
     assert_close("grouped_mm vs eager experts", eager, grouped, 1e-5)
     assert torch.equal(eager.argmax(-1), grouped.argmax(-1))
@@ -62,6 +63,6 @@ def test_float64_models_keep_the_eager_experts():
     """grouped_mm takes no float64: a float64 loop (the proofs) keeps the eager experts loop."""
     target, _ = toy_pair("mla-toy")
     target = target.double()
-    with adapter.loop_ready(target):
+    with verify.loop_ready(target):
         assert target.config._experts_implementation == "eager"
         target(torch.arange(3, 9)[None])

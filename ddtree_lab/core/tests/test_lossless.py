@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from ddtree_lab import check_lossless, load_pair
-from ddtree_lab.core import lossless, rules, sampling
+from ddtree_lab.core import rules
+from ddtree_lab.core import lossless, rules
 from helpers import sharp_drafter, toy_pair
 
 TOY = toy_pair("gdn-toy")
@@ -110,4 +111,4 @@ def test_the_biased_walk_is_the_target_walk_when_it_never_fires():
     never = lossless.biased_walk(0.0)
     assert never(tree, logits, None, 0.7, torch.Generator().manual_seed(5)) == fair
     assert isinstance(rules.as_walk(never), lossless.BiasedWalk) and not never.draws_tree
-    assert sampling.ACCEPT_RULES == tuple(rules.WALKS)
+    assert rules.ACCEPT_RULES == tuple(rules.WALKS)

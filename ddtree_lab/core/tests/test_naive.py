@@ -13,10 +13,10 @@ FAST = sorted(p for p in CORE.glob("*.py") if p.name != "naive.py")
 
 # twin in naive -> the fast function it is the plain form of (module.attribute[.attribute])
 TWINS = {"build_tree": "tree.build_tree", "ancestor_mask": "tree.ancestor_mask", "accept": "tree.accept",
-         "tree_conv": "gdn_tree.tree_conv", "gated_delta": "gdn_tree.gated_delta_wy",
-         "tree_layer_batch": "gdn_layer.tree_layer_batch", "tree_conv_batch": "gdn_layer.tree_conv_batch",
-         "gated_delta_wy_batch": "gdn_layer.gated_delta_wy_batch", "batch_buffers": "verify.batch_buffers",
-         "tree_logits": "verify.tree_logits", "commit": "cache.commit", "allocate_budgets": "allocate.allocate_budgets",
+         "tree_conv": "families.gdn.wy.tree_conv", "gated_delta": "families.gdn.wy.gated_delta_wy",
+         "tree_layer_batch": "families.gdn.wy.tree_layer_batch", "tree_conv_batch": "families.gdn.wy.tree_conv_batch",
+         "gated_delta_wy_batch": "families.gdn.wy.gated_delta_wy_batch", "batch_buffers": "verify.batch_buffers",
+         "tree_logits": "verify.tree_logits", "commit": "verify.commit", "allocate_budgets": "allocate.allocate_budgets",
          "scores": "conditional.ConditionalDraft.scores",
          "ranked_children": "conditional.ConditionalDraft.ranked_children",
          "build_conditional_tree": "conditional.build_conditional_tree", "propose": "drafter.DFlashDrafter.draft"}
@@ -29,11 +29,14 @@ def reference_defs(source: str) -> list[str]:
 
 
 def imports_naive(source: str) -> bool:
-    """Whether ``source`` imports the ``naive`` module or a name from it, in any spelling."""
+    """Whether ``source`` imports core's ``naive`` module or a name from it, in any spelling (a
+    family's own plain form, ``families/<family>/naive.py``, is not it)."""
     for n in ast.walk(ast.parse(source)):
-        if isinstance(n, ast.Import) and any(a.name.split(".")[-1] == "naive" for a in n.names):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[-1] == "naive" and "families" not in a.name for a in n.names):
             return True
         if isinstance(n, ast.ImportFrom):
+            if "families" in (n.module or ""):
+                continue
             if (n.module or "").split(".")[-1] == "naive":
                 return True
             if any(a.name == "naive" for a in n.names):
@@ -58,8 +61,8 @@ def test_every_twin_names_its_fast_function():
               if inspect.isfunction(f) and f.__module__ == naive.__name__ and not name.startswith("_")}
     assert public == set(TWINS)
     for twin, fast in TWINS.items():
-        module, *attrs = fast.split(".")
-        obj = importlib.import_module(f"ddtree_lab.core.{module}")
+        module, attr = fast.split(".", 1) if not fast.startswith("families.") else fast.rsplit(".", 1)
+        obj, attrs = importlib.import_module(f"ddtree_lab.core.{module}"), attr.split(".")
         for attr in attrs:
             obj = getattr(obj, attr)
         assert callable(obj), fast
@@ -75,4 +78,5 @@ def test_the_greps_see_every_spelling():
                      "from ddtree_lab.core.naive import accept", "import ddtree_lab.core.naive",
                      "from . import tree, naive as nv", "def f():\n    from . import naive\n"):
         assert imports_naive(spelling), spelling
-    assert not imports_naive("from . import tree\nfrom .gdn_layer import NaiveMode\nnaive = 1\n")
+    assert not imports_naive("from . import tree\nfrom .spec import NaiveMode\nnaive = 1\n")
+    assert not imports_naive("from .families.gdn import naive as gdn_naive\n")

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from ddtree_lab import GenerationSpec, generate, generate_batch, load_pair, reference_generate
+from ddtree_lab.core import rules
 from ddtree_lab.common import ROOT
-from ddtree_lab.core import decode, rules, sampling
+from ddtree_lab.core import decode, rules
 from ddtree_lab.core.conditional import build_conditional_tree, conditional_chain
 from ddtree_lab.core.drafter import Draft
 from ddtree_lab.core.spec import Sampling
@@ -42,15 +43,15 @@ def test_the_built_ins_are_rules_of_the_plugin_shape():
     cdraft = d2.draft(d2.new_state(), torch.randn(5, d2.cfg.feature_size), 3, 8)
     assert torch.equal(rules.conditional(cdraft, 3, 16).tokens, build_conditional_tree(cdraft.conditional, 3, 16).tokens)
     assert torch.equal(rules.conditional_chain(cdraft, 3, 7).tokens, conditional_chain(cdraft.conditional, 3).tokens)
-    assert isinstance(rules.conditional.proposal(cdraft), sampling.Conditional)
-    assert type(rules.best_first.proposal(draft)) is sampling.Marginal
-    assert type(rules.as_rule(top2_per_depth).proposal(draft)) is sampling.MarginalAnyTree
+    assert isinstance(rules.conditional.proposal(cdraft), rules.Conditional)
+    assert type(rules.best_first.proposal(draft)) is rules.Marginal
+    assert type(rules.as_rule(top2_per_depth).proposal(draft)) is rules.MarginalAnyTree
 
 
 def test_from_rank_paths_rebuilds_the_best_first_tree():
     draft = _draft(4, 30, seed=1)
     built = build_tree(draft.logits, 5, 20)
-    ranks = sampling.canonical_ranks(draft.logits)
+    ranks = rules.canonical_ranks(draft.logits)
     paths = [tuple(int(ranks[int(built.depths[j]) - 1, int(built.tokens[j])]) for j in built.path_to(i)[1:])
              for i in range(1, len(built))]
     again = rules.from_rank_paths(draft.logits, 5, paths)
@@ -86,7 +87,7 @@ def test_a_plugin_wrapping_a_built_in_decodes_as_the_built_in(gdn):
 
     def ddtree_again(draft, root_token, budget):
         return build_tree(draft.logits, root_token, budget)
-    ddtree_again.proposal = lambda draft: sampling.Marginal(draft.logits)
+    ddtree_again.proposal = lambda draft: rules.Marginal(draft.logits)
     for walk in ("rejection", "target"):
         kw = dict(method="ddtree", budget=8, max_new_tokens=12, temperature=0.8, accept_rule=walk, seed=4)
         own = generate(pair.target, pair.drafter, prompts[1], tree=ddtree_again, **kw)
@@ -101,10 +102,10 @@ def test_a_walk_of_ones_own_is_called_with_the_walk_signature(gdn):
 
     def matching(tree, target_logits, proposal, temperature, generator):
         calls.append((len(tree), tuple(target_logits.shape)))
-        return accept(tree, sampling.choose_tokens(target_logits, temperature, generator))
+        return accept(tree, rules.choose_tokens(target_logits, temperature, generator))
 
     def rejecting(tree, target_logits, proposal, temperature, generator):
-        return sampling.accept_rejection(tree, target_logits, proposal, temperature, generator)
+        return rules.accept_rejection(tree, target_logits, proposal, temperature, generator)
     rejecting.draws_tree = True
     kw = dict(method="ddtree", budget=8, max_new_tokens=12, temperature=0.8, seed=2)
     for own, built in ((matching, "target"), (rejecting, "rejection")):

@@ -2,7 +2,7 @@
 one rejection step reproduces the target's distribution exactly."""
 import torch
 
-from ddtree_lab.core import sampling
+from ddtree_lab.core import rules
 from ddtree_lab.core.tree import build_tree, chain_tree
 from helpers import assert_close
 
@@ -11,7 +11,7 @@ def test_sample_draft_keeps_the_shape_and_draws_distinct_siblings():
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 40, generator=gen) * 2
     tree = build_tree(logits, 3, 24)
-    drawn = sampling.sample_draft(tree, logits, 0.8, torch.Generator().manual_seed(1))
+    drawn = rules.sample_draft(tree, logits, 0.8, torch.Generator().manual_seed(1))
     assert torch.equal(drawn.parents, tree.parents) and torch.equal(drawn.depths, tree.depths)
     assert drawn.tokens[0] == 3
     for kids in drawn.children:
@@ -30,7 +30,7 @@ def test_the_first_sampled_token_follows_q():
     counts = torch.zeros(4)
     gen = torch.Generator().manual_seed(2)
     for _ in range(4000):
-        counts[int(sampling.sample_draft(chain_tree(torch.tensor([0]), 3), logits, 0.7, gen).tokens[1])] += 1
+        counts[int(rules.sample_draft(chain_tree(torch.tensor([0]), 3), logits, 0.7, gen).tokens[1])] += 1
     assert_close("empirical q", q, counts / counts.sum(), 0.03)
 
 
@@ -44,8 +44,8 @@ def test_one_rejection_round_is_distributed_as_the_target():
     counts = torch.zeros(V)
     gen = torch.Generator().manual_seed(3)
     for _ in range(6000):
-        drawn = sampling.sample_draft(tree, draft_logits, T, gen)
-        path, bonus = sampling.accept_rejection(drawn, target_logits, sampling.Marginal(draft_logits), T, gen)
+        drawn = rules.sample_draft(tree, draft_logits, T, gen)
+        path, bonus = rules.accept_rejection(drawn, target_logits, rules.Marginal(draft_logits), T, gen)
         counts[int(drawn.tokens[path[1]]) if len(path) > 1 else bonus] += 1
     p = torch.softmax(target_logits[0] / T, -1)
     assert_close("emitted first token ~ p", p, counts / counts.sum(), 0.03)

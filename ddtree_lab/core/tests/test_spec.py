@@ -1,7 +1,8 @@
 """The generation spec: validated once when built, carried whole, the same run as its keyword form."""
 import pytest
 
-from ddtree_lab.core import decode, gdn_layer
+from ddtree_lab.core import decode
+from ddtree_lab.core import spec
 from ddtree_lab.core.spec import MAX_BUDGET, GenerationSpec, Sampling
 from helpers import toy_pair
 
@@ -49,12 +50,12 @@ def test_a_bad_sampling_field_names_itself(field, value, message):
 
 
 def test_the_mode_is_an_object_from_the_api_on():
-    spec = GenerationSpec(gdn_mode="naive")
-    assert isinstance(spec.gdn_mode, gdn_layer.NaiveMode) and not spec.gdn_mode.exact
-    assert GenerationSpec(gdn_mode=gdn_layer.ForkMode()).gdn_mode.name == "fork"
+    naive = GenerationSpec(gdn_mode="naive")
+    assert isinstance(naive.gdn_mode, spec.NaiveMode) and not naive.gdn_mode.exact
+    assert GenerationSpec(gdn_mode=spec.ForkMode()).gdn_mode.name == "fork"
     assert GenerationSpec().gdn_mode.exact and GenerationSpec().gdn_mode.batched
-    assert not gdn_layer.ForkMode().batched
-    assert spec.as_dict()["gdn_mode"] == "naive" and spec.as_dict()["sampling"]["accept_rule"] == "rejection"
+    assert not spec.ForkMode().batched
+    assert naive.as_dict()["gdn_mode"] == "naive" and naive.as_dict()["sampling"]["accept_rule"] == "rejection"
 
 
 def test_spec_and_keywords_are_the_same_run_and_not_both():

@@ -17,10 +17,13 @@ import torch
 from transformers.models.qwen3_5 import modeling_qwen3_5 as qwen35
 
 from ddtree_lab.core import adapter, harness, naive
+from ddtree_lab.core import adapter
+from ddtree_lab.core.families.gdn import wy
+from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.tree import DraftTree, chain_tree
 from ddtree_lab.core.verify import GDN_MODES, prefill, tree_logits, verify
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.verify import commit
 from helpers import (LOGIT_TOL, assert_close, assert_same_cache, generator, precision, random_prefix,
                      random_tree, root_path)
 
@@ -45,14 +48,14 @@ def target(arch: str, dtype: torch.dtype, size: str = "toy"):
 
 
 def snapshot(cache) -> dict:
-    return {"length": cache.length, "pending": cache.pending,
+    return {"length": cache.length, "serial": cache.serial,
             "kv": {i: (k.clone(), v.clone()) for i, (k, v) in cache.kv.items()},
             "conv": {i: t.clone() for i, t in cache.conv.items()},
             "rec": {i: t.clone() for i, t in cache.rec.items()}}
 
 
 def assert_untouched(cache, before: dict) -> None:
-    assert cache.length == before["length"] and cache.pending is before["pending"]
+    assert cache.length == before["length"] and cache.serial == before["serial"]
     assert cache.kv.keys() == before["kv"].keys()
     assert all(torch.equal(a, b) for i in cache.kv for a, b in zip(cache.kv[i], before["kv"][i]))
     for name in ("conv", "rec"):
@@ -141,11 +144,11 @@ def _commit_rounds(model, mode, committed: list[int], plan, checked: bool = Fals
     root path) -> (cache, committed sequence); every round leaves no pending verify."""
     cache, _ = prefill(model, committed)
     for tree, pick in plan:
-        verify(model, cache, tree, mode)
+        pending = verify(model, cache, tree, mode).pending
         path = pick(tree)
-        commit(model, cache, tree, path, checked=checked)
+        commit(model, cache, pending, path, checked=checked)
         committed = committed + tree.tokens[path].tolist()
-        assert cache.length == len(committed) and cache.pending is None
+        assert cache.length == len(committed)
     return cache, committed
 
 
@@ -203,9 +206,9 @@ def test_a_cache_and_its_snapshot_decode_apart(arch, mode):
             name = ("first", "second")[r % 2]
             cache, seq = caches[name]
             tree = random_tree(("bushy", "deep")[r % 3 == 0], 16, V, gen)
-            verify(model, cache, tree, mode)
+            pending = verify(model, cache, tree, mode).pending
             path = root_path(tree, ("random", "deepest", "root")[r % 3], gen)
-            commit(model, cache, tree, path)
+            commit(model, cache, pending, path)
             caches[name] = (cache, seq + tree.tokens[path].tolist())
         for name, (cache, seq) in caches.items():
             fresh, _ = prefill(model, seq)
@@ -230,8 +233,8 @@ def test_fork_commit_equals_wy_commit(pick, dtype):
     with precision(dtype):
         for mode in ("fork", "wy"):
             caches[mode], _ = prefill(model, prefix)
-            verify(model, caches[mode], tree, mode)
-            commit(model, caches[mode], tree, path)
+            pending = verify(model, caches[mode], tree, mode).pending
+            commit(model, caches[mode], pending, path)
     assert_same_cache(f"fork-vs-wy-{pick}-{DTYPE_ID[dtype]}", caches["wy"], caches["fork"], TOL_STATE[dtype])
 
 
@@ -239,31 +242,30 @@ def test_fork_commit_equals_wy_commit(pick, dtype):
 @pytest.mark.parametrize("pick", ("root", "deepest", "random"))
 def test_wy_closed_form_commit_equals_plain_replay(pick, dtype):
     """commit's state from the WY pass (W1) == the plain twin: replay the path from the snapshot."""
-    from ddtree_lab.core import gdn_tree
-    from ddtree_lab.core.cache import replay_gdn
+    from ddtree_lab.core.families.gdn.naive import replay_gdn
     model, prefix, tree, path = commit_case("wy-replay", "bushy", pick, dtype)
     with precision(dtype):
         cache, _ = prefill(model, prefix)
-        verify(model, cache, tree, "wy")
-        mods = adapter.gdn_modules(model)
-        for i, rec in cache.pending.gdn.items():
+        pending = verify(model, cache, tree, "wy").pending
+        mods = wy.gdn_modules(model)
+        for i, rec in pending.gdn.items():
             conv, S = replay_gdn(mods[i], rec.x[path], rec.a[path], rec.b[path], cache.conv[i], cache.rec[i])
-            assert_close(f"layer{i}-{pick}-{DTYPE_ID[dtype]}", S, gdn_tree.wy_state(rec.wy, rec.S0, path).to(S.dtype),
+            assert_close(f"layer{i}-{pick}-{DTYPE_ID[dtype]}", S, wy.wy_state(rec.wy, rec.S0, path).to(S.dtype),
                          TOL_STATE[dtype])
-            assert torch.equal(conv, gdn_tree.commit_conv_state(cache.conv[i], rec.x[path]))
+            assert torch.equal(conv, wy.commit_conv_state(cache.conv[i], rec.x[path]))
 
 
 # ----------------------------------------------------------------------------- bad input
 
 @pytest.fixture(params=["gdn", "mla"])
 def verified(request):
-    """(model, cache after prefill + a pending verify, tree) in float32."""
+    """(model, cache after prefill + a verify, that verify's ``Pending``) in float32 (its tree:
+    ``pending.tree``)."""
     model = target(request.param, torch.float32)
     gen = generator("bad", request.param)
     cache, _ = prefill(model, random_prefix(model.config.vocab_size, gen))
     tree = random_tree("bushy", 7, model.config.vocab_size, gen)
-    verify(model, cache, tree)
-    return model, cache, tree
+    return model, cache, verify(model, cache, tree).pending
 
 
 def raises_untouched(cache, fn, match: str | None = None) -> str:
@@ -276,7 +278,8 @@ def raises_untouched(cache, fn, match: str | None = None) -> str:
 
 
 def test_unknown_gdn_mode(verified):
-    model, cache, tree = verified
+    model, cache, pending = verified
+    tree = pending.tree
     message = raises_untouched(cache, lambda: verify(model, cache, tree, "fast"))
     assert all(mode in message for mode in GDN_MODES) and "fast" in message
 
@@ -302,7 +305,8 @@ def test_fits_max_position_embeddings_exactly():
 
 @pytest.mark.parametrize("bad", (-1, "vocab"))
 def test_token_ids_outside_vocabulary(verified, bad):
-    model, cache, tree = verified
+    model, cache, pending = verified
+    tree = pending.tree
     V = model.config.vocab_size
     bad = V if bad == "vocab" else bad
     for node in (0, len(tree) - 1):  # the root, a draft node
@@ -315,31 +319,38 @@ def test_token_ids_outside_vocabulary(verified, bad):
 
 
 def test_cache_from_another_model(verified):
-    model, cache, tree = verified
-    arch = "gdn" if adapter.gdn_modules(model) else "mla"
+    model, cache, pending = verified
+    tree = pending.tree
+    arch = "gdn" if wy.gdn_modules(model) else "mla"
     twin = build_target(f"{arch}-toy")  # same preset, another model object
     other = target("mla" if arch == "gdn" else "gdn", torch.float32)
     for wrong in (twin, other):
         raises_untouched(cache, lambda: verify(wrong, cache, tree), "same model")
-        raises_untouched(cache, lambda: commit(wrong, cache, tree, [0]), "same model")
+        raises_untouched(cache, lambda: commit(wrong, cache, pending, [0]), "same model")
 
 
 def test_commit_bad_paths(verified):
-    model, cache, tree = verified
+    model, cache, pending = verified
+    tree = pending.tree
     not_child = next(i for i in range(2, len(tree)) if int(tree.parents[i]) != 1)  # built trees: 1 is a child of 0
     bad_paths = ([], [1], [0, 0], [0, len(tree)], [0, -1], [0, 1, not_child], [0, not_child, not_child])
     for path in bad_paths:
-        raises_untouched(cache, lambda: commit(model, cache, tree, path), "path")
-    other = random_tree("bushy", 7, model.config.vocab_size, generator("other"))
-    raises_untouched(cache, lambda: commit(model, cache, other, [0]), "verify")
-    commit(model, cache, tree, tree.path_to(len(tree) - 1))  # the cache still works
-    raises_untouched(cache, lambda: commit(model, cache, tree, [0]), "verify")  # no pending verify
+        raises_untouched(cache, lambda: commit(model, cache, pending, path), "path")
+    other = cache.snapshot()
+    stranger = verify(model, other, random_tree("bushy", 7, model.config.vocab_size, generator("other"))).pending
+    raises_untouched(cache, lambda: commit(model, cache, stranger, [0]), "verify")  # another cache's verify
+    raises_untouched(cache, lambda: commit(model, cache, tree, [0]), "verify")  # a tree is not a pending
+    commit(model, cache, pending, tree.path_to(len(tree) - 1))  # the cache still works
+    raises_untouched(cache, lambda: commit(model, cache, pending, [0]), "verify")  # committed already
+    older = verify(model, cache, tree).pending
+    verify(model, cache, tree)
+    raises_untouched(cache, lambda: commit(model, cache, older, [0]), "verify")  # not the last verify
 
 
 def test_commit_without_verify():
     model = target("gdn", torch.float32)
     cache, _ = prefill(model, [1, 2, 3])
-    raises_untouched(cache, lambda: commit(model, cache, chain_tree(torch.tensor([4]), 3), [0]), "verify")
+    raises_untouched(cache, lambda: commit(model, cache, None, [0]), "verify")
 
 
 # ----------------------------------------------------------------------------- adapter
@@ -378,16 +389,15 @@ def test_commit_equals_its_replay_twin(mode, pick):
     with harness.float64_harness():
         fast, _ = prefill(model, prefix)
         plain = fast.snapshot()
-        verify(model, fast, tree, mode)
-        verify(model, plain, tree, mode)
-        commit(model, fast, tree, path)
-        naive.commit(model, plain, tree, path)
-    assert fast.pending is None and plain.pending is None
+        fast_pending = verify(model, fast, tree, mode).pending
+        plain_pending = verify(model, plain, tree, mode).pending
+        commit(model, fast, fast_pending, path)
+        naive.commit(model, plain, plain_pending, path)
     assert_same_cache(f"twin-{mode}-{pick}", plain, fast, 1e-12)
 
 
 def test_verify_patches_no_module_and_the_routed_layer_is_the_stock_one():
-    """GDN layers are routed once (``adapter.route_gdn_trees``): after a verify no module holds a
+    """GDN layers are routed once (``verify.route_recurrent``): after a verify no module holds a
     per-call ``forward``, and with transformers' own cache the routed model is the stock one."""
     from transformers import DynamicCache
     model = target("gdn", torch.float32)
@@ -395,16 +405,16 @@ def test_verify_patches_no_module_and_the_routed_layer_is_the_stock_one():
     before = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
     cache, _ = prefill(model, [3, 1, 4])
     verify(model, cache, random_tree("bushy", 5, model.config.vocab_size, generator("route")), "wy")
-    mods = adapter.gdn_modules(model)
+    mods = wy.gdn_modules(model)
     assert mods and all("forward" not in vars(m) for m in mods.values())
-    assert all(type(m) is adapter.TreeGatedDeltaNet for m in mods.values())
+    assert all(type(m) is verify_mod.route_class(qwen35.Qwen3_5GatedDeltaNet) for m in mods.values())
     after = model(ids, past_key_values=DynamicCache(config=model.config), use_cache=True).logits
     assert torch.equal(before, after)
-    assert adapter.route_gdn_trees(model) == mods  # idempotent
+    assert {i: m for i, (m, _) in verify_mod.route_recurrent(model).items()} == mods  # idempotent
 
 
 def test_gdn_mode_is_an_object_chosen_once():
-    from ddtree_lab.core.gdn_layer import ForkMode, GdnMode, NaiveMode, gdn_mode
+    from ddtree_lab.core.spec import ForkMode, GdnMode, NaiveMode, gdn_mode
     assert isinstance(gdn_mode("fork"), ForkMode) and isinstance(gdn_mode("naive"), NaiveMode)
     assert gdn_mode(gdn_mode("wy")) is gdn_mode("wy") and type(gdn_mode("wy")) is GdnMode
     with pytest.raises(ValueError, match="gdn_mode must be one of"):

@@ -18,7 +18,7 @@ every sequence with a committed prefix of ``--prefix`` random tokens:
 - memory: peak live bytes of one batch-16 verify at budget 64 (fork and wy);
 - breakdown of one batched verify: buffers + mask, the new K/V rows written into the batch's
   tensors (``TreeBatch._written``),
-  the GDN layers (``gdn_layer.tree_layer_batch``, and its per-sequence twin for comparison), the
+  the GDN layers (``wy.tree_layer_batch``, and its per-sequence twin for comparison), the
   rest of the forward.
 
 Times are THIS THREAD's CPU time (``time.thread_time``), so other jobs on a shared machine
@@ -40,9 +40,9 @@ from transformers.cache_utils import DynamicLayer
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
-from ddtree_lab.core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ddtree_lab.core import naive
-from ddtree_lab.core.gdn_layer import tree_layer_batch
+from ddtree_lab.core.families.gdn.wy import tree_layer_batch
 from ddtree_lab.core.harness import timed_calls
 from ddtree_lab.core import verify as vmod
 from ddtree_lab.core.models import build_target, count_parameters
@@ -212,7 +212,7 @@ def node_rows(model, mode: str, prefix: int, repeats: int, budgets=(16, 64, 256)
 
 def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
     """Median ms per batched verify spent in each piece, and the rest of the forward
-    (gdn_layer: ``gdn_layer.tree_layer_batch`` (default) or its per-sequence twin
+    (gdn_layer: ``wy.tree_layer_batch`` (default) or its per-sequence twin
     ``naive.tree_layer_batch``, recorded as "naive.tree_layer_batch")."""
     layer = gdn_layer or tree_layer_batch
     caches, trees = caches_and_trees(model, B, budget, prefix)
@@ -259,7 +259,7 @@ def memory_rows(model, B: int, budget: int, prefix: int, modes) -> list[dict]:
 # ----------------------------------------------------------------------------- main
 
 def run_arch(arch: str, args) -> dict[str, pd.DataFrame]:
-    """Every table of one target, on the kernels the loops run (``adapter.loop_ready``: MoE
+    """Every table of one target, on the kernels the loops run (``verify.loop_ready``: MoE
     experts as grouped matmuls, the AR step's and the verify's alike)."""
     model = build_target(arch)
     with loop_ready(model):

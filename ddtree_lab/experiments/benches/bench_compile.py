@@ -1,11 +1,11 @@
 """A compiled verify against the eager one (issue 17 item 5).
 
 ``verify.tree_forward`` is a pure function of (model, ``TreeBatch``): no module is patched per
-call (the GDN layers are routed once, ``adapter.route_gdn_trees``), so ``torch.compile`` can
+call (the GDN layers are routed once, ``verify.route_recurrent``), so ``torch.compile`` can
 capture it. On the real-size random-init targets (``build_target("gdn" | "mla")``, float32,
 one thread), a committed prefix of ``--prefix`` random tokens and ``measure.random_tree``
 trees of each budget, for each budget (its own static shape, ``dynamic=False``); a
-mixture-of-experts target runs its experts as grouped matmuls in both (``adapter.loop_ready``, as
+mixture-of-experts target runs its experts as grouped matmuls in both (``verify.loop_ready``, as
 in the compiled loop: the eager experts loop breaks the graph at every MoE layer):
 
 - ``compile_s``: seconds of the first compiled verify (tracing, graph capture, inductor's C++
@@ -32,7 +32,7 @@ from torch._dynamo.utils import counters
 
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
-from ddtree_lab.core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ddtree_lab.core.models import build_target
 from ddtree_lab.core.verify import prefill, tree_forward, verify_batch
 from ddtree_lab.experiments.plumbing.spread import ratio_columns
@@ -68,7 +68,7 @@ def budget_row(model, cache, budget: int, repeats: int, mode: str, device) -> di
 
 def run_arch(arch: str, args, device) -> list[dict]:
     """Every budget on one target; eager and compiled alike run a mixture-of-experts layer as
-    the compiled loop does (``adapter.loop_ready``: grouped matmuls), so the ratio is the
+    the compiled loop does (``verify.loop_ready``: grouped matmuls), so the ratio is the
     compiler's alone."""
     model = build_target(arch).to(device).eval()
     rows = []

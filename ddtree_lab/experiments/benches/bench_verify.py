@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 import transformers
 
-from ddtree_lab.core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ddtree_lab.core.models import build_target
 from ddtree_lab.experiments.plumbing.results import RESULTS_DIR, write_timing_table
 from ddtree_lab.experiments.plumbing.spread import format_ratio_columns

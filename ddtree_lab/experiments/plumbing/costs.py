@@ -27,7 +27,7 @@ from ...core import tree as tree_mod
 from ...common import RESULTS_DIR, stable_hash
 from ...core.decode import first_draft
 from ...core.verify import verify
-from ...core.cache import commit
+from ddtree_lab.core.verify import commit
 from .measure import interleaved, median_seconds
 from ...core.verify import verify_batch
 
@@ -85,14 +85,14 @@ def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode
 
     def round_at(b):
         t = tree_mod.truncate(full, min(b, full.num_nodes))
-        verify(target, cache, t, gdn_mode, feature_layers=layers)
-        commit(target, cache, t, [0])  # root only: the cache grows by one row per round
+        out = verify(target, cache, t, gdn_mode, feature_layers=layers)
+        commit(target, cache, out.pending, [0])  # root only: the cache grows by one row per round
 
     def chain_round():
         logits = drafter.draft(drafter.new_state(), feats[-64:], root, block_size).logits
         t = tree_mod.chain_of(logits.argmax(-1).cpu(), root)
-        verify(target, cache, t, gdn_mode, feature_layers=layers)
-        commit(target, cache, t, [0])
+        out = verify(target, cache, t, gdn_mode, feature_layers=layers)
+        commit(target, cache, out.pending, [0])
     # interleaved (every budget, the chain and the draft in turn, each repeat) and by this thread's CPU
     # time, so the load of a shared machine moves them alike; a larger verify is never predicted cheaper
     fns = {**{int(b): functools.partial(round_at, b) for b in budgets}, "chain": chain_round, "draft": draft}
@@ -196,9 +196,9 @@ def measure_batch_cost_model(target, drafter, prefixes, *, block_size: int, gdn_
 
     def round_at(B, b):
         trees = [tree_mod.truncate(s[3], min(b, s[3].num_nodes)) for s in seqs[:B]]
-        verify_batch(target, [s[0] for s in seqs[:B]], trees, gdn_mode, layers)
-        for s, t in zip(seqs[:B], trees):
-            commit(target, s[0], t, [0])  # root only: every cache grows by one row per round
+        outs = verify_batch(target, [s[0] for s in seqs[:B]], trees, gdn_mode, layers)
+        for s, out in zip(seqs[:B], outs):
+            commit(target, s[0], out.pending, [0])  # root only: every cache grows by one row per round
     verify_s = []
     for B in batches:
         round_at(B, budgets[0])  # warm-up

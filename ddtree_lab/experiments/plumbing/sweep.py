@@ -49,7 +49,7 @@ def normalise(cfg: dict) -> dict:
     """Canonical config: fields a method ignores are blanked, so equal runs share a key. Every
     label is the name the loop resolves (no placeholder): gdn_mode a ``GdnMode`` name ("wy",
     the exact mode, where the target has no GDN layer or the method no tree: it changes
-    nothing there), accept_rule a ``sampling.ACCEPT_RULES`` name ("rejection" where nothing is
+    nothing there), accept_rule a ``rules.ACCEPT_RULES`` name ("rejection" where nothing is
     sampled: at T = 0 every rule is the same greedy walk)."""
     cfg = dict(cfg)
     if cfg["method"] == "ar":

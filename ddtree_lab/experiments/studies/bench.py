@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...core.decode import PHASES
-from ...core.sampling import ACCEPT_RULES
+from ddtree_lab.core.rules import ACCEPT_RULES
 from ...common import RESULTS_DIR
 from ..plumbing.results import ResultsStore, write_timing_table
 from ..plumbing.spread import format_ratio_columns, ratio_columns

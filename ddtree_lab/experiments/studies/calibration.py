@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...core.decode import generate
-from ...core.sampling import Marginal
+from ddtree_lab.core.rules import Marginal
 from ...train.loops import is_looping
 from ..plumbing.spread import pooled_ratio
 

@@ -32,7 +32,7 @@ from .teacher_forced import run_teacher_forced
 from ...train.checkpoints import check_manifest, ckpt_path
 from .calibration import record_rounds
 from .calibration import continuation_ratio, continuation_summary, continuation_table, outside_loops, tau_cost
-from ...core.sampling import Conditional, Marginal
+from ddtree_lab.core.rules import Conditional, Marginal
 from .teacher_forced import humaneval_texts, positions_in
 from tqdm.auto import tqdm
 from ...core.decode import tree_rule

@@ -30,7 +30,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ...common import DATA_DIR, RESULTS_DIR
-from ...core import families, reference
+from ddtree_lab.core import families, reference
+from ddtree_lab.core import verify
 from ...core.decode import generate
 from ...core.families.tiny import HYBRIDS, build_tiny
 from ...core.tree import ancestor_mask
@@ -151,7 +152,7 @@ def family_cost(names=tuple(sorted(HYBRIDS)), budgets=(16, 64), repeats: int = 1
     rows = []
     for name in tqdm(names, desc="family cost"):
         m = build_tiny(name, vocab_size=256, width=width, dtype=torch.float32, seed=seed)
-        idx, (mixer, fam) = next(iter(families.recurrent_mixers(m).items()))
+        idx, (mixer, fam) = next(iter(verify.recurrent_mixers(m).items()))
         for b in budgets:
             tree_fn, stock_fn = _cost_fns(m, idx, mixer, fam, b, seed)
             times = measure.interleaved({"tree": tree_fn, "stock": stock_fn}, repeats, clock=time.thread_time)

@@ -27,9 +27,10 @@ import torch
 from matplotlib.figure import Figure
 
 from ...common import ROOT
-from ...core import adapter
+from ddtree_lab.core import adapter
+from ddtree_lab.core.families.gdn import wy
 from .full_size import relative_error, stock_path_logits, stock_tree_logits
-from ...core.cache import commit
+from ddtree_lab.core.verify import commit
 from ...core.verify import GDN_MODES, prefill, tree_logits, verify
 from ..plumbing.measure import random_tree, timed, tree_of_kind
 from .verify_cost import fork_state_bytes, stock_flat_timer, wy_kernel_peak_bytes
@@ -40,7 +41,7 @@ TREE_KINDS = ("deep", "bushy")
 
 
 def gdn_layer_count(model) -> int:
-    return len(adapter.gdn_modules(model))
+    return len(wy.gdn_modules(model))
 
 
 def make_tree(kind: str, vocab_size: int, budget: int, seed: int = 0):
@@ -57,7 +58,7 @@ def random_prefix(vocab_size: int, length: int, seed: int = 0) -> list[int]:
 # ----------------------------------------------------------------------------- exactness
 
 def modes_of(model) -> tuple:
-    return GDN_MODES if adapter.gdn_modules(model) else ("wy",)
+    return GDN_MODES if wy.gdn_modules(model) else ("wy",)
 
 
 def exactness_row(model, budget: int, kind: str, prefix_len: int, seed: int = 0) -> dict:
@@ -82,9 +83,9 @@ def commit_row(model, mode: str, rounds: int = 4, prefix_len: int = 60, budget: 
     cache, _ = prefill(model, seq)
     for r in range(rounds):
         tree = make_tree("deep", V, budget, seed + 1 + r)
-        verify(model, cache, tree, mode)
+        out = verify(model, cache, tree, mode)
         path = tree.path_to(int(tree.depths.argmax()))
-        commit(model, cache, tree, path)
+        commit(model, cache, out.pending, path)
         seq += tree.tokens[path].tolist()
     fresh, _ = prefill(model, seq)
     errs = [relative_error(ref[0], cache.kv[i][0][..., :len(seq), :]) for i, ref in fresh.kv.items()]
@@ -116,9 +117,8 @@ def _memory(model, cache, tree) -> dict:
     """Measured fork states and WY matrices (CPU: LiveBytes), or CUDA peaks per mode."""
     if next(model.parameters()).device.type == "cuda":
         return {f"cuda_peak_{m}_bytes": cuda_peak_bytes(model, cache, tree, m) for m in modes_of(model)}
-    work = cache.snapshot()
-    verify(model, work, tree, "fork")
-    return {"fork_state_bytes": fork_state_bytes(work),
+    forked = verify(model, cache.snapshot(), tree, "fork").pending
+    return {"fork_state_bytes": fork_state_bytes(forked),
             "wy_nxn_bytes_per_layer": wy_kernel_peak_bytes(model, tree)}
 
 
@@ -127,7 +127,7 @@ def formula_columns(model, budget: int) -> dict:
     L = gdn_layer_count(model)
     if not L:
         return {}
-    m = next(iter(adapter.gdn_modules(model).values()))
+    m = next(iter(wy.gdn_modules(model).values()))
     item = 4  # the lab keeps GDN states in float32
     return {"fork_readme_formula_bytes": budget * L * README_HEADS * README_DK * README_DV * 4,
             "fork_exact_formula_bytes": (budget + 1) * L * m.num_v_heads * m.head_k_dim * m.head_v_dim * item,

@@ -29,7 +29,7 @@ import time
 import torch
 from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
-from ...core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ...core.decode import PHASES
 from ...train.loops import generation_tags
 

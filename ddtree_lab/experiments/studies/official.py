@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache
 
 from ...core import naive
-from ...core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ...core.compiled import compiled_module
 from ...core.decode import PHASES, generate, start
 from ...train.loops import generation_tags
@@ -35,7 +35,7 @@ def official_generate(target, drafter, prompt_ids, max_new_tokens: int, block_si
                       temperature: float = 0.0, *, seed: int = 0, compile: bool = False) -> dict:
     """``dflash_generate`` on ``drafter.model`` (the published ``DFlashDraftModel``), as shipped:
     -> {"tokens": new tokens (t1 first), "acceptance_lengths": tokens per verify round}.
-    It runs on the kernels of every lab loop (``adapter.loop_ready``: MoE experts as
+    It runs on the kernels of every lab loop (``verify.loop_ready``: MoE experts as
     ``grouped_mm``), so a ratio of the two loops compares loops, not kernels.
     compile: the loop as shipped on compiled copies of both models, as the lab's compiled loop
     (``core.compiled.compiled_module``).

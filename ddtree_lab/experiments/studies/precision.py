@@ -22,11 +22,11 @@ from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkR
 
 from ...core import naive
 from ...core.decode import first_draft
-from ...core.gdn_layer import gdn_mode
+from ddtree_lab.core.spec import gdn_mode
 from ...core.harness import float64_harness
 from ...core.tree import DraftTree, build_tree, chain_tree
 from ...core.verify import full_forward_logits, prefill, tree_logits, verify
-from ...core.cache import commit
+from ddtree_lab.core.verify import commit
 from ..plumbing.sweep import EXACT_MODE, names_mode
 
 
@@ -191,8 +191,8 @@ def commit_state_error(model, prefix_ids, tree: DraftTree, path: list, gdn_mode:
     """Max |difference| between the cache after verify + commit(path) and a fresh prefill of
     prefix + tokens[path]: attention rows ('kv'), GDN conv ('conv') and recurrent ('rec') states."""
     cache, _ = prefill(model, prefix_ids)
-    verify(model, cache, tree, gdn_mode)
-    commit(model, cache, tree, path)
+    out = verify(model, cache, tree, gdn_mode)
+    commit(model, cache, out.pending, path)
     fresh, _ = prefill(model, list(prefix_ids) + tree.tokens[path].tolist())
 
     def err(a: dict, b: dict) -> float:

@@ -42,9 +42,9 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
-from ...core.adapter import loop_ready
+from ddtree_lab.core.verify import loop_ready
 from ...core.decode import PHASES, generate
-from ...core.gdn_layer import gdn_mode
+from ddtree_lab.core.spec import gdn_mode
 from ...core.models import arch_of
 from ...core.verify import attention_bias, batch_buffers, prefill, verify_batch_unchecked
 from ..plumbing.measure import model_clock, model_seconds, timed

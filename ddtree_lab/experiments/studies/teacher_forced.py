@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from ...core import tree as tree_mod
 from ...core.decode import first_draft, tree_rule
-from ...core.gdn_layer import gdn_mode as as_gdn_mode
+from ddtree_lab.core.spec import gdn_mode as as_gdn_mode
 from ...core.verify import GDN_MODES, verify
 from ..plumbing.sweep import EXACT_MODE
 from ...train.data import humaneval_problems

@@ -33,11 +33,10 @@ import pandas as pd
 import torch
 from transformers import DynamicCache
 
-from ...core import adapter, gdn_layer, gdn_tree
-from ...core import cache as cache_module
+from ...core import spec
+from ...core.families.gdn import naive as gdn_naive, wy
 from ...core.tree import ancestor_mask
-from ...core.verify import GDN_MODES, prefill, verify
-from ...core.cache import TreeCache, commit
+from ...core.verify import GDN_MODES, TreeCache, commit, prefill, verify
 from ...core.decode import device_sync
 from ...core.harness import timed_calls
 from ..plumbing.measure import LiveBytes, random_prefix, random_tree, synced_clock, timed
@@ -93,19 +92,19 @@ def peak_extra_bytes(model, cache: TreeCache, tree, mode: str) -> int:
 def wy_kernel_peak_bytes(model, tree) -> int:
     """Peak live bytes inside one gated_delta_wy call with this target's GDN shapes on ``tree``
     (its (N+1)^2 x H decay / A / attention matrices, ~32 B * H * (N+1)^2; one layer at a time)."""
-    m = next(iter(adapter.gdn_modules(model).values()))
+    m = next(iter(wy.gdn_modules(model).values()))
     n, H, dk, dv = len(tree), m.num_v_heads, m.head_k_dim, m.head_v_dim
     q, k = (torch.nn.functional.normalize(torch.randn(n, H, dk), dim=-1) for _ in range(2))
     v, g, beta, S0 = torch.randn(n, H, dv), -torch.rand(n, H), torch.rand(n, H), torch.randn(H, dk, dv)
     anc = ancestor_mask(tree)  # a tree buffer, made before verify
     with LiveBytes() as counter:
-        gdn_tree.gated_delta_wy(q, k, v, g, beta, tree.parents, S0=S0, anc=anc)
+        wy.gated_delta_wy(q, k, v, g, beta, tree.parents, S0=S0, anc=anc)
     return counter.peak
 
 
-def fork_state_bytes(cache: TreeCache) -> int:
-    """Bytes of the per-node states [N+1, H, dk, dv] a pending fork verify holds, all layers."""
-    return sum(r.states.numel() * r.states.element_size() for r in cache.pending.gdn.values())
+def fork_state_bytes(pending) -> int:
+    """Bytes of the per-node states [N+1, H, dk, dv] a fork verify's ``Pending`` holds, all layers."""
+    return sum(r.states.numel() * r.states.element_size() for r in pending.gdn.values())
 
 
 # ----------------------------------------------------------------------------- setup
@@ -125,8 +124,8 @@ def _time_gdn_modes(model, cache, tree, repeats: int, stock) -> dict:
                 t_verify, t_commit = stock(tree), None
             else:
                 work = cache.snapshot()
-                t_verify, _ = timed(lambda: verify(model, work, tree, mode))
-                t_commit, _ = timed(lambda: commit(model, work, tree, path)) if gdn_layer.gdn_mode(mode).exact \
+                t_verify, out = timed(lambda: verify(model, work, tree, mode))
+                t_commit, _ = timed(lambda: commit(model, work, out.pending, path)) if spec.gdn_mode(mode).exact \
                     else (None, None)
             if r:
                 times[(mode, "verify")].append(t_verify)
@@ -143,20 +142,19 @@ def _gdn_row(model, cache, tree, repeats: int, stock) -> dict:
         ratios.update(ratio_columns(name, times[(num, "verify")], times[(den, "verify")]))
     for m in ("fork", "wy"):
         ratios.update(ratio_columns(f"commit/{m}", times[(m, "commit")], times[(m, "verify")]))
-    work = cache.snapshot()
-    verify(model, work, tree, "fork")
+    forked = verify(model, cache.snapshot(), tree, "fork").pending
     row = {"depth": int(tree.depths.max()),
            **{f"{m}_ms": med[(m, "verify")] for m in GDN_MODES + ("stock",)},
            **{f"commit_{m}_ms": med[(m, "commit")] for m in ("fork", "wy")},
            **{f"{m}_min_ms": low[(m, "verify")] for m in GDN_MODES + ("stock",)},
            **{f"commit_{m}_min_ms": low[(m, "commit")] for m in ("fork", "wy")},
-           **ratios, "fork_state_bytes": fork_state_bytes(work), "wy_nxn_bytes": wy_kernel_peak_bytes(model, tree)}
+           **ratios, "fork_state_bytes": fork_state_bytes(forked), "wy_nxn_bytes": wy_kernel_peak_bytes(model, tree)}
     row.update({f"peak_{m}_bytes": peak_extra_bytes(model, cache, tree, m) for m in GDN_MODES})
     return row
 
 
 def _check_gdn(model) -> None:
-    if not adapter.gdn_modules(model):
+    if not wy.gdn_modules(model):
         raise ValueError("gdn_cost_table needs a GDN target, e.g. build_target('gdn')")
 
 
@@ -204,9 +202,9 @@ def goal_lines(gdn_table: pd.DataFrame, budget: int = 64) -> list[str]:
 
 
 # (module, function, the column it adds to): the batched tree conv counts as the tree conv
-KERNELS = ((gdn_tree, "tree_conv", "tree_conv"), (gdn_layer, "tree_conv_batch", "tree_conv"),
-           (gdn_tree, "gated_delta_fork", "gated_delta_fork"), (gdn_tree, "gated_delta_wy", "gated_delta_wy"),
-           (gdn_tree, "gated_delta_chain", "gated_delta_chain"), (cache_module, "replay_gdn", "replay_gdn"))
+KERNELS = ((wy, "tree_conv", "tree_conv"), (wy, "tree_conv_batch", "tree_conv"),
+           (wy, "gated_delta_fork", "gated_delta_fork"), (wy, "gated_delta_wy", "gated_delta_wy"),
+           (gdn_naive, "gated_delta_chain", "gated_delta_chain"), (gdn_naive, "replay_gdn", "replay_gdn"))
 
 
 def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int = 5,
@@ -220,18 +218,19 @@ def gdn_breakdown(model, budget: int = 64, prefix_len: int = 128, repeats: int =
     tree = random_tree(model.config.vocab_size, budget, seed)
     path, spent = tree.path_to(int(tree.depths.argmax())), {column: 0.0 for _, _, column in KERNELS}
 
-    def measure(fn) -> dict:  # {"total": ms, kernel: ms inside fn}
+    def measure(fn, into: list):  # {"total": ms, kernel: ms inside fn} into ``into``; -> fn's result
         before = dict(spent)
-        ms, _ = timed(fn)
-        return {"total": ms, **{k: spent[k] - before[k] for k in spent}}
+        ms, out = timed(fn)
+        into.append({"total": ms, **{k: spent[k] - before[k] for k in spent}})
+        return out
     runs = {(m, part): [] for m in GDN_MODES for part in ("verify", "commit") if (m, part) != ("naive", "commit")}
     with timed_calls(KERNELS, spent, synced_clock):
         for _ in range(repeats):
             for mode in GDN_MODES:
                 work = cache.snapshot()
-                runs[(mode, "verify")].append(measure(lambda: verify(model, work, tree, mode)))
-                if gdn_layer.gdn_mode(mode).exact:
-                    runs[(mode, "commit")].append(measure(lambda: commit(model, work, tree, path)))
+                out = measure(lambda: verify(model, work, tree, mode), runs[(mode, "verify")])
+                if spec.gdn_mode(mode).exact:
+                    measure(lambda: commit(model, work, out.pending, path), runs[(mode, "commit")])
     return pd.DataFrame([_breakdown_row(mode, part, parts) for (mode, part), parts in runs.items()])
 
 

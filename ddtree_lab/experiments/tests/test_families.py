@@ -65,4 +65,4 @@ def test_nemotron_hs_stock_decode_departs_from_its_full_forward_and_ddtree_follo
     ar = generate(pair.target, None, ids, method="ar", max_new_tokens=40).tokens
     tree = generate(pair.target, pair.drafter, ids, method="ddtree", budget=4, block_size=fs.BLOCK, max_new_tokens=40)
     assert ar != truth and tree.tokens == truth
-    assert min(float(m.time_step_limit[0]) for m, _ in fs.families.recurrent_mixers(pair.target).values()) > 0
+    assert min(float(m.time_step_limit[0]) for m, _ in fs.verify.recurrent_mixers(pair.target).values()) > 0

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ddtree_lab.core.cache import commit
+from ddtree_lab.core.verify import commit
 from ddtree_lab.experiments.studies.full_size import (build_full_size, full_size_config, layer_shapes, published_shapes, relative_error,
                                        save_checkpoint, stock_path_logits, stock_tree_logits)
 from ddtree_lab.core.models import load_target
@@ -102,9 +102,9 @@ def test_commit_equals_fresh_prefill(checkpoint):
         cache, _ = prefill(model, seq)
         for r in range(3):
             tree = random_tree("deep", 16, VOCAB, gen)
-            verify(model, cache, tree, mode)
+            out = verify(model, cache, tree, mode)
             path = tree.path_to(int(tree.depths.argmax()))
-            commit(model, cache, tree, path)
+            commit(model, cache, out.pending, path)
             seq += tree.tokens[path].tolist()
         fresh, _ = prefill(model, seq)
         assert cache.length == fresh.length == len(seq) and len(seq) > 64

@@ -86,7 +86,6 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     """MLA toy target, T = 0.8: the first two tokens of the reference loop's rejection sampler
     and of the lab's DFlash (rejection rule) both fit the target's exact distribution
     (chi-square); the lab with a biased rule (no residual) fails the same test."""
-    from ddtree_lab.core import sampling
     from helpers import chi_square_pvalue, exact_first_two, no_residual, toy_pair
     target, drafter = toy_pair("mla-toy")
     with torch.no_grad():  # a drafter whose q is far from p, so a wrong rule shows

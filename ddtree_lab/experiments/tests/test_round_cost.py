@@ -6,6 +6,7 @@ import torch
 from transformers import DynamicCache
 
 from ddtree_lab.core import harness
+from ddtree_lab.core import verify as verify_mod
 from ddtree_lab.core.tree import build_tree
 from ddtree_lab.core.verify import prefill, verify
 from ddtree_lab.experiments.studies import round_cost
@@ -31,11 +32,10 @@ def test_the_floor_pairs_time_the_verify_on_a_cache_as_the_loop_holds_it(monkeyp
     """The lab's side of a floor pair is the loop's steady round: its buffers grow at the
     warm-up verify only (a fresh copy per repeat would grow every buffer at every verify),
     and each verify is forgotten, so every repeat verifies the same committed rows."""
-    from ddtree_lab.core import cache as cache_mod
-    from ddtree_lab.core.gdn_layer import gdn_mode
+    from ddtree_lab.core.spec import gdn_mode
     target, drafter = toy_pair("mla-toy")
-    growths, grown = [], cache_mod.grown
-    monkeypatch.setattr(cache_mod, "grown", lambda *a: growths.append(a[1:]) or grown(*a))
+    growths, grown = [], verify_mod.grown
+    monkeypatch.setattr(verify_mod, "grown", lambda *a: growths.append(a[1:]) or grown(*a))
     seq = [3, 9, 27, 17, 51, 25]
     tree = build_tree(torch.randn(4, target.config.vocab_size, generator=torch.Generator().manual_seed(0)) * 3,
                       seq[-1], 12)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from ddtree_lab import check_lossless, generate, reference_generate
+from ddtree_lab.core import verify
 from ddtree_lab.core import decode, families, reference
 from ddtree_lab.core.decode import fast_loop_covers
 from ddtree_lab.core.drafter import DFlashDrafter, DrafterConfig
@@ -75,7 +76,7 @@ def prefilled(m, prefix: list[int]):
 def test_load_target_takes_every_hybrid_and_names_its_family(name):
     m = model(name)
     assert arch_of(m) == HYBRIDS[name]
-    assert {families.name_of(f) for _, f in families.recurrent_mixers(m).values()} == {HYBRIDS[name]}
+    assert {families.name_of(f) for _, f in verify.recurrent_mixers(m).values()} == {HYBRIDS[name]}
 
 
 @pytest.mark.parametrize("name", CLASSES)

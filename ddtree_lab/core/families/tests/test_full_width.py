@@ -39,6 +39,7 @@ from helpers import assert_close, assert_same_state, path_to, random_parents
 from transformers.initialization import no_init_weights
 
 from ddtree_lab.core import families, harness
+from ddtree_lab.core import verify
 from ddtree_lab.core.tree import ancestor_mask_from_parents
 
 pytestmark = pytest.mark.slow
@@ -170,7 +171,7 @@ def test_float32_tree_is_float64_fork(case):
     float64 ``fork`` (its outputs, its state after that node), scale-aware tol ``TOL``."""
     start = time.perf_counter()
     m, D = build(case)
-    fam = families.family_of(m)
+    fam = verify.family_of(m)
     assert fam is not None and families.name_of(fam) == case.split("-")[0]
     gen = torch.Generator().manual_seed(1)
     parents = random_parents(N, gen, window=4)  # branchy and deep: each node's parent among the 4 before it

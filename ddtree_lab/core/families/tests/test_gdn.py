@@ -1,4 +1,4 @@
-"""The Gated DeltaNet family (``families/gdn.py``) against the stock transformers layers, float64.
+"""The Gated DeltaNet family (``families/gdn``) against the stock transformers layers, float64.
 
 Classes: Qwen3.5 (``build_tiny``), Qwen3.5-MoE and Qwen3-Next (small configs here, linear heads
 1 key : 2 value so the key-head expansion and Qwen3-Next's per-group fusion are exercised), and
@@ -22,6 +22,7 @@ from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, 
                      decode_from_states, mixer_case, prefill_states, tree_parents)
 
 from ddtree_lab.core import families, harness
+from ddtree_lab.core import verify
 from ddtree_lab.core.families import gdn
 from ddtree_lab.core.families.tiny import build_tiny, tiny_config
 from ddtree_lab.core.tree import ancestor_mask_from_parents
@@ -65,7 +66,7 @@ def model_of(case: str):
 
 
 def mixers(model) -> dict:
-    mods = families.recurrent_mixers(model)
+    mods = verify.recurrent_mixers(model)
     assert len(mods) == 3 and all(fam is gdn for _, fam in mods.values())
     return mods
 

@@ -25,6 +25,7 @@ from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, 
 
 import transformers.models.kimi_linear.modeling_kimi_linear as M
 from ddtree_lab.core import families, harness
+from ddtree_lab.core import verify
 from ddtree_lab.core.families import kda
 from ddtree_lab.core.families.tiny import build_tiny
 
@@ -54,7 +55,7 @@ def _unit_scale(model, seed: int = 0):
     O(1) outputs, states and per-channel gate spread (the default init's std 0.02 makes them
     ~1e-2, which the scale-aware tolerance would read as absolute). -> model."""
     gen = torch.Generator().manual_seed(seed)
-    for m, _ in families.recurrent_mixers(model).values():
+    for m, _ in verify.recurrent_mixers(model).values():
         with torch.no_grad():
             for lin in (m.q_proj, m.k_proj, m.v_proj, m.b_proj, m.g_a_proj, m.g_b_proj, m.o_proj,
                         m.forget_gate.f_a_proj, m.forget_gate.f_b_proj):

@@ -27,6 +27,7 @@ from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, 
                      tree_case)
 
 from ddtree_lab.core import families
+from ddtree_lab.core import verify
 from ddtree_lab.core.families import lightning
 from ddtree_lab.core.families.tiny import HYBRIDS, build_tiny
 
@@ -40,7 +41,7 @@ DECODE_TOL = 1e-12  # logits of a stock decode (explicit positions) from a writt
 def float64_decays(model):
     """Recompute every lightning layer's decay buffers with the stock ``decay_factors`` in the
     model's dtype (they were computed in float32 at construction); returns the model."""
-    for m, _ in families.recurrent_mixers(model).values():
+    for m, _ in verify.recurrent_mixers(model).values():
         for name, value in zip(("query_decay", "key_decay", "diagonal_decay"), m.decay_factors(m.slope_rate)):
             getattr(m, name).copy_(value)
     return model
@@ -85,7 +86,7 @@ def test_stock_decode_departure():
     both agree with the full forward to ~1e-15."""
     model = build_tiny(CLASSES[0])  # untouched: decay buffers float32-accurate
     ids = torch.randint(model.config.vocab_size, (1, T), generator=generator("lightning finding"))
-    mixers = families.recurrent_mixers(model)
+    mixers = verify.recurrent_mixers(model)
     full = full_logits(model, ids)[L:]
     cache = stock_cache(model, ids[:, :L])
     assert cache.get_seq_length() == 0  # the cause of the first departure: L tokens are cached

@@ -25,6 +25,7 @@ from helpers import (assert_chain_is_stock, assert_close, assert_fork_is_chain, 
                      decode_from_states, mixer_case, prefill_states, tree_parents)
 
 from ddtree_lab.core import families
+from ddtree_lab.core import verify
 from ddtree_lab.core.families import mamba2
 from ddtree_lab.core.families.tiny import tiny_config
 from ddtree_lab.core.tree import ancestor_mask_from_parents
@@ -121,7 +122,7 @@ def model_of(case: str):
     torch.manual_seed(0)
     model = getattr(hf, name)(cfg).to(torch.float64).eval()
     gen = torch.Generator().manual_seed(1)
-    for m, fam in families.recurrent_mixers(model).values():
+    for m, fam in verify.recurrent_mixers(model).values():
         assert fam is mamba2
         _redraw(m, gen, dt_low)
     return model
@@ -157,7 +158,7 @@ def test_stock_decode_skips_dt_clamp(case):
     (``mamba2_selective_state_update``, no dt_limit) departs from the stock full forward
     (``mamba2_chunk_scan`` clamps); the step follows the full forward (test above)."""
     model, ids = model_of(case), ids_of(case)
-    m = families.recurrent_mixers(model)[0][0]
+    m = verify.recurrent_mixers(model)[0][0]
     assert torch.nn.functional.softplus(m.dt_bias).min() < m.time_step_limit[0]
     logits = stock_runs(case)[0].logits
     with torch.no_grad(), stock_float64(model):
@@ -186,7 +187,7 @@ def test_tree_is_fork(case):
     """tree = fork (outputs), commit = fork's per-node state (every node), on 4 trees of 20 nodes
     (a chain, a star, a deep random tree: each node's parent among the 3 before it, a bushy one);
     and each fork node = chain over its own path (the exactness oracle)."""
-    m = families.recurrent_mixers(model_of(case))[0][0]
+    m = verify.recurrent_mixers(model_of(case))[0][0]
     gen = torch.Generator().manual_seed(7)
     state = _random_state(m, gen)
     trees = {kind: tree_parents(kind, 20, gen) for kind in ("chain", "star", "deep", "bushy")}
@@ -199,7 +200,7 @@ def test_tree_is_fork(case):
 
 def test_step_leaves_state_alone():
     """step, tree and commit never write into the state they are given."""
-    m = families.recurrent_mixers(model_of("Bamba"))[0][0]
+    m = verify.recurrent_mixers(model_of("Bamba"))[0][0]
     gen = torch.Generator().manual_seed(3)
     state = _random_state(m, gen)
     copy = {k: {0: v[0].clone()} for k, v in state.items()}
@@ -241,7 +242,7 @@ def test_commit_then_stock_decode(case):
     gen = torch.Generator().manual_seed(11)
     parents, main = _distracted_tree(T - L, gen)
     anc, committed = ancestor_mask_from_parents(parents), {}
-    for i, (m, fam) in families.recurrent_mixers(model).items():
+    for i, (m, fam) in verify.recurrent_mixers(model).items():
         h = torch.randn(len(parents), m.hidden_size, generator=gen, dtype=torch.float64)
         h[main] = ins[i][L:T]
         with torch.no_grad():
