@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import families, tree as tree_mod
+from . import tree as tree_mod
 from .allocate import auto_trees, auto_with_chain, chain_candidate
 from .compiled import compiled_module, compiled_tree_forward
 from .drafter import Draft, DrafterState

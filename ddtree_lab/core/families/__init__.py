@@ -2,7 +2,7 @@
 
 A hybrid target mixes softmax attention (exact under a tree mask) with recurrent layers, whose
 state would leak across a tree's branches if the flattened tree were read as a chain. Each
-family module (``gdn``, ``kda``, ``mamba2``, ``short_conv``, ``lightning``, ``mamba1``) holds,
+family module or folder (``gdn/``, ``kda``, ``mamba2``, ``short_conv``, ``lightning``, ``mamba1``) holds,
 for ONE sequence (no batch dimension), from the stock layer's own weights:
 
 - ``CLASS_NAMES``: the stock mixer classes it handles (matched along the MRO, so a subclass is
@@ -24,11 +24,15 @@ a family whose stock cache differs (MiniMax's) defines its own.
 ``fork`` is every family's exact tree forward by its plain step, node by node from the parent's
 state: the specification its fast ``tree`` is tested against, and the fallback where none
 exists. ``chain`` runs the plain step over a sequence (what an AR prefill leaves).
+
+Optionally, a family runs a batch of trees at once for some of its classes (``BATCHED_CLASSES``,
+with ``tree_layer_batch``, ``zero_state`` and ``commit_batch_layers``: Gated DeltaNet's Qwen
+layouts, ``gdn/wy.py``). Routing lives with the verify (``verify.family_of``,
+``verify.TreeRoute``): this package holds the families and their registry, no routing code.
 """
 from __future__ import annotations
 
 import importlib
-import weakref
 from types import ModuleType
 
 import torch
@@ -53,9 +57,6 @@ REGISTRY: dict[str, ModuleType] = {cls: fam for fam in FAMILIES.values() for cls
 def name_of(fam: ModuleType) -> str:
     """A family module's name: 'gdn', 'kda', ..."""
     return fam.__name__.rsplit(".", 1)[-1]
-
-
-# ----------------------------------------------------------------------------- the fast loop's route
 
 
 # ----------------------------------------------------------------------------- stock cache <-> state

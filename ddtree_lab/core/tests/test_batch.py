@@ -19,7 +19,7 @@ import dataclasses
 import pytest
 import torch
 
-from ddtree_lab.core import adapter, decode, harness, lossless, naive
+from ddtree_lab.core import adapter, decode, harness, lossless, naive, rules
 from ddtree_lab.core.families.gdn import wy
 from ddtree_lab.core import spec
 from ddtree_lab.core import tree as tree_mod
@@ -512,7 +512,7 @@ def test_sampling_is_lossless_per_sequence_and_the_test_has_power(monkeypatch, a
     if accept_rule == "target":
         accept_rule = lossless.biased_walk(1.0)
     else:
-        monkeypatch.setattr(sampling, "_renormalised", no_residual)
+        monkeypatch.setattr(rules, "_renormalised", no_residual)
     biased = _first_two_counts_batch(target, drafter, prompts, 200, T, accept_rule)
     p_fair = [lossless.chi_square(fair[b, i].double(), 200 * exact[b][i])[2] for b in range(2) for i in range(2)]
     p_biased = [lossless.chi_square(biased[b, i].double(), 200 * exact[b][i])[2] for b in range(2) for i in range(2)]

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from ddtree_lab.core import allocate, decode, lossless
+from ddtree_lab.core import allocate, decode, lossless, rules
 from ddtree_lab.core.lossless import check_lossless
 from ddtree_lab.core import tree as tree_mod
 from ddtree_lab.core.models import build_target
@@ -66,7 +66,7 @@ def test_sampling_is_lossless_and_the_test_has_power(monkeypatch, method, accept
     if accept_rule == "target":
         biased = _check(target, drafter, prompt, T, method, lossless.biased_walk(1.0))
     else:
-        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+        monkeypatch.setattr(rules, "_renormalised", _no_residual)
         biased = _check(target, drafter, prompt, T, method, accept_rule)
     print(f"{method} {accept_rule}: fair {fair.text()}; biased {biased.text()}")
     assert fair.passed
@@ -88,7 +88,7 @@ def test_dflash2_conditional_sampling_is_lossless_at_T08_and_a_biased_rule_fails
     print(f"dflash2 {method}: {fair.text()}")
     assert fair.passed
     if mutant:
-        monkeypatch.setattr(sampling, "_renormalised", _no_residual)
+        monkeypatch.setattr(rules, "_renormalised", _no_residual)
         biased = _check(target, drafter, prompt, T, method)
         print(f"dflash2 {method}: biased {biased.text()}")
         assert biased.p_value < 1e-3

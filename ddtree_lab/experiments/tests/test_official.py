@@ -87,6 +87,7 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     and of the lab's DFlash (rejection rule) both fit the target's exact distribution
     (chi-square); the lab with a biased rule (no residual) fails the same test."""
     from helpers import chi_square_pvalue, exact_first_two, no_residual, toy_pair
+    from ddtree_lab.core import rules
     target, drafter = toy_pair("mla-toy")
     with torch.no_grad():  # a drafter whose q is far from p, so a wrong rule shows
         drafter.model.norm.weight.mul_(8.0)
@@ -104,7 +105,7 @@ def test_at_t_above_0_the_reference_sampler_and_the_lab_agree_in_distribution(mo
     reference = counts(lambda s: official_generate(target, drafter, prompt, 2, 4, temperature=T, seed=s)["tokens"])
     lab = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4, max_new_tokens=2,
                                     temperature=T, seed=s).tokens)
-    monkeypatch.setattr(sampling, "_renormalised", no_residual)
+    monkeypatch.setattr(rules, "_renormalised", no_residual)
     biased = counts(lambda s: generate(target, drafter, prompt.tolist(), method="dflash", block_size=4,
                                        max_new_tokens=2, temperature=T, seed=s).tokens)
     pv = {name: [chi_square_pvalue(c[i], p) for i, p in enumerate((p1, p2))]
