@@ -175,13 +175,38 @@ def chain_candidate(cost_model, rule, batch: int) -> bool:
     return batch == 1 and getattr(cost_model, "chain_seconds", None) is not None and isinstance(rule, BestFirst)
 
 
-def auto_with_chain(draft, root_token: int, rule, cost_model) -> tree_mod.DraftTree:
+def auto_with_chain(draft, root_token: int, rule, cost_model, first: int = 32) -> tree_mod.DraftTree:
     """``auto``'s tree of one round with the chain as a candidate (``chain_candidate`` holds):
-    the chain when no tree size can beat it (nothing built), else the tree built at the largest
-    size that can, cut to its best prefix, or the chain when that prefix's rate is not higher."""
+    the chain when no tree size can beat it (nothing built), else the best prefix of the tree
+    that can (``pick``), or the chain when that prefix's rate is not higher.
+
+    The tree is built small first (``first`` nodes) and grown (x4) only while a larger prefix
+    could still win (``_may_grow``: its bound, every later node weighing at most the last one's
+    marginal, beats the best prefix so far): the same pick as building it at ``plan.max_budget``
+    at once (a best-first tree's prefixes are its smaller trees), without the nodes no prefix
+    would keep."""
     plan = chain_plan(draft.logits, cost_model)
-    if not plan.chain:
-        best = pick(rule(draft, root_token, plan.max_budget), plan)
-        if best is not None:
-            return best
-    return rule.chain(draft, root_token, draft.logits.shape[0])
+    if plan.chain:
+        return rule.chain(draft, root_token, draft.logits.shape[0])
+    size = min(first, plan.max_budget)
+    while True:
+        tree = rule(draft, root_token, size)
+        if tree.num_nodes < size or size >= plan.max_budget or not _may_grow(tree, plan):
+            break
+        size = min(4 * size, plan.max_budget)
+    best = pick(tree, plan)
+    return best if best is not None else rule.chain(draft, root_token, draft.logits.shape[0])
+
+
+def _may_grow(tree: tree_mod.DraftTree, plan: ChainPlan) -> bool:
+    """Whether a prefix longer than ``tree`` (n nodes) could beat the best of its prefixes and the
+    chain: every later node weighs at most the last node's marginal g_n (pop order), so a prefix
+    of k > n nodes has rate at most (1 + sum gains + (k - n) g_n) / seconds(k)."""
+    gains = tree.log_weights[1:].exp().double()  # [n], non-increasing
+    n = gains.numel()
+    seconds = plan.tree_seconds.double()
+    cum = 1.0 + gains.cumsum(0)
+    best = max(float((cum / seconds[:n]).max()), plan.rate)
+    later = torch.arange(n + 1, len(seconds) + 1, dtype=torch.float64)
+    bound = (cum[-1] + (later - n) * gains[-1]) / seconds[n:]
+    return bool((bound > best).any())

@@ -1,6 +1,7 @@
-"""The plain twins: every fast function of ``core`` that has one, written the slow, obviously
-correct way, in one module beside the fast ones (as flash-linear-attention keeps ``naive.py``
-beside ``chunk.py``).
+"""The plain twins: every fast function of ``core`` outside the recurrent families that has one,
+written the slow, obviously correct way, in one module beside the fast ones (as
+flash-linear-attention keeps ``naive.py`` beside ``chunk.py``). A recurrent family keeps its own
+twins beside its fast form (``families/gdn/naive.py``).
 
 A twin enumerates, loops per node, per tree or per sequence, or replays token by token; it is
 the specification its fast function is tested against (each pair in ``core/tests``, bit for bit
@@ -15,11 +16,6 @@ twin                                   fast function
 ``build_tree`` (brute force)           ``tree.build_tree`` (best-first heap)
 ``ancestor_mask``                      ``tree.ancestor_mask``
 ``accept`` (every root path)           ``tree.accept``
-``tree_conv`` (per node)               ``families.gdn.wy.tree_conv``
-``gated_delta`` (per path)             ``families.gdn.wy.gated_delta_wy``
-``tree_layer_batch`` (per tree)        ``wy.tree_layer_batch``
-``tree_conv_batch``                    ``families.gdn.wy.tree_conv_batch``
-``gated_delta_wy_batch`` (per tree)    ``families.gdn.wy.gated_delta_wy_batch``
 ``batch_buffers`` (per tree, padded)   ``verify.batch_buffers``
 ``tree_logits`` (a forward per node)   ``verify.tree_logits``
 ``commit`` (replay)                    ``verify.commit``
@@ -30,11 +26,9 @@ twin                                   fast function
 ``propose`` (a ``DynamicCache``)       ``drafter.DFlashDrafter.draft`` (its logits)
 =====================================  ==================================================
 
-Two fast functions need their twin's work at run time, so that work stays in the fast module
-(importing this one there would be a cycle): ``wy.tree_layer_per_tree`` (a mode with no
-batched form, fork, runs the layer per tree), which ``tree_layer_batch`` here calls, and
-``ConditionalDraft.scores_alone`` (the root's row of scores, computed on its own), whose
-formula ``scores`` here writes out.
+One fast function needs its twin's work at run time, so that work stays in the fast module
+(importing this one there would be a cycle): ``ConditionalDraft.scores_alone`` (the root's row
+of scores, computed on its own), whose formula ``scores`` here writes out.
 """
 from __future__ import annotations
 
@@ -48,10 +42,8 @@ from .allocate import _check_allocation_args, _verify_tokens
 from .conditional import ConditionalDraft, _check, _ranked, _tree, selector_scores
 from .drafter import DFlashDrafter
 from .families.gdn import wy
-from .families.gdn.naive import gated_delta_chain, replay_gdn
-from .families.gdn.wy import tree_layer_per_tree
-from .spec import GdnMode
-from .tree import DraftTree, _check_int, _check_logits, _log_normaliser, _pack, ancestor_windows, tree_path
+from .families.gdn.naive import replay_gdn
+from .tree import DraftTree, _check_int, _check_logits, _log_normaliser, _pack, ancestor_windows
 from .verify import BatchBuffers, TreeBuffers, TreeCache, _accept_rows, full_forward_logits, tree_buffers
 
 
@@ -110,73 +102,8 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
 
 # ----------------------------------------------------------------------------- gdn_tree
 
-def tree_conv(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
-              parents: torch.Tensor) -> torch.Tensor:
-    """Plain twin of ``families.gdn.wy.tree_conv``: per node, walk the parents and fill the window by hand.
-
-    x [N+1, C] pre-conv inputs, conv_state [C, K], weight [C, K], parents [N+1] -> [N+1, C].
-    """
-    K = weight.shape[1]
-    out = torch.empty_like(x)
-    for i in range(x.shape[0]):
-        window, node, state_col = [], i, K - 1
-        for _ in range(K):  # newest first: self, parent, grandparent, ... then conv state
-            if node >= 0:
-                window.append(x[node])
-                node = int(parents[node])
-            else:
-                window.append(conv_state[:, state_col])
-                state_col -= 1
-        out[i] = F.silu(sum(weight[:, K - 1 - j] * window[j] for j in range(K)))
-    return out
-
-
-def gated_delta(q, k, v, g, beta, parents, *, S0):
-    """Oracle of ``wy.gated_delta_fork`` and ``gated_delta_wy``: for each node run
-    ``gdn.naive.gated_delta_chain`` over its path root..i from S0.
-
-    Shapes as ``gated_delta_chain`` with L = N+1 (q, k [N+1, H, dk], v [N+1, H, dv], g, beta
-    [N+1, H], S0 [H, dk, dv]), plus parents [N+1]; -> o [N+1, H, dv]. O(N * depth) steps.
-    """
-    outs = []
-    for i in range(q.shape[0]):
-        path = tree_path(parents, i)
-        o_path, _ = gated_delta_chain(q[path], k[path], v[path], g[path], beta[path], S0)
-        outs.append(o_path[-1])
-    return torch.stack(outs)
-
 
 # ----------------------------------------------------------------------------- gdn_layer
-
-def tree_layer_batch(m, h, conv_state, S0, bufs: BatchBuffers, mode: GdnMode):
-    """Plain twin of ``wy.tree_layer_batch``: ``wy.tree_layer`` per sequence (h
-    packed: unpacked first, the output packed back). h [B, T, D] or [1, N, D], conv_state
-    [B, C, K], S0 [B, H, dk, dv] -> (out shaped as h, a ``GdnRecord`` per sequence).
-
-    Its body is ``wy.tree_layer_per_tree``: the fast layer runs it for a mode with no
-    batched form (fork), so it stays there (this module imports ``gdn_layer``)."""
-    return tree_layer_per_tree(m, h, conv_state, S0, bufs, mode)
-
-
-def tree_conv_batch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
-                    windows: torch.Tensor) -> torch.Tensor:
-    """``wy.tree_conv_batch``'s (``wy.tree_conv_batch``) plain twin, a broadcast advanced
-    index: x [B, T, C], conv_state [B, C, K], weight [C, K], windows [B, T, K]
-    (``verify.BatchBuffers``) -> silu(conv) [B, T, C]."""
-    rows = torch.cat([conv_state.transpose(1, 2), x], dim=1)  # [B, K+T, C]
-    batch_idx = torch.arange(x.shape[0], device=x.device)[:, None, None]
-    picked = rows[batch_idx, windows.to(x.device)]  # [B, T, K, C]
-    return F.silu((picked * weight.T).sum(2))  # a multiply-sum: einsum's bmm is ~5x slower at this shape
-
-
-def gated_delta_wy_batch(q, k, v, g, beta, S0, *, anc):
-    """``wy.gated_delta_wy_batch``'s (``wy.gated_delta_wy_batch``) plain twin:
-    ``wy.gated_delta_wy`` per tree. q, k [B, T, H, dk], v [B, T, H, dv], g, beta
-    [B, T, H], S0 [B, H, dk, dv], anc [B, T, T] -> (o [B, T, H, dv], aux {"U": [B, H, T, dv],
-    "G": [B, T, H], "k": [B, H, T, dk]})."""
-    outs = [wy.gated_delta_wy(q[b], k[b], v[b], g[b], beta[b], None, S0=S0[b], anc=anc[b], return_aux=True)
-            for b in range(q.shape[0])]
-    return torch.stack([o for o, _ in outs]), {name: torch.stack([aux[name] for _, aux in outs]) for name in ("U", "G", "k")}
 
 
 # ----------------------------------------------------------------------------- verify

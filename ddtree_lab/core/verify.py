@@ -779,7 +779,7 @@ class TreeBatch:
     caches: list[TreeCache]
     bufs: BatchBuffers
     mode: GdnMode
-    layer: Callable | None = None  # the family's ``tree_layer_batch`` (None) or its plain twin ``naive.tree_layer_batch``
+    layer: Callable | None = None  # the family's ``tree_layer_batch`` (None) or its plain twin ``gdn.naive.tree_layer_batch``
     records: list[dict] = field(init=False)
     family: ModuleType | None = field(init=False, default=None)  # the family of the batched layers, once one ran
     recurrent: list[dict] = field(init=False)  # per sequence {layer: (mixer, family, record)}: the other families
@@ -902,7 +902,7 @@ def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mod
     Checks its arguments, then ``verify_batch_unchecked`` (what the decoding loop calls every
     round, its arguments checked once per generation). Writes no committed row: every cache
     keeps its tree rows as pending (``verify.Pending``) until ``commit``.
-    gdn_layer: ``wy.tree_layer_batch`` (default) or its plain twin ``naive.tree_layer_batch``; forward:
+    gdn_layer: ``wy.tree_layer_batch`` (default) or its plain twin ``gdn.naive.tree_layer_batch``; forward:
     ``tree_forward`` or a compiled copy of it; packed: trees of different sizes run packed
     (False: padded to the largest tree, the layout packing is measured against).
     """

@@ -50,6 +50,43 @@ def test_the_choice_equals_scoring_every_candidate(sharp, chain_s):
         assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
 
 
+class StepCost(ChainCost):
+    """A round whose seconds rise in steps (flat between the measured budgets, as the lab's
+    interpolated cost model can be): the rate over prefixes is not unimodal."""
+
+    def batch_round_seconds(self, tokens: torch.Tensor, batch: int) -> torch.Tensor:
+        return self.base + self.per_node * 2.0 ** torch.ceil(torch.log2(tokens.double()))
+
+
+@pytest.mark.parametrize("first", [2, 4, 32])
+@pytest.mark.parametrize("cost", [ChainCost(max_budget=256), StepCost(per_node=2e-4, max_budget=256),
+                                  StepCost(base=0.01, per_node=5e-5, chain_s=0.011, max_budget=128)],
+                         ids=["linear", "steps", "cheap-steps"])
+def test_growing_the_tree_picks_what_one_build_at_the_largest_size_picks(first, cost):
+    """``auto_with_chain`` builds ``first`` nodes and grows only while a longer prefix could win:
+    its pick equals scoring every prefix of the tree built at ``cost.max_budget`` at once."""
+    gen = torch.Generator().manual_seed(first)
+    for sharp in (0.3, 1.0, 2.0, 4.0):
+        for _ in range(4):
+            draft = Draft(torch.randn(7, 64, generator=gen) * sharp, None)
+            kind, n = brute_force(draft, cost)
+            got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost, first=first)
+            want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
+                    else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
+            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+
+
+def test_a_best_first_trees_prefixes_are_its_smaller_trees():
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        logits = torch.randn(7, 64, generator=gen) * 2
+        big = tree_mod.build_tree(logits, 1, 200)
+        for n in (1, 4, 32, 128):
+            small = tree_mod.build_tree(logits, 1, n)
+            cut = tree_mod.truncate(big, n)
+            assert torch.equal(small.tokens, cut.tokens) and torch.equal(small.parents, cut.parents)
+
+
 def test_the_bound_holds_and_prunes():
     """A tree of n nodes expects at most E_c + n m tokens; a confident draft builds no tree."""
     gen = torch.Generator().manual_seed(0)

@@ -19,7 +19,9 @@ import dataclasses
 import pytest
 import torch
 
-from ddtree_lab.core import adapter, decode, harness, lossless, naive, rules
+from ddtree_lab.core import adapter, decode, harness, lossless, rules
+
+from ddtree_lab.core.families.gdn import naive as gdn_naive
 from ddtree_lab.core.families.gdn import wy
 from ddtree_lab.core import spec
 from ddtree_lab.core import tree as tree_mod
@@ -259,7 +261,7 @@ def test_gdn_layer_batch_equals_its_reference_twin(mode, dtype, layout):
         bufs, unpacked = dataclasses.replace(bufs, rows=None), (lambda x: x)
     with precision(dtype):
         out, recs = wy.tree_layer_batch(m, h, conv, S0, bufs, spec.gdn_mode(mode))
-        ref, ref_recs = naive.tree_layer_batch(m, h, conv, S0, bufs, spec.gdn_mode(mode))
+        ref, ref_recs = gdn_naive.tree_layer_batch(m, h, conv, S0, bufs, spec.gdn_mode(mode))
     assert out.shape == h.shape and ref.shape == h.shape
     out, ref = unpacked(out), unpacked(ref)
     for b, (tree, n) in enumerate(zip(trees, bufs.sizes)):

@@ -4,9 +4,9 @@ them) against their plain per-tree twins:
 - ``verify.batch_buffers`` == ``naive.batch_buffers``, field by field, bit for bit
   (mixed tree kinds and sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN
   and attention-only);
-- ``gated_delta_wy`` == ``naive.gated_delta_wy_batch`` (per tree) and
+- ``gated_delta_wy`` == ``gdn_naive.gated_delta_wy_batch`` (per tree) and
   ``wy.gated_delta_wy`` (no batch dim); ``tree_conv`` ==
-  ``naive.tree_conv_batch``, bit for bit;
+  ``gdn_naive.tree_conv_batch``, bit for bit;
 - ``packed_rows`` / ``pack`` / ``unpack``: the packed layout of trees of different sizes, its
   rows in tree order, ``unpack`` after ``pack`` the identity on real rows and zeros on padding;
 - ``wy_states`` == ``wy.wy_state`` and ``conv_states_at`` == ``wy.commit_conv_state``
@@ -21,6 +21,8 @@ import pytest
 import torch
 
 from ddtree_lab.core import decode, harness, naive, verify
+
+from ddtree_lab.core.families.gdn import naive as gdn_naive
 from ddtree_lab.core.families.gdn import wy
 from ddtree_lab.core import spec
 from ddtree_lab.core import tree as tree_mod
@@ -131,7 +133,7 @@ def test_wy_over_leading_dims_equals_the_per_tree_pass(name, dtype):
     trees, lengths = _trees(name, gen)
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     q, k, v, g, beta, S0 = _wy_inputs(len(trees), max(bufs.sizes), dtype, gen)
-    ref_o, ref_aux = naive.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
+    ref_o, ref_aux = gdn_naive.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     o, aux = wy.gated_delta_wy_batch(q, k, v, g, beta, S0, anc=bufs.gdn_anc)
     tol = LOGIT_TOL[dtype]
     for b, n in enumerate(bufs.sizes):
@@ -151,7 +153,7 @@ def test_tree_conv_by_index_select_is_the_advanced_index_bit_for_bit(threads):
     bufs = verify.batch_buffers(trees, lengths, "wy", 4)
     B, T, C = len(trees), max(bufs.sizes), 12
     x, conv, weight = torch.randn(B, T, C, generator=gen), torch.randn(B, C, 4, generator=gen), torch.randn(C, 4, generator=gen)
-    assert_identical("tree conv", naive.tree_conv_batch(x, conv, weight, bufs.windows),
+    assert_identical("tree conv", gdn_naive.tree_conv_batch(x, conv, weight, bufs.windows),
                      wy.tree_conv_batch(x, conv, weight, bufs.windows))
 
 
@@ -250,8 +252,8 @@ def test_the_loop_equals_the_loop_with_every_twin(monkeypatch, preset, mode, met
               for p, n in zip(prompts, kw["max_new_tokens"])]
         fast, rounds = _decode(target, drafter, prompts, ar, kw)
         monkeypatch.setattr(verify, "batch_buffers", naive.batch_buffers)
-        monkeypatch.setattr(wy, "gated_delta_wy_batch", naive.gated_delta_wy_batch)
-        monkeypatch.setattr(wy, "tree_conv_batch", naive.tree_conv_batch)
+        monkeypatch.setattr(wy, "gated_delta_wy_batch", gdn_naive.gated_delta_wy_batch)
+        monkeypatch.setattr(wy, "tree_conv_batch", gdn_naive.tree_conv_batch)
         monkeypatch.setattr(decode, "commit_batch", _commit_per_sequence)
         _, rounds_ref = _decode(target, drafter, prompts, ar, kw)
     assert len(rounds) == len(rounds_ref)

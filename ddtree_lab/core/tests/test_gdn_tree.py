@@ -5,7 +5,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 from transformers.models.qwen3_5.modeling_qwen3_5 import causal_conv1d_update, torch_recurrent_gated_delta_rule
 
-from ddtree_lab.core import naive
+
+from ddtree_lab.core.families.gdn import naive as gdn_naive
 from ddtree_lab.core.tree import ancestor_windows, chain_parents
 from ddtree_lab.core.families.gdn.wy import gated_delta_fork
 from ddtree_lab.core.families.gdn.wy import commit_conv_state, gated_delta_wy, normalize_qk, tree_conv
@@ -42,7 +43,7 @@ DTYPES = [torch.float64, torch.float32]
 def test_fork_and_wy_match_reference(kind, n, dtype):
     parents = random_tree(kind, n - 1, V, generator(kind, n)).parents
     q, k, v, g, beta, S0 = make_inputs(n, dtype, seed=n)
-    ref = naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
+    ref = gdn_naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
     fork, _ = gated_delta_fork(q, k, v, g, beta, parents, depths=tree_depths(parents), S0=S0)
     assert_close(f"fork {kind}{n} {dtype}", ref, fork, TOL[dtype])
     assert_close(f"wy {kind}{n} {dtype}", ref, gated_delta_wy(q, k, v, g, beta, parents, S0=S0), TOL[dtype])
@@ -53,7 +54,7 @@ def test_fork_and_wy_match_reference(kind, n, dtype):
 def test_wy_matches_reference_any_tree(fracs):
     parents = torch.tensor([-1] + [int(f * i) for i, f in enumerate(fracs, start=1)])  # parents[i] in [0, i)
     q, k, v, g, beta, S0 = make_inputs(parents.numel(), torch.float64, seed=len(fracs))
-    ref = naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
+    ref = gdn_naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
     assert_close("wy hypothesis tree", ref, gated_delta_wy(q, k, v, g, beta, parents, S0=S0), 1e-12)
 
 
@@ -84,7 +85,7 @@ def test_chain_matches_transformers_recurrent():
     assert_close("chain vs transformers o", o_hf[0], o, 1e-6)
     assert_close("chain vs transformers S", S_hf[0], S, 1e-6)
     parents = chain_parents(L - 1)
-    assert_close("reference vs transformers", o_hf[0], naive.gated_delta(q, k, v, g, beta, parents, S0=S0), 1e-6)
+    assert_close("reference vs transformers", o_hf[0], gdn_naive.gated_delta(q, k, v, g, beta, parents, S0=S0), 1e-6)
     assert_close("wy vs transformers", o_hf[0], gated_delta_wy(q, k, v, g, beta, parents, S0=S0), 1e-5)
 
 
@@ -99,7 +100,7 @@ def test_tree_conv_matches_reference(kind):
     gen = torch.Generator().manual_seed(1)
     parents = random_tree(kind, 29, V, generator("conv", kind)).parents
     x, conv_state, weight = (torch.randn(*s, generator=gen, dtype=torch.float64) for s in ((30, C), (C, K), (C, K)))
-    assert_close(f"tree_conv {kind}", naive.tree_conv(x, conv_state, weight, parents),
+    assert_close(f"tree_conv {kind}", gdn_naive.tree_conv(x, conv_state, weight, parents),
                  tree_conv(x, conv_state, weight, parents), 1e-14)
 
 
@@ -123,7 +124,7 @@ def test_chain_conv_and_commit_match_transformers(prefix, threads):
 def test_naive_flattening_is_wrong_on_branched_tree():
     parents = random_tree("bushy", 63, V, generator("naive")).parents
     q, k, v, g, beta, S0 = make_inputs(64, torch.float64, seed=5)
-    ref = naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
+    ref = gdn_naive.gated_delta(q, k, v, g, beta, parents, S0=S0)
     err_wy = (gated_delta_wy(q, k, v, g, beta, parents, S0=S0) - ref).abs().max().item()
     err_naive = (gated_delta_wy(q, k, v, g, beta, chain_parents(63), S0=S0) - ref).abs().max().item()
     print(f"naive err {err_naive:.3e}, wy err {err_wy:.3e}")

@@ -13,9 +13,7 @@ FAST = sorted(p for p in CORE.glob("*.py") if p.name != "naive.py")
 
 # twin in naive -> the fast function it is the plain form of (module.attribute[.attribute])
 TWINS = {"build_tree": "tree.build_tree", "ancestor_mask": "tree.ancestor_mask", "accept": "tree.accept",
-         "tree_conv": "families.gdn.wy.tree_conv", "gated_delta": "families.gdn.wy.gated_delta_wy",
-         "tree_layer_batch": "families.gdn.wy.tree_layer_batch", "tree_conv_batch": "families.gdn.wy.tree_conv_batch",
-         "gated_delta_wy_batch": "families.gdn.wy.gated_delta_wy_batch", "batch_buffers": "verify.batch_buffers",
+         "batch_buffers": "verify.batch_buffers",
          "tree_logits": "verify.tree_logits", "commit": "verify.commit", "allocate_budgets": "allocate.allocate_budgets",
          "scores": "conditional.ConditionalDraft.scores",
          "ranked_children": "conditional.ConditionalDraft.ranked_children",
@@ -67,6 +65,19 @@ def test_every_twin_names_its_fast_function():
             obj = getattr(obj, attr)
         assert callable(obj), fast
         assert f"``{twin}``" in naive.__doc__, f"naive's table does not list {twin}"
+
+
+# a family's own twins, beside its fast form (issue 65): families/gdn/naive.py -> families/gdn/wy.py
+GDN_TWINS = {"tree_conv": "tree_conv", "gated_delta": "gated_delta_wy", "tree_layer_batch": "tree_layer_batch",
+             "tree_conv_batch": "tree_conv_batch", "gated_delta_wy_batch": "gated_delta_wy_batch"}
+
+
+def test_the_gdn_twins_sit_beside_the_fast_form_they_mirror():
+    from ddtree_lab.core.families.gdn import naive as gdn_naive, wy
+    for twin, fast in GDN_TWINS.items():
+        assert callable(getattr(gdn_naive, twin)) and callable(getattr(wy, fast)), twin
+        assert f"``{twin}``" in gdn_naive.__doc__ and f"``wy.{fast}``" in gdn_naive.__doc__, twin
+        assert not hasattr(naive, twin), f"{twin} belongs beside the GDN fast form, not in core/naive.py"
 
 
 def test_the_greps_see_every_spelling():

@@ -41,7 +41,7 @@ from transformers.cache_utils import DynamicLayer
 from ddtree_lab.common import RESULTS_DIR
 from ddtree_lab.experiments.plumbing.results import write_timing_table
 from ddtree_lab.core.verify import loop_ready
-from ddtree_lab.core import naive
+from ddtree_lab.core.families.gdn import naive as gdn_naive
 from ddtree_lab.core.families.gdn.wy import tree_layer_batch
 from ddtree_lab.core.harness import timed_calls
 from ddtree_lab.core import verify as vmod
@@ -213,7 +213,7 @@ def node_rows(model, mode: str, prefix: int, repeats: int, budgets=(16, 64, 256)
 def breakdown(model, B: int, budget: int, prefix: int, mode: str, repeats: int, gdn_layer=None) -> dict:
     """Median ms per batched verify spent in each piece, and the rest of the forward
     (gdn_layer: ``wy.tree_layer_batch`` (default) or its per-sequence twin
-    ``naive.tree_layer_batch``, recorded as "naive.tree_layer_batch")."""
+    ``gdn_naive.tree_layer_batch``, recorded as "gdn_naive.tree_layer_batch")."""
     layer = gdn_layer or tree_layer_batch
     caches, trees = caches_and_trees(model, B, budget, prefix)
     rows = []
@@ -272,7 +272,7 @@ def _tables(model, arch: str, args) -> dict[str, pd.DataFrame]:
     nodes = [r for m in modes for r in node_rows(model, m, args.prefix, args.repeats)]
     parts = [breakdown(model, max(args.batches), args.budget, args.prefix, m, args.repeats) for m in modes]
     parts += [breakdown(model, max(args.batches), args.budget, args.prefix, "wy", args.repeats,
-                        naive.tree_layer_batch)] if arch == "gdn" else []
+                        gdn_naive.tree_layer_batch)] if arch == "gdn" else []
     memory = memory_rows(model, max(args.batches), 64, args.prefix, modes)
     packed = [packed_row(model, B, args.prefix, m, args.repeats) for m in modes for B in args.batches if B > 1]
     return {"batch": pd.DataFrame(batches), "per_node": pd.DataFrame(nodes), "breakdown": pd.DataFrame(parts),

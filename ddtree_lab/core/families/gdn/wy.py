@@ -288,7 +288,7 @@ def pairwise_decay(G: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> t
 def gated_delta_wy(q, k, v, g, beta, parents, *, S0, anc=None, return_aux=False):
     """Tree WY form (W1-W3): all node outputs in one parallel pass, one triangular solve.
 
-    Shapes as ``naive.gated_delta``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if
+    Shapes as ``gdn.naive.gated_delta``; anc [N+1, N+1] bool from ``ancestor_mask`` (computed if
     None). Returns o [N+1, H, dv]. No per-node state is formed: commit by replaying the
     accepted path with ``gated_delta_chain``.
     """
