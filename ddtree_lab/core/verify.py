@@ -53,6 +53,7 @@ GDN_MODES = MODE_NAMES
 
 
 # ----------------------------------------------------------------------------- the cache and the commit
+
 @dataclass(frozen=True, eq=False)
 class Pending:
     """The round's pending state, a value: what one sequence's verify returns (``Forward.pending``)
@@ -509,6 +510,8 @@ def read_hf_cache(model, hf_cache, row: int = 0, first: int = 0) -> dict:
         out["rec"][i] = hf_cache.get_recurrent_state(i)[row].clone()   # [H, dk, dv]
     return out
 
+# ----------------------------------------------------------------------------- the trees' buffers
+
 @dataclass(frozen=True, eq=False)
 class TreeBuffers:
     """Everything consumers need from one tree, computed once per verify.
@@ -636,6 +639,8 @@ def additive_mask(allowed: torch.Tensor, dtype, device=None) -> torch.Tensor:
     bias = torch.zeros(allowed.shape, dtype=dtype, device=device)
     return bias.masked_fill_(~allowed.to(device), torch.finfo(dtype).min)[:, None]
 
+
+# ----------------------------------------------------------------------------- prefill
 
 @dataclass(frozen=True, eq=False)
 class Forward:

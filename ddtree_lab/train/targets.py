@@ -27,6 +27,7 @@ from .corpus import build_corpus
 from ..core.families.tiny import FAMILY_CLASSES, build_tiny
 from ..core.models import PRESETS, TOY_PRESETS, build_target, count_parameters, load_target
 from .loop import TrainConfig, lm_eval_loss, lm_loss_fn, train
+from .unlikelihood import UnlikelihoodConfig, finetune
 
 # token budgets per training preset (same for both archs)
 TARGET_TRAIN = {
@@ -96,6 +97,12 @@ TINY_QWEN3 = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, nu
                   intermediate_size=192, max_position_embeddings=4096, tie_word_embeddings=True)
 TINY_TRAIN = TrainConfig(max_tokens=10 ** 9, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=20, max_minutes=1.0,
                          time_schedule=True, eval_every=100)
+# then (family "attention") unlikelihood against its own loops (``unlikelihood.finetune``, issue 66): the
+# minute's model says one token forever ("\n") from a HumanEval prompt's first new token; 150 steps (~40 s
+# on one thread) leave no loop in the first 16 greedy tokens of the walk-through's 2 prompts on 4 seeds
+# of 4, 3 of 4 more (100 steps: 1 of 4; after a 0.75-minute LM phase, 1 of 4: it needs the full minute's
+# ~300 LM steps). Its prefixes are the corpus's, never HumanEval's
+TINY_UL = UnlikelihoodConfig(alpha=1.0, steps=150, lr=3e-3, candidates="ngram", eval_every=150)
 
 
 def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "attention") -> dict:
@@ -103,9 +110,12 @@ def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "a
     ``Qwen3ForCausalLM`` built from a transformers ``Qwen3Config`` (``TINY_QWEN3``), else the hybrid
     class of that recurrent family (``families.tiny.FAMILY_CLASSES``: "gdn" Qwen3.5, "kda" Kimi
     Linear, "mamba2" Nemotron-H, "short_conv" LFM2) at width 64; trained for ``minutes`` of wall
-    clock on the lab's stdlib corpus (0: random weights), saved as a user's checkpoint is:
+    clock on the lab's stdlib corpus (0: random weights), then, for "attention", ``TINY_UL``'s
+    unlikelihood steps on its own greedy continuations, so its greedy output does not loop from
+    its first tokens; saved as a user's checkpoint is:
     ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the transformers way), no
-    lab manifest. -> {'architecture', 'parameters', 'final_val_loss', 'steps', 'train_time_s'}."""
+    lab manifest. -> {'architecture', 'parameters', 'final_val_loss', 'steps', 'train_time_s'} (both
+    phases' steps and seconds together)."""
     if family not in FAMILY_CLASSES:
         raise ValueError(f"family must be one of {sorted(FAMILY_CLASSES)}, got {family!r}")
     tok = data.load_tokenizer()
@@ -123,6 +133,10 @@ def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "a
             st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
                        lambda m: lm_eval_loss(m, corpus["val"], cfg.seq_len, max_windows=8), cfg, Path(runs),
                        desc="tiny target")
+            if family == "attention":
+                ul = finetune(model, corpus, replace(TINY_UL, seed=seed), Path(runs) / "unlikelihood",
+                              desc="tiny target: unlikelihood")
+                st = {"step": st["step"] + ul["step"], "elapsed_s": st["elapsed_s"] + ul["elapsed_s"]}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)

@@ -18,6 +18,7 @@ def results():
     return golden.check()
 
 
+@pytest.mark.xdist_group("golden")  # one worker: the golden check (30 s) runs once for both
 def test_the_golden_sample_of_every_store_reproduces(results):
     assert all(r.ok for r in results), golden.report(results)
     checked = {r.store: r.checked for r in results}
@@ -25,6 +26,7 @@ def test_the_golden_sample_of_every_store_reproduces(results):
     assert all(n >= 1 for n in checked.values()), f"a store with no sampled row checks nothing: {checked}"
 
 
+@pytest.mark.xdist_group("golden")  # one worker: the golden check (30 s) runs once for both
 def test_the_sample_covers_both_targets_and_sampling(results):
     rows = [r for name in ("bench", "dflash2", "sweeps") for r in golden.sample(ResultsStore(name).current_rows())]
     assert {r["config"]["arch"] for r in rows} == {"gdn", "mla"}

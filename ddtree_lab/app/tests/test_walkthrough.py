@@ -2,9 +2,9 @@
 its block, in order, in an empty directory. Each command ends with one line saying what it
 wrote; the target keeps its tokenizer, the drafter its manifest, its run state sits beside it
 in ``runs/my-drafter.run/`` (git-ignored), the bench scores no goal and every T = 0 row equals AR.
-Its sweep's DDTree tau rises with the budget and stays below the block size (issue 66); the
-goal that the tiny target's greedy output not loop from the start is not met (a strict xfail).
-A few minutes: slow."""
+Its sweep's DDTree tau rises with the budget and stays below the block size, and the tiny
+target's greedy output does not loop from the start (issue 66: its unlikelihood phase). A few
+minutes: slow."""
 from __future__ import annotations
 
 import contextlib
@@ -79,10 +79,6 @@ def test_the_readmes_walkthrough_runs_as_written(walked):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("walkthrough")
-@pytest.mark.xfail(strict=True, reason="issue 66, not met: the 1-minute tiny target (batches of 16, lr 3e-3) loops "
-                                       "from its first new tokens on both walk-through prompts; no recipe measured "
-                                       "within the walk-through's minutes was robust (batches of 4 at lr 1e-2, "
-                                       "1200 steps: 1 data seed of 4)")
 def test_the_tiny_targets_greedy_output_does_not_loop_from_the_start(walked):
     """The walk-through shows trees, not a loop: no AR output of the sweep loops within its first
     block (the first block a tree drafts against)."""

@@ -37,6 +37,10 @@ SUITE_SIZES = {"qwen3.5-27b": dict(num_layers=2, mlp_width=1024, vocab_size=VOCA
 ARCH = {"qwen3.5-27b": "gdn", "kimi-k2.6": "mla"}
 
 
+# one worker for the module: each checkpoint (15-18 s to build and save) is built once, not once a worker
+pytestmark = pytest.mark.xdist_group("full_size")
+
+
 @pytest.fixture(scope="module", params=list(SUITE_SIZES))
 def checkpoint(request):
     """(preset name, checkpoint directory, the model loaded back with load_target)."""
