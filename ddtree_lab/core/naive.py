@@ -100,12 +100,6 @@ def accept(tree: DraftTree, target_choice: torch.Tensor) -> tuple[list[int], int
     return path, int(choice[path[-1]])
 
 
-# ----------------------------------------------------------------------------- gdn_tree
-
-
-# ----------------------------------------------------------------------------- gdn_layer
-
-
 # ----------------------------------------------------------------------------- verify
 
 def batch_buffers(trees: list[DraftTree], lengths: list[int], gdn_mode="wy",
@@ -178,7 +172,7 @@ def tree_logits(model, prefix_ids, tree: DraftTree) -> torch.Tensor:
                         for i in range(len(tree))])
 
 
-# ----------------------------------------------------------------------------- cache
+# ----------------------------------------------------------------------------- verify (commit)
 
 @torch.no_grad()
 def commit(model, cache: TreeCache, pending, path) -> None:

@@ -1,5 +1,7 @@
 """Tree rules and acceptance walks: the two plug-in points of a round (issue 59; DDTree, arXiv
 2604.12989, sections 3-4; docs/background.md sections 3 and 9).
+The sampling maths the walks run (``probs``, ``choose_tokens``, ``Marginal`` / ``Conditional`` /
+``MarginalAnyTree``, ``accept_rejection``) is the section "sampling" at the end.
 
 A tree rule turns one drafter block into the round's draft tree (step 2 of ``decode``):
 
@@ -434,7 +436,6 @@ def _name_of(fn) -> str:
 # ----------------------------------------------------------------------------- sampling
 # Acceptance at T > 0 (what the walks above run): the official DFlash rule with the drafter's q,
 # for chains and trees.
-# Acceptance at T > 0: the official DFlash rule with the drafter's q, for chains and trees.
 #
 # Two walks, chosen once per generation (``ACCEPT_RULES``, their objects ``rules.rejection`` and
 # ``rules.target_matching``; a walk of one's own: ``rules``); at T = 0 both are the argmax walk.

@@ -6,6 +6,8 @@ the GDN mode, each as its object (a built-in's name is looked up once, here; a c
 one's own is wrapped, ``rules``). It checks everything it can without the models; what
 needs the models (the drafter's block size, the vocabulary, the positions) is checked once
 per generation in ``decode.check_generate_args``. Nothing in the loop validates again.
+Also here: the verification mode a verify runs the recurrent layers in (``GdnMode`` /
+``NaiveMode`` / ``ForkMode``, ``gdn_mode``), a policy; each family holds its maths.
 
     spec = GenerationSpec(method="ddtree", budget=16)                  # or generate(..., budget=16)
     spec = GenerationSpec(method="ddtree", budget=64, sampling=Sampling(0.7, seed=3))

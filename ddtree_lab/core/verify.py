@@ -75,14 +75,14 @@ class Pending:
 
 @dataclass(eq=False)
 class TreeCache:
-    """The target's cache between rounds: committed rows plus the pending verify.
+    """The target's cache between rounds: committed rows plus the last verify's tree rows (its records travel in the returned ``Pending``).
 
     kv:   {attention layer: (keys, values)} [1, h, T(+N+1 pending), d] (MLA: latents)
     conv: {GDN layer: [C, K]}; rec: {GDN layer: [H, dk, dv]} (never written by verify)
     states: {layer: its family's state} for the recurrent layers of the other families
       (``core/families``: KDA, Mamba2, short conv, Mamba, OLMo's GDN), values never written
     serial: how many verifies and commits it has seen (a ``Pending`` is committed only while it
-      is the cache's last: ``_check_pending``)
+      is the cache's last: ``_check_path``)
     buffers: {(attention layer, 0 keys / 1 values): [1, h, capacity, d]}, this cache's own
       buffers; where one is held, ``kv``'s tensor of it is a view of its first rows, and a
       verify of this cache alone writes its tree rows after them in place (``appended``).
@@ -128,7 +128,7 @@ class TreeCache:
         return out
 
     def discard(self) -> None:
-        """Forget the last verify: its pending tree rows and records; the committed rows and
+        """Forget the last verify: its tree rows (and, by bumping ``serial``, the ``Pending`` it returned); the committed rows and
         the buffers (their room) stay, so the next verify writes where this one did (a
         benchmark's steady round without a ``snapshot``'s copy)."""
         for i, (k, v) in self.kv.items():
@@ -304,8 +304,8 @@ def commit(model, cache: TreeCache, pending: Pending, path, checked: bool = Fals
 def commit_batch(model, caches: list[TreeCache], pendings: list[Pending], paths: list, checked: bool = False) -> None:
     """``commit`` of every sequence of one round (``verify.verify_batch``'s caches): the
     attention rows per sequence, then the new GDN states of every layer and sequence at once
-    (the family's ``commit_batch_layers``). Its twin: ``commit`` per sequence (a batch of one takes the
-    per-sequence closed form, ``GdnMode.state``)."""
+    (the family's ``commit_batch_layers``). A batch of one takes the per-sequence closed form
+    (``wy.commit_layer_each``, ``wy.state``); plain twin: ``naive.commit``."""
     accepted = [_accept_rows(model, c, p, path, checked) for c, p, path in zip(caches, pendings, paths)]
     idxs, pendings = [a[0] for a in accepted], [a[1] for a in accepted]
     family = pendings[0].family
@@ -778,8 +778,8 @@ class TreeBatch:
     rows, then its pending tree rows), which ``verify.commit`` compacts in place. The batch
     tensor is built (every committed row copied once) only when the batch changes or
     outgrows it, at twice the room needed. Batch of one: the cache's own buffer
-    (``TreeCache.appended``). ``gdn_tree_layer`` (called by every routed GDN layer) runs the
-    layer on the trees and keeps each sequence's ``GdnRecord``.
+    (``TreeCache.appended``). ``recurrent_tree_layer`` (called by every routed recurrent layer)
+    runs the layer on the trees and keeps each sequence's records, handed back in ``Forward.pending``.
     """
     caches: list[TreeCache]
     bufs: BatchBuffers
@@ -902,11 +902,11 @@ def tree_forward(model, view: TreeBatch, hidden: bool = False):
 def verify_batch(model, caches: list[TreeCache], trees: list[DraftTree], gdn_mode="wy",
                  feature_layers: tuple = (), gdn_layer=None, *, forward=tree_forward, packed: bool = True) -> list[Forward]:
     """Score B sequences' root + tree in ONE forward: -> per sequence Forward(logits [N_b+1, V],
-    features [N_b+1, F] or None); row i = next-token logits after committed + path(i).
+    features [N_b+1, F] or None, pending: its ``Pending``, what ``commit`` takes); row i = next-token logits after committed + path(i).
 
     Checks its arguments, then ``verify_batch_unchecked`` (what the decoding loop calls every
     round, its arguments checked once per generation). Writes no committed row: every cache
-    keeps its tree rows as pending (``verify.Pending``) until ``commit``.
+    keeps its tree rows until ``commit``, which takes the ``Pending`` returned in ``Forward.pending``.
     gdn_layer: ``wy.tree_layer_batch`` (default) or its plain twin ``gdn.naive.tree_layer_batch``; forward:
     ``tree_forward`` or a compiled copy of it; packed: trees of different sizes run packed
     (False: padded to the largest tree, the layout packing is measured against).
@@ -942,7 +942,7 @@ def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree
 
 @torch.no_grad()
 def verify(model, cache: TreeCache, tree: DraftTree, gdn_mode="wy", feature_layers: tuple = ()) -> Forward:
-    """``verify_batch`` of one sequence: Forward(logits [N+1, V], features [N+1, F] or None)."""
+    """``verify_batch`` of one sequence: Forward(logits [N+1, V], features [N+1, F] or None, pending)."""
     return verify_batch(model, [cache], [tree], gdn_mode, feature_layers)[0]
 
 

@@ -54,7 +54,7 @@ MODELS = {"qwen3": ({}, "attention"), "qwen3_moe": (MOE, "attention"), "llama": 
           "qwen3_5_moe_text": (GDN, "gdn"), "qwen3_next": (GDN, "gdn")}
 EXACT_MODES = {"attention": (None,), "gdn": tuple(m for m in GDN_MODES if m != "naive")}
 ALL_MODES = {"attention": (None,), "gdn": GDN_MODES}
-# recurrent layers the adapter does not route: model type -> (layer class named, config fields)
+# recurrent layers verify does not route (no family in ``families.REGISTRY``): model type -> (layer class named, config fields)
 TOKENS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 REFUSED = {"kimi_linear": ("KimiLinearDeltaAttention", TOKENS), "olmo_hybrid": ("OlmoHybridGatedDeltaNet", TOKENS)}
 DTYPE_ID = {torch.float32: "f32", torch.float64: "f64"}

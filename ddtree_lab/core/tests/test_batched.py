@@ -1,5 +1,5 @@
-"""The one-pass pieces of the batched round (``core.batched``, and the loop functions built on
-them) against their plain per-tree twins:
+"""The one-pass pieces of the batched round (``tree.batch_masks`` / ``pack`` / ``unpack``, the GDN
+batch pieces of ``families/gdn/wy.py``, and the loop functions built on them) against their plain per-tree twins:
 
 - ``verify.batch_buffers`` == ``naive.batch_buffers``, field by field, bit for bit
   (mixed tree kinds and sizes, chains only, one tree, an empty prefix; naive / fork / wy; GDN

@@ -128,7 +128,7 @@ SPEC_IMPORTS = {"__future__", "copy", "time", "torch", "transformers", ".allocat
 
 
 def test_the_specification_stands_alone_on_one_page():
-    """At most 250 lines, and no import of the fast path (verify, cache, decode, batched, adapter,
+    """At most 250 lines, and no import of the fast path (verify, decode, adapter,
     compiled, harness, the GDN modules, the recurrent families): read from its syntax tree."""
     source = Path(reference.__file__).read_text()
     assert len(source.splitlines()) <= 250

@@ -1,4 +1,4 @@
-"""The T > 0 acceptance rules (``core.sampling``): draft sampling keeps the tree's shape, and
+"""The T > 0 acceptance rules (``core.rules``): draft sampling keeps the tree's shape, and
 one rejection step reproduces the target's distribution exactly."""
 import torch
 

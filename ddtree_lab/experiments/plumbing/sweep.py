@@ -73,7 +73,7 @@ def with_axes(frame: pd.DataFrame) -> pd.DataFrame:
 
 def expand_grid(**axes) -> list[dict]:
     """Cartesian product of the axes (each a list), normalised and deduplicated, in order;
-    ``accept_rule`` defaults to ["rejection"] (DFlash's rule, ``core.sampling``). Optional
+    ``accept_rule`` defaults to ["rejection"] (DFlash's rule, ``core.rules``). Optional
     ``tree`` (``PLUGIN_AXES``): labels or rule objects; accept_rule may hold walk objects
     (module docstring)."""
     axes = {"accept_rule": ["rejection"], **axes}

@@ -35,7 +35,7 @@ def bench_grid(archs=("gdn", "mla"), budgets=BUDGETS, block_size: int = 8, max_n
     copy baseline ("lookup": transformers' prompt-lookup decoding, drafting as many tokens as
     DFlash, ``lookup.py``), DDTree at ``budgets`` + auto (GDN: naive, fork, wy; auto wy only);
     every T > 0 of ``temperatures``: AR, DFlash, DDTree (exact wy) at ``sampled_budgets``,
-    under both acceptance rules (``core.sampling.ACCEPT_RULES``)."""
+    under both acceptance rules (``core.rules.ACCEPT_RULES``)."""
     common = dict(max_new_tokens=[max_new_tokens], block_size=[block_size])
     temps = [float(t) for t in temperatures if t > 0]
     grid = []

@@ -10,8 +10,8 @@ flash-linear-attention's ``ops/<op>/naive.py`` beside ``chunk.py``; each pair te
   node) for ``wy.tree_conv``, ``gated_delta`` (per path) for ``wy.gated_delta_fork`` /
   ``wy.gated_delta_wy``, ``tree_layer_batch`` (per tree) for ``wy.tree_layer_batch``,
   ``tree_conv_batch`` for ``wy.tree_conv_batch``, ``gated_delta_wy_batch`` (per tree) for
-  ``wy.gated_delta_wy_batch``. Nothing on the decoding path imports this module but the
-  spec's plain step.
+  ``wy.gated_delta_wy_batch``. Nothing on the decoding path uses this module but ``step``
+  (re-exported by ``families/gdn/__init__.py``, the protocol's plain step).
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def tree_layer_batch(m, h, conv_state, S0, bufs, mode):
     [B, C, K], S0 [B, H, dk, dv] -> (out shaped as h, a ``GdnRecord`` per sequence).
 
     Its body is ``wy.tree_layer_per_tree``: the fast layer runs it for a mode with no
-    batched form (fork), so it stays there (this module imports ``gdn_layer``)."""
+    batched form (fork), so it stays there (this module imports ``wy``)."""
     return tree_layer_per_tree(m, h, conv_state, S0, bufs, mode)
 
 

@@ -424,7 +424,7 @@ class GdnRecord:
     per-node states [N+1, H, dk, dv] (fork) or the WY pass's {U, G, k} and S0 (wy / naive).
     batch: (the batch's record, i) when this is row i of one batched WY pass (``row``), whose
     fields hold every sequence's at once (x [B, T, C], U [B, H, T, dv], ..., S0 [B, H, dk, dv]):
-    ``verify.commit_batch`` reads the batch's tensors, with no stacking."""
+    ``commit_layers`` (via ``commit_batch_layers``) reads the batch's tensors, with no stacking."""
     x: torch.Tensor
     a: torch.Tensor
     b: torch.Tensor
@@ -442,7 +442,7 @@ class GdnRecord:
 class GdnRow:
     """Sequence i's ``GdnRecord`` (its first n rows) of a batch record ``whole`` of one WY pass:
     the same fields, each cut from the batch's tensors when first read (a batched commit reads
-    none of them: ``verify.commit_batch`` takes the batch's tensors, ``batch``)."""
+    none of them: ``commit_layers`` takes the batch's tensors, ``batch``)."""
     whole: GdnRecord
     i: int
     n: int

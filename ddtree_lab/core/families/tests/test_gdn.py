@@ -7,7 +7,7 @@ branches run).
 
 Precision: the stock GDN kernels and gated norms cast to float32 even in a float64 model, so the
 float64 comparisons run under ``harness.float64_harness`` (the stock float32 casts swapped for
-dtype-preserving twins, and ``adapter.kernel_dtype`` with them; OLMo-hybrid's modeling module
+dtype-preserving twins, and ``wy.kernel_dtype`` with them; OLMo-hybrid's modeling module
 among them). The harness replaces the stock chunk / recurrent kernels by the lab's sequential
 twin, so one test also runs WITHOUT it: the step (mirroring the float32 casts through
 ``kernel_dtype``) against the untouched stock kernels. The checks themselves are the shared family
