@@ -330,17 +330,40 @@ def family_of(module: torch.nn.Module) -> ModuleType | None:
     return None
 
 
-def recurrent_mixers(model) -> dict[int, tuple[torch.nn.Module, ModuleType]]:
-    """{decoder layer index: (its recurrent mixer, the mixer's family)} of ``model``, in layer
-    order (attention-only models: empty). The walk over the modules runs once per model (every
-    ``generate`` and every prefill asks): later calls return what it found."""
-    found = _MIXERS.get(model)
+@dataclass(frozen=True, eq=False)
+class Routes:
+    """A model's recurrent layers, found once (``routes``): each {decoder layer index: (its
+    recurrent mixer, the mixer's family)}, in layer order. mixers: all of them (attention-only
+    models: empty); batched: those their family runs over a batch of trees at once (their class
+    in the family's ``BATCHED_CLASSES``: Gated DeltaNet's Qwen layouts, ``families/gdn/wy.py``),
+    their states in ``TreeCache.conv`` / ``rec``; others: the rest, run per sequence by their
+    family's one-pass ``tree``, their states in ``TreeCache.states``; conv_kernel: the batched
+    layers' conv width K (None without any)."""
+    mixers: dict
+    batched: dict
+    others: dict
+    conv_kernel: int | None
+
+
+def routes(model) -> Routes:
+    """``model``'s ``Routes``: the walk over its modules runs once per model (every ``generate``,
+    prefill and verify asks); later calls return what it found."""
+    found = _ROUTES.get(model)
     if found is None:
-        found = _MIXERS[model] = _walk_mixers(model)
+        mixers = _walk_mixers(model)
+        batched = {i: mf for i, mf in mixers.items() if isinstance(mf[0], getattr(mf[1], "BATCHED_CLASSES", ()))}
+        others = {i: mf for i, mf in mixers.items() if i not in batched}
+        kernel = next(iter(batched.values()))[0].conv_kernel_size if batched else None
+        found = _ROUTES[model] = Routes(mixers, batched, others, kernel)
     return found
 
 
-_MIXERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its recurrent mixers
+_ROUTES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> its Routes
+
+
+def recurrent_mixers(model) -> dict[int, tuple[torch.nn.Module, ModuleType]]:
+    """{decoder layer index: (its recurrent mixer, the mixer's family)} of ``model`` (``Routes.mixers``)."""
+    return routes(model).mixers
 
 
 def _walk_mixers(model) -> dict:
@@ -355,18 +378,13 @@ def _walk_mixers(model) -> dict:
 
 
 def batched_mixers(model) -> dict[int, tuple]:
-    """The ``recurrent_mixers`` whose family runs them over a batch of trees at once (their class
-    in the family's ``BATCHED_CLASSES``: Gated DeltaNet's Qwen layouts, ``families/gdn/wy.py``);
-    their states sit in ``TreeCache.conv`` / ``rec``."""
-    return {i: (m, fam) for i, (m, fam) in recurrent_mixers(model).items()
-            if isinstance(m, getattr(fam, "BATCHED_CLASSES", ()))}
+    """The ``recurrent_mixers`` run over a batch of trees at once (``Routes.batched``)."""
+    return routes(model).batched
 
 
 def family_modules(model) -> dict[int, tuple]:
-    """The other ``recurrent_mixers``: run per sequence through their family's one-pass ``tree``
-    (``core/families``); their states sit in ``TreeCache.states``."""
-    batched = batched_mixers(model)
-    return {i: mf for i, mf in recurrent_mixers(model).items() if i not in batched}
+    """The other ``recurrent_mixers``, run per sequence (``Routes.others``)."""
+    return routes(model).others
 
 
 class TreeRoute:
@@ -784,6 +802,7 @@ class TreeBatch:
     caches: list[TreeCache]
     bufs: BatchBuffers
     mode: GdnMode
+    routes: Routes  # the model's recurrent layers by decoder layer index, found once per model
     layer: Callable | None = None  # the family's ``tree_layer_batch`` (None) or its plain twin ``gdn.naive.tree_layer_batch``
     records: list[dict] = field(init=False)
     family: ModuleType | None = field(init=False, default=None)  # the family of the batched layers, once one ran
@@ -848,10 +867,10 @@ class TreeBatch:
         (packed: [1, N, D]) -> the stock mixer's output for them. A layer its family runs over a
         batch (``BATCHED_CLASSES``) runs there at once (``self.layer``: the family's
         ``tree_layer_batch`` or its plain twin); any other, sequence by sequence (``_per_sequence``)."""
-        fam = family_of(m)
-        if not isinstance(m, getattr(fam, "BATCHED_CLASSES", ())):
-            return self._per_sequence(m, fam, hidden_states)
         i = m.layer_idx
+        if i not in self.routes.batched:
+            return self._per_sequence(m, self.routes.others[i][1], hidden_states)
+        fam = self.routes.batched[i][1]
         conv = torch.stack([c.conv[i] for c in self.caches])  # [B, C, K]
         S0 = torch.stack([c.rec[i] for c in self.caches])  # [B, H, dk, dv]
         out, layer_records = (self.layer or fam.tree_layer_batch)(m, hidden_states, conv, S0, self.bufs, self.mode)
@@ -924,10 +943,10 @@ def verify_batch_unchecked(model, caches: list[TreeCache], trees: list[DraftTree
     positions of every tree valid for its cache and the model). greedy: every Forward also
     carries the argmax of its rows (``choice``), one argmax over the batch's logits."""
     route_recurrent(model)
-    batched = batched_mixers(model)
-    K = next(iter(batched.values()))[0].conv_kernel_size if batched else None
-    recurrent = mode if recurrent_mixers(model) else None  # an attention-only target runs no recurrent-layer code
-    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], recurrent, K, packed), mode, gdn_layer)
+    found = routes(model)
+    recurrent = mode if found.mixers else None  # an attention-only target runs no recurrent-layer code
+    view = TreeBatch(caches, batch_buffers(trees, [c.length for c in caches], recurrent, found.conv_kernel, packed),
+                     mode, found, gdn_layer)
     with packed_attention_on(model, view.bufs.rows is not None):
         out = forward(model, view, bool(feature_layers))
     pendings = []
