@@ -87,7 +87,8 @@ def _run_state(out: Path, preset: str) -> str:
 
 def _cmd_tiny_target(args):
     """A target of one's own in one command (``targets.tiny_target``), for the README's walk-through."""
-    man = tiny_target(Path(args.out), minutes=args.minutes, family=args.family)
+    steps = {} if args.steps is None else {"steps": args.steps}   # None: targets.TINY_STEPS
+    man = tiny_target(Path(args.out), minutes=args.minutes, family=args.family, **steps)
     print(f"target: {man['architecture']} of {man['parameters']:,} parameters, held-out loss "
           f"{man['final_val_loss']:.3f} after {man['steps']} steps in {man['train_time_s']:.0f} s")
     print(f"wrote the target and its tokenizer to {Path(args.out).resolve()}")
@@ -244,9 +245,9 @@ def _finite_float(lowest: float, strict: bool = False, zero: str = ""):
     return parse
 
 
-_positive_float = _finite_float(0, strict=True)            # --lr
+_positive_float = _finite_float(0, strict=True)            # --lr, --minutes
 _ul_weight = _finite_float(0, zero="0: MLE alone")          # --alpha
-_non_negative_float = _finite_float(0, zero="0: greedy")    # --temperatures, --minutes
+_non_negative_float = _finite_float(0, zero="0: greedy")    # --temperatures
 
 
 def _target_dir(value: str) -> str:
@@ -505,7 +506,8 @@ def _version() -> str:
         return "(not installed)"
 
 
-TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "tiny-target", "unlikelihood")
+# the train-* commands take the idle cores; tiny-target trains on one thread (``threads``: its steps reproduce)
+TRAINING = ("train-tokenizer", "train-target", "train-drafter", "train-drafter2", "train-all", "unlikelihood")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -536,7 +538,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--rollouts", type=_positive_int, default=None)
     s = _command(sub, "tiny-target")
     s.add_argument("--out", required=True)
-    s.add_argument("--minutes", type=_non_negative_float, default=1.0)
+    s.add_argument("--steps", type=_int_in(0), default=None)
+    s.add_argument("--minutes", type=_positive_float, default=None)
     s.add_argument("--family", default="attention", choices=("attention", "gdn", "kda", "mamba2", "short_conv"))
     s.set_defaults(func=_cmd_tiny_target)
     s = _command(sub, "unlikelihood")

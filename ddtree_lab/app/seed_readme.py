@@ -83,11 +83,12 @@ def auto_part(chain: pd.DataFrame, directory=RESULTS_DIR) -> str:
     expert_auto = _md(["method", "budget", "cost", "tau", "tokens/s", "speedup over AR", "equal to AR"], rows)
     auto = chain[chain.config == "ddtree-auto"]
     rows = [[r.arch, r.best_rival, f"{r.vs_best:.3f}", f"{r.vs_best_paired:.3f} [{r.vs_best_lo:.3f}, {r.vs_best_hi:.3f}]",
-             f"{r.tau:.2f}", f"{r.mean_tree_size:.1f}", f"{r.matches_ar:.0%}"] for r in auto.itertuples()]
+             f"{r.tau:.2f}", f"{r.mean_tree_size:.1f}", f"{r.chain_rounds:.0%}", f"{r.matches_ar:.0%}"]
+            for r in auto.itertuples()]
     return _render("readme/seed_hardware/auto", expert_auto_prompts=int(measured.n_prompts.max()),
                    expert_auto_table=expert_auto, auto_chain_prompts=int(chain.n_prompts.max()),
                    auto_chain_table=_md(["target", "best rival", "auto / best (pooled)", "per prompt, median [95%]",
-                                         "tau", "mean tree size", "equal to AR"], rows))
+                                         "tau", "mean tree size", "chain rounds", "equal to AR"], rows))
 
 
 def render(directory=RESULTS_DIR) -> str:

@@ -33,6 +33,13 @@ chain weighs at most m = max_d prod_{i<d} p1(i) p2(d) (p2: the second probabilit
 n nodes expects at most E_c + n m tokens; sizes whose bound stays at or under the chain's rate
 are never built (``chain_plan``), and the tree is built at the largest size left. The choice
 reads the draft only, so decoding stays token-exact at T = 0 and lossless at T > 0.
+
+A calibrated choice: the drafter's q is not what the target accepts (notebook 06: a node on the
+drafter's top-1 path is accepted far more often than q, a node off it less often), so under q
+``auto`` over-values trees against the chain. A cost model that carries an ``acceptance``
+(``Calibration``: P(accepted) = sigmoid(b + a log q) per group, top-1 path or off it) has the
+chain and every prefix weighed by it instead; the bounds hold with it (each group's P rises
+with q), and the choice still reads the draft only.
 """
 from __future__ import annotations
 
@@ -142,15 +149,60 @@ class ChainPlan:
         return self.tokens / self.seconds
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """P(the target accepts a node) = sigmoid(b + a log q(u)), (b, a) per group: ``top1`` (nodes on
+    the drafter's top-1 path: the chain's) and ``off``, each with a > 0 (Platt scaling, fitted by
+    ``experiments.studies.auto_calibration`` on prompts the benches never decode)."""
+    top1: tuple
+    off: tuple
+
+    def __post_init__(self):
+        for name in ("top1", "off"):
+            b, a = getattr(self, name)
+            if not (math.isfinite(b) and math.isfinite(a) and a > 0):
+                raise ValueError(f"{name} must be (b, a) with finite b and a > 0, got {getattr(self, name)!r}")
+
+    def __call__(self, log_q: torch.Tensor, top1: torch.Tensor) -> torch.Tensor:
+        """[n] calibrated P of nodes with path log-probabilities ``log_q`` [n] and group ``top1`` [n] bool."""
+        b = torch.where(top1, self.top1[0], self.off[0]).double()
+        a = torch.where(top1, self.top1[1], self.off[1]).double()
+        return torch.sigmoid(b + a * log_q.double())
+
+
+def on_top1_path(tree: tree_mod.DraftTree, draft_logits: torch.Tensor) -> torch.Tensor:
+    """[N] bool: node u is on the drafter's top-1 path (every token from the root down to it is its
+    depth's argmax)."""
+    best = draft_logits.argmax(-1).tolist()
+    tokens, parents, depths = tree.tokens.tolist(), tree.parents.tolist(), tree.depths.tolist()
+    top = [True]
+    for u in range(1, len(tokens)):
+        top.append(top[parents[u]] and tokens[u] == best[depths[u] - 1])
+    return torch.tensor(top[1:], dtype=torch.bool)
+
+
+def node_gains(tree: tree_mod.DraftTree, top1: torch.Tensor, acceptance) -> torch.Tensor:
+    """[N] each node's expected acceptance: q(u) (the surrogate; ``acceptance`` None), else the
+    calibrated P (``Calibration``) of its group (``top1`` [N] bool: ``on_top1_path``)."""
+    log_q = tree.log_weights[1:].double()
+    return log_q.exp() if acceptance is None else acceptance(log_q, top1)
+
+
 def chain_plan(draft_logits: torch.Tensor, cost_model) -> ChainPlan:
     """The plan of a round of one sequence (``draft_logits`` [L, V], row d-1 scores depth d)
-    under ``cost_model`` (``batch_round_seconds`` and ``chain_seconds``, ``max_budget``): the
-    chain's expected tokens and rate, and the largest tree size whose bound E_c + n m (module
-    docstring) beats the chain's rate (none: ``chain`` True)."""
-    top = torch.log_softmax(draft_logits.double(), -1).topk(min(2, draft_logits.shape[-1]), -1).values  # [L, <=2]
+    under ``cost_model`` (``batch_round_seconds`` and ``chain_seconds``, ``max_budget``; its
+    ``acceptance`` when it carries one): the chain's expected tokens and rate, and the largest
+    tree size whose bound E_c + n m (module docstring) beats the chain's rate (none: ``chain`` True)."""
+    cal = getattr(cost_model, "acceptance", None)
+    top = (draft_logits.topk(min(2, draft_logits.shape[-1]), -1).values.double()
+           - torch.logsumexp(draft_logits.double(), -1, keepdim=True))  # [L, <=2] log-probs, no [L, V] copy kept
     along = torch.cat([top.new_zeros(1), top[:, 0].cumsum(0)])  # [L + 1]: log prod_{i<=d} p1(i)
-    tokens = 1.0 + math.fsum(along[1:].exp().tolist())
-    off = (along[:-1] + top[:, 1]).exp().max().item() if top.shape[1] > 1 else 0.0  # m: the heaviest node off the chain
+    chain_p = along[1:].exp() if cal is None else cal(along[1:], torch.ones(len(along) - 1, dtype=torch.bool))
+    tokens = 1.0 + math.fsum(chain_p.tolist())
+    off = 0.0
+    if top.shape[1] > 1:  # m: the heaviest node off the chain (calibrated: by the off group, as it is off the path)
+        log_m = (along[:-1] + top[:, 1]).max().item()
+        off = math.exp(log_m) if cal is None else float(cal(torch.tensor([log_m]), torch.tensor([False])))
     seconds = cost_model.batch_round_seconds(torch.arange(1, cost_model.max_budget + 1), 1).double()  # [max_budget]
     chain_s = float(cost_model.chain_seconds)
     bound = (tokens + off * torch.arange(1, len(seconds) + 1, dtype=torch.float64)) / seconds
@@ -159,10 +211,11 @@ def chain_plan(draft_logits: torch.Tensor, cost_model) -> ChainPlan:
     return ChainPlan(most == 0, most, tokens, chain_s, seconds[:max(most, 1)])
 
 
-def pick(tree: tree_mod.DraftTree, plan: ChainPlan) -> tree_mod.DraftTree | None:
+def pick(tree: tree_mod.DraftTree, plan: ChainPlan, gains: torch.Tensor | None = None) -> tree_mod.DraftTree | None:
     """The best prefix of ``tree`` (built at ``plan.max_budget``) by expected tokens per predicted
-    second, or None when the chain's rate is at least as high (the round verifies the chain)."""
-    gains = tree.log_weights[1:].exp()  # [N], non-increasing
+    second, or None when the chain's rate is at least as high (the round verifies the chain).
+    gains [N]: its nodes' expected acceptances (``node_gains``; default q, non-increasing)."""
+    gains = tree.log_weights[1:].exp() if gains is None else gains
     n = allocate_budgets([gains], plan.tree_seconds[:tree.num_nodes])[0]
     rate = (1.0 + math.fsum(gains[:n].tolist())) / float(plan.tree_seconds[n - 1])
     return None if plan.rate >= rate else tree_mod.truncate(tree, n)
@@ -178,35 +231,53 @@ def chain_candidate(cost_model, rule, batch: int) -> bool:
 def auto_with_chain(draft, root_token: int, rule, cost_model, first: int = 32) -> tree_mod.DraftTree:
     """``auto``'s tree of one round with the chain as a candidate (``chain_candidate`` holds):
     the chain when no tree size can beat it (nothing built), else the best prefix of the tree
-    that can (``pick``), or the chain when that prefix's rate is not higher.
+    that can (``pick``), or the chain when that prefix's rate is not higher. Weighed by q, or by
+    the cost model's ``acceptance`` when it carries one.
 
     The tree is built small first (``first`` nodes) and grown (x4) only while a larger prefix
-    could still win (``_may_grow``: its bound, every later node weighing at most the last one's
-    marginal, beats the best prefix so far): the same pick as building it at ``plan.max_budget``
-    at once (a best-first tree's prefixes are its smaller trees), without the nodes no prefix
-    would keep."""
+    could still win (``_may_grow``: its bound, every later node weighing at most what the last
+    one's q allows, beats the best prefix so far): the same pick as building it at
+    ``plan.max_budget`` at once (a best-first tree's prefixes are its smaller trees), without the
+    nodes no prefix would keep."""
     plan = chain_plan(draft.logits, cost_model)
     if plan.chain:
         return rule.chain(draft, root_token, draft.logits.shape[0])
+    cal = getattr(cost_model, "acceptance", None)
     size = min(first, plan.max_budget)
     while True:
         tree = rule(draft, root_token, size)
-        if tree.num_nodes < size or size >= plan.max_budget or not _may_grow(tree, plan):
+        top1 = None if cal is None else on_top1_path(tree, draft.logits)
+        gains = node_gains(tree, top1, cal)
+        spare = 0 if cal is None else draft.logits.shape[0] - int(top1.sum())  # top-1 path nodes not in it yet
+        if tree.num_nodes < size or size >= plan.max_budget or not _may_grow(tree, gains, plan, cal, spare):
             break
         size = min(4 * size, plan.max_budget)
-    best = pick(tree, plan)
+    best = pick(tree, plan, gains)
     return best if best is not None else rule.chain(draft, root_token, draft.logits.shape[0])
 
 
-def _may_grow(tree: tree_mod.DraftTree, plan: ChainPlan) -> bool:
-    """Whether a prefix longer than ``tree`` (n nodes) could beat the best of its prefixes and the
-    chain: every later node weighs at most the last node's marginal g_n (pop order), so a prefix
-    of k > n nodes has rate at most (1 + sum gains + (k - n) g_n) / seconds(k)."""
-    gains = tree.log_weights[1:].exp().double()  # [n], non-increasing
+def _may_grow(tree: tree_mod.DraftTree, gains: torch.Tensor, plan: ChainPlan, acceptance=None,
+              spare: int = 0) -> bool:
+    """Whether a prefix longer than ``tree`` (n nodes, expected acceptances ``gains`` [n]) could
+    beat the best of its prefixes and the chain: every later node's q is at most the last node's
+    (pop order), so under q it weighs at most that q; calibrated, at most P_top1 of it for the
+    ``spare`` top-1 path nodes still out of the tree and P_off of it for every other. A prefix
+    of k > n nodes has rate at most (1 + sum gains + the k - n largest of those) / seconds(k)."""
+    gains = gains.double()
     n = gains.numel()
     seconds = plan.tree_seconds.double()
+    later = len(seconds) - n
+    if later <= 0:
+        return False
+    last = float(tree.log_weights[-1])
+    if acceptance is None:
+        ceilings = torch.full((later,), math.exp(last), dtype=torch.float64)
+    else:
+        groups = acceptance(torch.tensor([last, last]), torch.tensor([True, False]))  # [P_top1, P_off]
+        top = min(spare, later)
+        ceilings = torch.cat([groups[0].expand(top), groups[1].expand(later - top)])
+        ceilings = ceilings.sort(descending=True).values
     cum = 1.0 + gains.cumsum(0)
     best = max(float((cum / seconds[:n]).max()), plan.rate)
-    later = torch.arange(n + 1, len(seconds) + 1, dtype=torch.float64)
-    bound = (cum[-1] + (later - n) * gains[-1]) / seconds[n:]
+    bound = (cum[-1] + ceilings.cumsum(0)) / seconds[n:]
     return bool((bound > best).any())

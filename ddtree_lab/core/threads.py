@@ -6,7 +6,9 @@ API all follow it, and every stored timing records the count it ran with (``stam
         (issue 58: on a busy 2-core CPU, torch's default of one thread per core made AR
         decoding many times slower).
     training (the ``train-*`` commands): the cores not already busy, at least one
-        (``idle_cores``: the core count less the 1-minute load average).
+        (``idle_cores``: the core count less the 1-minute load average). ``tiny-target`` trains
+        on one thread: counted in steps and seeded, it is then the same model on every machine
+        of a kind, whatever its load.
 
 A count asked for wins: ``--threads N`` (CLI), ``lab.setup(cpu_threads=N)`` (notebooks),
 ``set_threads(N)`` (Python), ``OMP_NUM_THREADS`` (all three), or ``torch.set_num_threads``

@@ -95,29 +95,40 @@ def ship_target(model, out: Path, *, val_tokens: np.ndarray, seq_len: int, eval_
 # ``tiny_target``'s model: a Qwen3 (the DDTree paper's target class) small enough to train in a minute on a CPU
 TINY_QWEN3 = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   intermediate_size=192, max_position_embeddings=4096, tie_word_embeddings=True)
-TINY_TRAIN = TrainConfig(max_tokens=10 ** 9, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=20, max_minutes=1.0,
-                         time_schedule=True, eval_every=100)
+# its LM phase: a fixed count of steps (about a minute on one thread here), so the walk-through's target is
+# the same model on every machine of a kind whatever its load (a wall-clock minute gave fewer steps on a
+# busy CI machine, and a target that loops: the CI failure of stop 73)
+TINY_STEPS = 300
+TINY_TRAIN = TrainConfig(max_tokens=TINY_STEPS * 16 * 128, batch_size=16, seq_len=128, lr=3e-3, warmup_steps=20,
+                         eval_every=100)
 # then (family "attention") unlikelihood against its own loops (``unlikelihood.finetune``, issue 66): the
-# minute's model says one token forever ("\n") from a HumanEval prompt's first new token; 150 steps (~40 s
-# on one thread) leave no loop in the first 16 greedy tokens of the walk-through's 2 prompts on 4 seeds
-# of 4, 3 of 4 more (100 steps: 1 of 4; after a 0.75-minute LM phase, 1 of 4: it needs the full minute's
-# ~300 LM steps). Its prefixes are the corpus's, never HumanEval's
+# LM phase's model says one token forever ("\n") from a HumanEval prompt's first new token. Measured on
+# one thread, 300 + 150 steps: no loop in the first 16 greedy tokens of the walk-through's 2 prompts on
+# seeds 0, 1 and 7 of 0-7 (seed 2 loops still after 600 LM steps, 300 unlikelihood steps or the lens's
+# candidates). The walk-through builds seed 0; counted in steps on one thread, it is that model on
+# every machine of this kind. Its prefixes are the corpus's, never HumanEval's
 TINY_UL = UnlikelihoodConfig(alpha=1.0, steps=150, lr=3e-3, candidates="ngram", eval_every=150)
 
 
-def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "attention") -> dict:
+def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str = "attention",
+                minutes: float | None = None) -> dict:
     """A target of one's own in one call (``ddtree-lab tiny-target``): for ``family`` "attention" a
     ``Qwen3ForCausalLM`` built from a transformers ``Qwen3Config`` (``TINY_QWEN3``), else the hybrid
     class of that recurrent family (``families.tiny.FAMILY_CLASSES``: "gdn" Qwen3.5, "kda" Kimi
-    Linear, "mamba2" Nemotron-H, "short_conv" LFM2) at width 64; trained for ``minutes`` of wall
-    clock on the lab's stdlib corpus (0: random weights), then, for "attention", ``TINY_UL``'s
-    unlikelihood steps on its own greedy continuations, so its greedy output does not loop from
-    its first tokens; saved as a user's checkpoint is:
-    ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the transformers way), no
-    lab manifest. -> {'architecture', 'parameters', 'final_val_loss', 'steps', 'train_time_s'} (both
-    phases' steps and seconds together)."""
+    Linear, "mamba2" Nemotron-H, "short_conv" LFM2) at width 64; trained for ``steps`` optimizer
+    steps on the lab's stdlib corpus (0: random weights; ``minutes``: a wall-clock schedule of that
+    length instead, the family study's targets), then, for "attention", ``TINY_UL``'s unlikelihood
+    steps on its own greedy continuations, so its greedy output does not loop from its first
+    tokens. Seeded and counted in steps, it is the same model at the same thread count. Saved as a
+    user's checkpoint is: ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the
+    transformers way), no lab manifest. -> {'architecture', 'parameters', 'final_val_loss',
+    'steps', 'train_time_s'} (both phases' steps and seconds together)."""
     if family not in FAMILY_CLASSES:
         raise ValueError(f"family must be one of {sorted(FAMILY_CLASSES)}, got {family!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an int >= 0 (0: random weights), got {steps!r}")
+    if minutes is not None and not minutes > 0:
+        raise ValueError(f"minutes must be > 0 (or None: train for steps), got {minutes!r}")
     tok = data.load_tokenizer()
     torch.manual_seed(seed)
     if family == "attention":
@@ -127,8 +138,9 @@ def tiny_target(out: Path, minutes: float = 1.0, seed: int = 0, family: str = "a
                            seed=seed)
     corpus = data.tokenized_corpus(tok)
     cfg, st = TINY_TRAIN, {"step": 0, "elapsed_s": 0.0}
-    if minutes > 0:
-        cfg = replace(TINY_TRAIN, max_minutes=minutes, seed=seed)
+    if steps > 0 or minutes:
+        cfg = replace(TINY_TRAIN, seed=seed, **(dict(max_tokens=10 ** 9, max_minutes=minutes, time_schedule=True)
+                                                if minutes else dict(max_tokens=steps * 16 * 128)))
         with tempfile.TemporaryDirectory() as runs:  # a minute of training: nothing worth resuming
             st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
                        lambda m: lm_eval_loss(m, corpus["val"], cfg.seq_len, max_windows=8), cfg, Path(runs),

@@ -139,3 +139,91 @@ def test_auto_with_the_chain_equals_the_specification_at_T_above_0():
     fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
     ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
     assert fast.tokens == ref.tokens and fast.tree_sizes == ref.tree_sizes
+
+
+# ----------------------------------------------------------------------------- calibrated acceptance
+
+CAL = allocate.Calibration(top1=(3.0, 0.9), off=(-1.6, 0.66))   # the shape of the shipped fits: the chain under-valued by q
+
+
+class CalibratedCost(ChainCost):
+    def __init__(self, acceptance=CAL, **kw):
+        super().__init__(**kw)
+        self.acceptance = acceptance
+
+
+def top1_flags(tree, logits) -> list[bool]:
+    """Node by node from its root path: every token its depth's argmax."""
+    best = logits.argmax(-1).tolist()
+    return [all(int(tree.tokens[v]) == best[int(tree.depths[v]) - 1] for v in tree.path_to(u)[1:])
+            for u in range(1, len(tree))]
+
+
+def calibrated_brute_force(draft, cost) -> tuple[str, int]:
+    full = tree_mod.build_tree(draft.logits, 1, cost.max_budget)
+    flags = torch.tensor(top1_flags(full, draft.logits))
+    gains = cost.acceptance(full.log_weights[1:], flags).tolist()
+    seconds = cost.batch_round_seconds(torch.arange(1, full.num_nodes + 1), 1).tolist()
+    rates = [(1 + math.fsum(gains[:n])) / seconds[n - 1] for n in range(1, full.num_nodes + 1)]
+    along = torch.log_softmax(draft.logits.double(), -1).amax(-1).cumsum(0)
+    chain = (1 + math.fsum(cost.acceptance(along, torch.ones(len(along), dtype=torch.bool)).tolist())) / cost.chain_seconds
+    best = max(range(len(rates)), key=lambda i: (rates[i], -i))
+    return ("chain", draft.logits.shape[0]) if chain >= rates[best] else ("tree", best + 1)
+
+
+@pytest.mark.parametrize("first", [2, 32])
+@pytest.mark.parametrize("acceptance", [CAL, allocate.Calibration(top1=(0.0, 1.0), off=(0.0, 1.0)),
+                                        allocate.Calibration(top1=(-2.0, 0.5), off=(1.0, 2.0))],
+                         ids=["shipped-shape", "q-like", "off-favoured"])
+@pytest.mark.parametrize("chain_s", [0.01, 0.02, 0.03])
+def test_a_calibrated_choice_equals_scoring_every_candidate_by_the_calibration(first, acceptance, chain_s):
+    """Weighed by a calibration, the chain and every prefix of the tree built at the largest size
+    are scored alike; growing from ``first`` nodes picks the same (its bound holds calibrated)."""
+    gen = torch.Generator().manual_seed(int(chain_s * 1e3) + first)
+    cost = CalibratedCost(acceptance, chain_s=chain_s, per_node=2e-4, max_budget=128)
+    for sharp in (0.3, 1.0, 3.0):
+        for _ in range(4):
+            draft = Draft(torch.randn(7, 40, generator=gen) * sharp, None)
+            kind, n = calibrated_brute_force(draft, cost)
+            got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost, first=first)
+            want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
+                    else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
+            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+
+
+def test_the_shipped_shaped_calibration_values_the_chain_more_than_q_does():
+    gen = torch.Generator().manual_seed(5)
+    chains = {"q": 0, "calibrated": 0}
+    for _ in range(40):
+        draft = Draft(torch.randn(7, 40, generator=gen) * 2.0, None)
+        for name, cost in (("q", ChainCost(chain_s=0.02)), ("calibrated", CalibratedCost(chain_s=0.02))):
+            chains[name] += allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost).is_chain
+    assert chains["calibrated"] > chains["q"], chains
+
+
+def test_on_top1_path_marks_the_argmax_path_only():
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        logits = torch.randn(7, 20, generator=gen)
+        tree = tree_mod.build_tree(logits, 1, 60)
+        assert allocate.on_top1_path(tree, logits).tolist() == top1_flags(tree, logits)
+        assert sum(top1_flags(tree, logits)) <= 7
+
+
+@pytest.mark.parametrize("fit", [(0.0, 0.0), (0.0, -1.0), (float("nan"), 1.0)])
+def test_a_calibration_must_rise_with_q(fit):
+    with pytest.raises(ValueError, match="top1 must be"):
+        allocate.Calibration(top1=fit, off=(0.0, 1.0))
+
+
+@pytest.mark.parametrize("arch", ["gdn", "mla"])
+def test_calibrated_auto_equals_ar_and_the_specification(arch):
+    p = _pair(arch)
+    prompt = p.prompt_ids(0)[:40]
+    cost = CalibratedCost(chain_s=0.03, max_budget=32)
+    spec = dict(method="ddtree", budget="auto", max_new_tokens=24)
+    fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    ar = generate(p.target, None, prompt, method="ar", max_new_tokens=24)
+    ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
+    assert fast.tokens == ar.tokens == ref.tokens
+    assert fast.tree_sizes == ref.tree_sizes and fast.acceptance_lengths == ref.acceptance_lengths

@@ -1,8 +1,11 @@
 """Measured round-cost curves for ``budget="auto"`` (and the verify-cost figures).
 
 A round costs one drafter pass plus one verify + commit whose time grows with the tree
-size; the curve is measured once per (model, mode, block size) on a real prefix, stored as
-JSON under ``data/results/costs/`` and interpolated in between measured budgets.
+size; the curve is measured once per (model, mode, block size) on a real prefix, on the
+loop's own rounds (a greedy generation per budget and one of the DFlash chain: issue 69, an
+isolated verify priced a GDN tree of 16 like the chain's round, which the loop runs 1.3x
+faster), stored as JSON under ``data/results/costs/`` and interpolated in between measured
+budgets.
 
 Batched rounds (issue 13 item 3): ``BatchCostModel`` holds the seconds of a batched round
 (one ``draft_batch`` + the batch's tree builds, one ``verify_batch`` + the commits) over a
@@ -13,7 +16,6 @@ B b tokens; the packed verify of trees of different sizes processes their sum), 
 """
 from __future__ import annotations
 
-import functools
 import json
 import statistics
 import time
@@ -25,13 +27,13 @@ import torch
 
 from ...core import tree as tree_mod
 from ...common import RESULTS_DIR, stable_hash
-from ...core.decode import first_draft
-from ...core.verify import verify
-from ddtree_lab.core.verify import commit
+from ...core.allocate import Calibration
+from ...core.decode import first_draft, generate
+from ...core.verify import commit, verify, verify_batch
 from .measure import interleaved, median_seconds
-from ...core.verify import verify_batch
 
 COST_DIR = RESULTS_DIR / "costs"
+CALIBRATION_JSON = "auto_calibration.json"
 DEFAULT_BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCHES = (1, 2, 4, 8, 16)
 BATCH_BUDGETS = (1, 4, 16, 64, 128)  # per sequence; the largest is auto's per-sequence maximum
@@ -42,11 +44,14 @@ class CostModel:
     """budgets [n] ascending; verify_s [n] seconds of verify + commit at each budget;
     draft_s: seconds of one drafter pass + tree build; chain_s: seconds of a DFlash chain round
     (drafter pass, the linear draft, its verify + commit), which makes the chain one of
-    ``auto``'s candidates (``core.allocate.auto_with_chain``; None: trees only)."""
+    ``auto``'s candidates (``core.allocate.auto_with_chain``; None: trees only); acceptance: the
+    pair's calibration of the drafter's q, which ``auto`` weighs the chain and the trees by (None:
+    q; attached when read, never stored with the curves)."""
     budgets: tuple
     verify_s: tuple
     draft_s: float
     chain_s: float | None = None
+    acceptance: object = None  # a ``core.allocate.Calibration`` auto weighs candidates by (``acceptance_for``)
 
     @property
     def chain_seconds(self) -> float | None:
@@ -70,57 +75,93 @@ class CostModel:
 
 
 @torch.no_grad()
-def measure_cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode: str = "wy",
-                       budgets=DEFAULT_BUDGETS, repeats: int = 7) -> CostModel:
-    """Time drafter + tree build, verify + commit per budget and the chain's round on ``prefix_ids``
-    (``measure.interleaved``, this thread's CPU time; the median of ``repeats``)."""
-    layers = tuple(drafter.cfg.target_layer_ids)
-    prefix = torch.as_tensor(prefix_ids, dtype=torch.long)
-    o = first_draft(target, drafter, prefix, block_size)
-    cache, feats, root = o.cache, o.features, o.root
-    full = tree_mod.build_tree(o.draft.logits, root, max(budgets))
+def measure_cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
+                       budgets=DEFAULT_BUDGETS, repeats: int = 5, tokens: int = 64) -> CostModel:
+    """Time the loop's own rounds (``loop_round_seconds``) at every budget and for the DFlash
+    chain, pooled over ``prefixes`` (token-id lists; one list of ints: one prefix), interleaved
+    (every config in turn, each repeat; the median of ``repeats``): what ``auto`` chooses between
+    is priced as the loop runs it, over several prompts (a round's cost moves with what it
+    accepts: a looping prompt's chain rounds accept whole blocks and cost up to 1.2x more).
+    draft_s: the median draft + tree phases of the budgets' rounds; verify_s: the rest of a round
+    at each budget (a larger one never predicted cheaper); chain_s: the chain's whole round."""
+    prefixes = as_prefixes(prefixes)
+    runs = {int(b): ("ddtree", int(b)) for b in budgets} | {"chain": ("dflash", 1)}
+    pooled = {name: [] for name in runs}
 
-    def draft():
-        tree_mod.build_tree(drafter.draft(drafter.new_state(), feats[-64:], root, block_size).logits, root, 32)
+    def timed(name, method, budget):
+        def run():
+            parts = [loop_round_seconds(target, drafter, p, method=method, budget=budget, block_size=block_size,
+                                        gdn_mode=gdn_mode, tokens=tokens) for p in prefixes]
+            rounds = sum(r["rounds"] for r in parts)
+            pooled[name].append({k: sum(r[k] for r in parts) / rounds for k in ("round", "draft")})
+        return run
+    interleaved({name: timed(name, *run) for name, run in runs.items()}, repeats)
+    med = {name: {k: statistics.median(r[k] for r in rs[1:]) for k in ("round", "draft")}  # rs[0]: the warm-up
+           for name, rs in pooled.items()}
+    draft_s = statistics.median(med[int(b)]["draft"] for b in budgets)
+    verify_s = np.maximum.accumulate([med[int(b)]["round"] - draft_s for b in budgets])
+    return CostModel(tuple(int(b) for b in budgets), tuple(float(v) for v in verify_s), float(draft_s),
+                     float(med["chain"]["round"]))
 
-    def round_at(b):
-        t = tree_mod.truncate(full, min(b, full.num_nodes))
-        out = verify(target, cache, t, gdn_mode, feature_layers=layers)
-        commit(target, cache, out.pending, [0])  # root only: the cache grows by one row per round
 
-    def chain_round():
-        logits = drafter.draft(drafter.new_state(), feats[-64:], root, block_size).logits
-        t = tree_mod.chain_of(logits.argmax(-1).cpu(), root)
-        out = verify(target, cache, t, gdn_mode, feature_layers=layers)
-        commit(target, cache, out.pending, [0])
-    # interleaved (every budget, the chain and the draft in turn, each repeat) and by this thread's CPU
-    # time, so the load of a shared machine moves them alike; a larger verify is never predicted cheaper
-    fns = {**{int(b): functools.partial(round_at, b) for b in budgets}, "chain": chain_round, "draft": draft}
-    ms = {k: statistics.median(v) for k, v in interleaved(fns, repeats, clock=time.thread_time).items()}
-    verify_s = np.maximum.accumulate([ms[int(b)] / 1e3 for b in budgets])
-    return CostModel(tuple(int(b) for b in budgets), tuple(float(v) for v in verify_s), ms["draft"] / 1e3,
-                     ms["chain"] / 1e3)
+def as_prefixes(prefixes) -> list[list[int]]:
+    """Token-id lists from one prefix (ints, or a 1-d tensor) or several (a list of them)."""
+    if isinstance(prefixes, torch.Tensor) or (len(prefixes) and not isinstance(prefixes[0], (list, tuple, torch.Tensor))):
+        prefixes = [prefixes]
+    if not len(prefixes) or any(len(p) == 0 for p in prefixes):
+        raise ValueError("prefixes must be one or more non-empty token-id lists")
+    return [[int(t) for t in torch.as_tensor(p).reshape(-1)] for p in prefixes]
+
+
+def loop_round_seconds(target, drafter, prefix: list, *, method: str, budget: int, block_size: int, gdn_mode: str,
+                       tokens: int) -> dict:
+    """One greedy generation of ``tokens`` after ``prefix`` -> {"round": its seconds less the
+    prefill, "draft": its draft and tree phases, "rounds": its rounds}: this thread's CPU time
+    (which other jobs on a shared machine inflate far less than the wall clock), shared out
+    among the phases as the loop's own clock (``Generation.timings``) shares its seconds."""
+    start = time.thread_time()
+    g = generate(target, drafter, prefix, method=method, budget=budget, block_size=block_size, gdn_mode=gdn_mode,
+                 max_new_tokens=tokens)
+    cpu, t = time.thread_time() - start, g.timings
+    share = cpu / max(t["total"], 1e-12)
+    return {"round": (t["total"] - t["prefill"]) * share, "draft": (t["draft"] + t["tree"]) * share,
+            "rounds": max(1, len(g.acceptance_lengths))}
+
+
+def acceptance_for(pair, directory: Path = RESULTS_DIR) -> Calibration | None:
+    """The stored calibration of ``pair``'s drafter (``CALIBRATION_JSON``, fitted by
+    ``studies.auto_calibration`` on the shipped pairs' calibration store), or None for a pair
+    it was not fitted on (matched by the pair's tag: the exact models)."""
+    path = Path(directory) / CALIBRATION_JSON
+    if not path.is_file():
+        return None
+    stored = json.loads(path.read_text())
+    if stored.get("models", {}).get(pair.arch) != pair.tag:
+        return None
+    fits = stored["fits"][pair.arch]
+    return Calibration(tuple(fits["top1"]), tuple(fits["off"]))
 
 
 def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
     target_cfg = {k: v for k, v in target.config.to_dict().items() if k != "_name_or_path"}  # not where it lives
     cfg = {"target": target_cfg, "drafter": asdict(drafter.cfg), "block": block_size,
            "mode": gdn_mode, "threads": torch.get_num_threads(), "chain": True,
-           "interleaved": True}  # chain_s measured; budgets interleaved, CPU time
+           "loop_rounds": "pooled"}  # chain_s measured; the loop's own rounds over prompts, interleaved
     return stable_hash(cfg)
 
 
-def cost_model(target, drafter, prefix_ids, *, block_size: int, gdn_mode: str = "wy",
+def cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
                directory: Path = COST_DIR, **kwargs) -> CostModel:
-    """The stored cost model for this configuration, measured once if missing."""
+    """The stored cost model for this configuration, measured once if missing (on ``prefixes``:
+    ``measure_cost_model``; a sweep passes its pair's ``cost_prompts``)."""
     path = Path(directory) / f"cost-{cost_key(target, drafter, block_size, gdn_mode)}.json"
     if path.is_file():
         return CostModel(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in json.loads(path.read_text()).items()})
-    cm = measure_cost_model(target, drafter, prefix_ids, block_size=block_size, gdn_mode=gdn_mode, **kwargs)
+                            for k, v in json.loads(path.read_text()).items() if k != "acceptance"})
+    cm = measure_cost_model(target, drafter, prefixes, block_size=block_size, gdn_mode=gdn_mode, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(cm)))
+    tmp.write_text(json.dumps({k: v for k, v in asdict(cm).items() if k != "acceptance"}))
     tmp.replace(path)
     return cm
 

@@ -3,8 +3,9 @@
 
 A verify of a MoE target loads, per MoE layer, the union of its rows' routed experts; a bushy
 tree and a chain of the same size load different unions (``studies.expert_union``). The
-node-count ``CostModel`` (``plumbing.costs``) was measured on one drafter tree; this model
-moves it by the experts a given tree is expected to load beyond that measured tree:
+node-count ``CostModel`` (``plumbing.costs``) was measured on the loop's rounds, whose trees
+are the drafter's best-first trees; this model moves it by the experts a given tree is
+expected to load beyond such a tree (``ref``: the first drafter tree of the first prefix):
 
     seconds(tree, n) = base(n) + per_expert_s x moe_layers x (U(tree[:n]) - U(ref[:n]))
 
@@ -30,7 +31,7 @@ import torch
 from ...common import stable_hash
 from ...core.decode import first_draft
 from ...core.tree import build_tree
-from .costs import COST_DIR, CostModel, cost_key, cost_model
+from .costs import COST_DIR, CostModel, as_prefixes, cost_key, cost_model
 
 
 def independent_union(n: int, k: int, tokens) -> np.ndarray:
@@ -117,17 +118,17 @@ def measure_per_expert_seconds(target, rows: int = 16, repeats: int = 7) -> floa
 
 
 def reference_parents(target, drafter, prefix_ids, block_size: int, budget: int) -> tuple:
-    """Parents of the tree ``costs.measure_cost_model`` times (its prefix's first drafter tree)."""
+    """Parents of a tree like those ``costs.measure_cost_model`` times (the prefix's first drafter tree)."""
     o = first_draft(target, drafter, torch.as_tensor(prefix_ids, dtype=torch.long), block_size)
     return tuple(build_tree(o.draft.logits, o.root, budget).parents.tolist())
 
 
-def expert_cost_model(target, drafter, prefix_ids, *, block_size: int, rhos: dict, gdn_mode: str = "wy",
+def expert_cost_model(target, drafter, prefixes, *, block_size: int, rhos: dict, gdn_mode: str = "wy",
                       directory: Path = COST_DIR) -> ExpertCostModel:
     """The node-count cost model (stored, measured once if missing) moved by the expected expert
     union; ``rhos``: {"path", "sibling"} (``expert_union.pooled_rho(pairs, "union")``). The
     per-expert seconds are measured once per configuration and stored beside the curves."""
-    base = cost_model(target, drafter, prefix_ids, block_size=block_size, gdn_mode=gdn_mode, directory=directory)
+    base = cost_model(target, drafter, prefixes, block_size=block_size, gdn_mode=gdn_mode, directory=directory)
     path = Path(directory) / f"per_expert-{stable_hash(cost_key(target, drafter, block_size, gdn_mode))}.json"
     if path.is_file():
         per_expert = json.loads(path.read_text())["per_expert_s"]
@@ -137,7 +138,7 @@ def expert_cost_model(target, drafter, prefix_ids, *, block_size: int, rhos: dic
         path.write_text(json.dumps({"per_expert_s": per_expert}))
     cfg = target.config
     moe_layers = cfg.num_hidden_layers - cfg.first_k_dense_replace
-    ref = reference_parents(target, drafter, prefix_ids, block_size, base.max_budget)
+    ref = reference_parents(target, drafter, as_prefixes(prefixes)[0], block_size, base.max_budget)
     return ExpertCostModel(base, per_expert, moe_layers, int(cfg.n_routed_experts), int(cfg.num_experts_per_tok),
                            float(rhos["path"]), float(rhos["sibling"]), ref)
 

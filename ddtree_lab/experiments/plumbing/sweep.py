@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 
 import pandas as pd
 from tqdm.auto import tqdm
@@ -20,7 +21,7 @@ from ...common import pace_line
 from ...core.decode import generate
 from ...core.rules import TreeRule, Walk, as_rule
 from ...core.spec import GenerationSpec, Sampling
-from .costs import cost_model
+from .costs import acceptance_for, cost_model
 from ...train.loops import generation_tags
 from .meaning import plugin_key
 from .results import ResultsStore
@@ -102,10 +103,17 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     ids = pair.prompt_ids(prompt_id)
     kwargs = {}
     if cfg["budget"] == "auto":
-        kwargs["cost_model"] = cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"],
-                                          gdn_mode=cfg["gdn_mode"])
+        measured = cost_model(pair.target, pair.drafter, cost_prompts(pair), block_size=cfg["block_size"],
+                              gdn_mode=cfg["gdn_mode"])
+        kwargs["cost_model"] = replace(measured, acceptance=acceptance_for(pair))  # calibrated where fitted
     g = generate(pair.target, pair.drafter, ids, spec_of(cfg, seed=prompt_id), **kwargs)
     return generation_metrics(g, ids)
+
+
+def cost_prompts(pair, n: int = 3) -> list[list[int]]:
+    """Token ids of the pair's last ``n`` prompts, where ``auto``'s cost model is timed: held out
+    from the benches and sweeps, which take their first prompts."""
+    return [pair.prompt_ids(i) for i in range(max(0, pair.num_prompts - n), pair.num_prompts)]
 
 
 def generation_metrics(g, ids: list[int]) -> dict:

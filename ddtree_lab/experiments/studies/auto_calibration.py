@@ -10,10 +10,11 @@ rows of prompts ``FIT_PROMPTS`` only: ``auto_chain`` measures on prompts 0-9, wh
 sees. Beside each fit its check on the held-out prompts 0-9 (summed accepted against summed
 predicted, and the raw q's sum). Stored as ``data/results/auto_calibration.json``.
 
-Measured (issue 69): ``auto`` weighing the chain and the tree by this surrogate chose the chain in
-99-100% of rounds and was not faster than ``auto`` on q in one interleaved ``auto_chain`` run, so
-``auto`` does not read it (docs/background.md section 15): the fit is kept as the measured
-calibration the next attempt starts from.
+``auto`` reads it (``core.allocate.Calibration``, attached to the cost model of a pair the fit was
+made on by ``plumbing.costs.acceptance_for``, matched by the pair's tag, stored beside the fits).
+History (issue 69): while its cost model timed isolated verifies, ``auto`` weighed by this fit chose
+the chain in 99-100% of rounds and was not faster than ``auto`` on q; with the cost model timed on
+the loop's own rounds (the chain's round is cheaper there), it is measured again by ``auto_chain``.
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ import numpy as np
 import pandas as pd
 
 from ...common import RESULTS_DIR
+from ...train.pair import load_pair
+from ..plumbing.costs import CALIBRATION_JSON
 
-STORE_GLOB, OUT_JSON = "calibration-*.csv.gz", "auto_calibration.json"
+STORE_GLOB, OUT_JSON = "calibration-*.csv.gz", CALIBRATION_JSON
 FIT_PROMPTS = tuple(range(10, 19))  # the calibration store's prompts 10-18; auto_chain measures on 0-9
 HELD_OUT = tuple(range(10))
 
@@ -74,7 +77,8 @@ def study(smoke: bool = False) -> dict:
     into data/results/smoke/)."""
     (store,) = sorted(RESULTS_DIR.glob(STORE_GLOB))
     fits = fit(pd.read_csv(store))
-    result = {"source": store.name, "fit_prompts": list(FIT_PROMPTS), "held_out_prompts": list(HELD_OUT),
+    models = {arch: load_pair(arch).tag for arch in fits}  # the shipped pairs the store measured
+    result = {"source": store.name, "models": models, "fit_prompts": list(FIT_PROMPTS), "held_out_prompts": list(HELD_OUT),
               "form": "P(accepted) = sigmoid(b + a log q_path), (b, a) per group: top1 (the drafter's top-1 path), "
                       "off", "fits": fits}
     directory = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR

@@ -22,7 +22,7 @@ from ...common import RESULTS_DIR
 from ...core.decode import generate
 from ..plumbing.expert_costs import expert_cost_model
 from ..plumbing.results import ResultsStore
-from ..plumbing.sweep import AXES, generation_metrics, run_config, run_sweep, spec_of
+from ..plumbing.sweep import AXES, cost_prompts, generation_metrics, run_config, run_sweep, spec_of
 from ..plumbing.summary import summarize
 from . import expert_union as eu
 from ...train.pair import load_pair
@@ -66,7 +66,8 @@ def run_priced(cfg: dict, prompt_id: int, pair) -> dict:
     if cfg.get("cost") != "experts":
         return run_config(cfg, prompt_id, pair)
     ids = pair.prompt_ids(prompt_id)
-    model = expert_cost_model(pair.target, pair.drafter, ids, block_size=cfg["block_size"], gdn_mode=cfg["gdn_mode"],
+    model = expert_cost_model(pair.target, pair.drafter, cost_prompts(pair), block_size=cfg["block_size"],
+                              gdn_mode=cfg["gdn_mode"],
                               rhos={"path": cfg["rho_path"], "sibling": cfg["rho_sibling"]})
     g = generate(pair.target, pair.drafter, ids, spec_of(cfg, seed=prompt_id), cost_model=model)
     return generation_metrics(g, ids)
