@@ -134,6 +134,7 @@ EXPERIMENTS = (
     experiment("k26_bounds", (), ("k26_bounds.csv",), (study("k26_bounds"),)),
     experiment("auto_calibration", (), ("auto_calibration.json",), (study("auto_calibration"),)),
     experiment("auto_chain", ("auto_chain",), ("auto_chain.csv",), (study("auto_chain"),)),
+    experiment("ul_findings", (), ("ul_findings.csv",), (study("ul_findings"),)),
     experiment("unlikelihood", (), ("unlikelihood.csv", "unlikelihood_samples.json", "unlikelihood_rules.csv"),
                (study("unlikelihood", "store_candidate_rules"),) + tuple(command("unlikelihood", **run) for run in (
                    {"arch": "gdn", "alpha": 0.7, "steps": 150, "lr": 2e-4, "candidates": "ngram"},

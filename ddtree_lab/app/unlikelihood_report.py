@@ -11,8 +11,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..experiments.plumbing.results import STAMP_FIELDS
+from ..experiments.studies import ul_findings as ulf
 from ..experiments.studies import unlikelihood as ul
 from ..train.checkpoints import CKPT_DIR
+from .templating import render
 from .plots import MAX_WIDTH_IN, PALETTE, TARGET_STYLES, legend_below, styled
 
 SHOWN = {"run": "run", "loop_share_lens": "loops (lens)", "loop_share_tail": "loops (tail)",
@@ -100,14 +102,14 @@ def decision(table: pd.DataFrame, archs=("gdn", "mla")) -> str:
             "store by name, redrawing the figures) is the lead's call for a later session.")
 
 
-def findings_hold(archs=("gdn", "mla")) -> str:
-    """Whether the lab's findings can be compared on the fine-tuned targets yet."""
-    drafters = [a for a in archs if (CKPT_DIR / "unlikelihood" / f"{a}-drafter" / "manifest.json").is_file()]
-    if not drafters:
-        return ("Whether the findings hold (tree over chain, best budget, lookup against the drafters, naive against "
-                "exact on GDN, the sibling collapse) waits for drafters trained on the fine-tuned targets: none exists "
-                "yet, and a drafter of the shipped target would measure a mismatch, not the findings.")
-    return f"drafters of the fine-tuned targets exist for {', '.join(drafters)}: the comparison is the next step."
+def findings_hold(path=None) -> str:
+    """Which findings survive on a target that writes code, one sentence each, from
+    ``ul_findings.csv`` (``studies.ul_findings``); before it exists, what it waits for."""
+    path = path or ul.RESULTS_DIR / ulf.TABLE_CSV
+    if not path.is_file():
+        return render("reading/ul_findings_missing")
+    rows = {r.pair: r for r in pd.read_csv(path).itertuples()}
+    return render("reading/ul_findings", rows=rows, budget=max(ulf.FindingsGrid().budgets))
 
 
 def side_by_side(samples: dict, table: pd.DataFrame, arch: str) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from ddtree_lab.app import claims, cli, registry, templating
 from ddtree_lab.common import ROOT
 
 APP = Path(__file__).resolve().parents[1]
-MODULES = ("reading.py", "claims.py")
+MODULES = ("reading.py", "claims.py", "unlikelihood_report.py")
 PREFIX = {"render": "", "_said": "claims/", "_aimed": "claims/"}
 
 
@@ -78,7 +78,9 @@ def test_a_value_not_passed_is_an_error_and_a_claim_is_three_lines():
 # issue 65 item 5, templating.literal_prose: 3,972 (reading.py) and 5,008 (claims.py) before the
 # templates; 0 and 1,144 after. claims.py's rest: Record's SMOKE and goal-list lines, _worded's
 # error, and the K2.6 (issue 69) and unlikelihood (issue 70) claims still being written.
-PROSE_MAX = {"reading.py": 0, "claims.py": 1_200}
+# unlikelihood_report.py (notebook 12's sentences): 1,161 before its findings sentences moved to
+# reading/ul_findings; 796 after (the decision and the goal lines still in code).
+PROSE_MAX = {"reading.py": 0, "claims.py": 1_200, "unlikelihood_report.py": 800}
 
 
 @pytest.mark.parametrize("module", MODULES)

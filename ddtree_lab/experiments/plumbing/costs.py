@@ -76,7 +76,7 @@ class CostModel:
 
 @torch.no_grad()
 def measure_cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
-                       budgets=DEFAULT_BUDGETS, repeats: int = 5, tokens: int = 64) -> CostModel:
+                       budgets=DEFAULT_BUDGETS, repeats: int = 3, tokens: int = 48) -> CostModel:
     """Time the loop's own rounds (``loop_round_seconds``) at every budget and for the DFlash
     chain, pooled over ``prefixes`` (token-id lists; one list of ints: one prefix), interleaved
     (every config in turn, each repeat; the median of ``repeats``): what ``auto`` chooses between
@@ -151,11 +151,13 @@ def cost_key(target, drafter, block_size: int, gdn_mode: str) -> str:
 
 
 def cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "wy",
-               directory: Path = COST_DIR, **kwargs) -> CostModel:
+               directory: Path = COST_DIR, refresh: bool = False, **kwargs) -> CostModel:
     """The stored cost model for this configuration, measured once if missing (on ``prefixes``:
-    ``measure_cost_model``; a sweep passes its pair's ``cost_prompts``)."""
+    ``measure_cost_model``, ``kwargs`` its repeats and tokens; a sweep passes its pair's
+    ``cost_prompts``). refresh: measure it again and store it (a study that needs a finer
+    measurement than the default's, ``studies.auto_chain``)."""
     path = Path(directory) / f"cost-{cost_key(target, drafter, block_size, gdn_mode)}.json"
-    if path.is_file():
+    if path.is_file() and not refresh:
         return CostModel(**{k: tuple(v) if isinstance(v, list) else v
                             for k, v in json.loads(path.read_text()).items() if k != "acceptance"})
     cm = measure_cost_model(target, drafter, prefixes, block_size=block_size, gdn_mode=gdn_mode, **kwargs)

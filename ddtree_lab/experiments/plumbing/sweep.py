@@ -110,7 +110,7 @@ def run_config(cfg: dict, prompt_id: int, pair) -> dict:
     return generation_metrics(g, ids)
 
 
-def cost_prompts(pair, n: int = 3) -> list[list[int]]:
+def cost_prompts(pair, n: int = 2) -> list[list[int]]:
     """Token ids of the pair's last ``n`` prompts, where ``auto``'s cost model is timed: held out
     from the benches and sweeps, which take their first prompts."""
     return [pair.prompt_ids(i) for i in range(max(0, pair.num_prompts - n), pair.num_prompts)]
