@@ -36,18 +36,23 @@ def brute_force(draft, cost) -> tuple[str, int]:
     return ("chain", draft.logits.shape[0]) if chain >= rates[best] else ("tree", best + 1)
 
 
+def assert_picks_as_scored(draft, cost, scorer=None, first: int = 32) -> None:
+    """``auto_with_chain`` (growing from ``first`` nodes) picks what ``scorer`` (default
+    ``brute_force``) finds by scoring every candidate."""
+    kind, n = (scorer or brute_force)(draft, cost)
+    got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost, first=first)
+    want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
+            else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
+    assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+
+
 @pytest.mark.parametrize("sharp", [0.5, 2.0, 4.0, 8.0])
 @pytest.mark.parametrize("chain_s", [0.015, 0.0195, 0.02, 0.03])
 def test_the_choice_equals_scoring_every_candidate(sharp, chain_s):
     gen = torch.Generator().manual_seed(int(sharp * 10 + chain_s * 1e4))
     cost = ChainCost(chain_s=chain_s)
     for _ in range(8):
-        draft = Draft(torch.randn(7, 50, generator=gen) * sharp, None)
-        kind, n = brute_force(draft, cost)
-        got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost)
-        want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
-                else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
-        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+        assert_picks_as_scored(Draft(torch.randn(7, 50, generator=gen) * sharp, None), cost)
 
 
 class StepCost(ChainCost):
@@ -68,12 +73,7 @@ def test_growing_the_tree_picks_what_one_build_at_the_largest_size_picks(first, 
     gen = torch.Generator().manual_seed(first)
     for sharp in (0.3, 1.0, 2.0, 4.0):
         for _ in range(4):
-            draft = Draft(torch.randn(7, 64, generator=gen) * sharp, None)
-            kind, n = brute_force(draft, cost)
-            got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost, first=first)
-            want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
-                    else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
-            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+            assert_picks_as_scored(Draft(torch.randn(7, 64, generator=gen) * sharp, None), cost, first=first)
 
 
 def test_a_best_first_trees_prefixes_are_its_smaller_trees():
@@ -119,16 +119,22 @@ def _pair(arch):
 @pytest.mark.parametrize("arch", ["gdn", "mla"])
 @pytest.mark.parametrize("chain_s", [0.012, 0.05])   # a cheap chain; a dear one
 def test_auto_with_the_chain_equals_ar_and_the_specification(arch, chain_s):
+    fast = assert_equals_ar_and_the_specification(arch, ChainCost(chain_s=chain_s, max_budget=32))
+    assert (7 in fast.tree_sizes) == (chain_s < 0.02), fast.tree_sizes   # a cheap chain is verified in some round
+
+
+def assert_equals_ar_and_the_specification(arch: str, cost):
+    """auto under ``cost`` at T = 0 on a prompt of ``arch``'s pair: the loop equals AR and the
+    specification (tokens, tree sizes, acceptance lengths) -> the loop's Generation."""
     p = _pair(arch)
     prompt = p.prompt_ids(0)[:40]
-    cost = ChainCost(chain_s=chain_s, max_budget=32)
     spec = dict(method="ddtree", budget="auto", max_new_tokens=24)
     fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
     ar = generate(p.target, None, prompt, method="ar", max_new_tokens=24)
     ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
     assert fast.tokens == ar.tokens == ref.tokens
     assert fast.tree_sizes == ref.tree_sizes and fast.acceptance_lengths == ref.acceptance_lengths
-    assert (7 in fast.tree_sizes) == (chain_s < 0.02), fast.tree_sizes   # a cheap chain is verified in some round
+    return fast
 
 
 def test_auto_with_the_chain_equals_the_specification_at_T_above_0():
@@ -183,12 +189,8 @@ def test_a_calibrated_choice_equals_scoring_every_candidate_by_the_calibration(f
     cost = CalibratedCost(acceptance, chain_s=chain_s, per_node=2e-4, max_budget=128)
     for sharp in (0.3, 1.0, 3.0):
         for _ in range(4):
-            draft = Draft(torch.randn(7, 40, generator=gen) * sharp, None)
-            kind, n = calibrated_brute_force(draft, cost)
-            got = allocate.auto_with_chain(draft, 1, rules.BestFirst(), cost, first=first)
-            want = (rules.dflash_chain(draft, 1, 7) if kind == "chain"
-                    else tree_mod.truncate(tree_mod.build_tree(draft.logits, 1, cost.max_budget), n))
-            assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents), (kind, n)
+            assert_picks_as_scored(Draft(torch.randn(7, 40, generator=gen) * sharp, None), cost,
+                                   calibrated_brute_force, first)
 
 
 def test_the_shipped_shaped_calibration_values_the_chain_more_than_q_does():
@@ -218,12 +220,4 @@ def test_a_calibration_must_rise_with_q(fit):
 
 @pytest.mark.parametrize("arch", ["gdn", "mla"])
 def test_calibrated_auto_equals_ar_and_the_specification(arch):
-    p = _pair(arch)
-    prompt = p.prompt_ids(0)[:40]
-    cost = CalibratedCost(chain_s=0.03, max_budget=32)
-    spec = dict(method="ddtree", budget="auto", max_new_tokens=24)
-    fast = generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
-    ar = generate(p.target, None, prompt, method="ar", max_new_tokens=24)
-    ref = reference_generate(p.target, p.drafter, prompt, cost_model=cost, **spec)
-    assert fast.tokens == ar.tokens == ref.tokens
-    assert fast.tree_sizes == ref.tree_sizes and fast.acceptance_lengths == ref.acceptance_lengths
+    assert_equals_ar_and_the_specification(arch, CalibratedCost(chain_s=0.03, max_budget=32))

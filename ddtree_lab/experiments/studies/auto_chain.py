@@ -22,7 +22,7 @@ from ..plumbing.costs import cost_model
 from ..plumbing.results import ResultsStore
 from ..plumbing.spread import paired_ratio
 from ..plumbing.summary import summarize
-from ..plumbing.sweep import cost_prompts, expand_grid, run_sweep, with_axes
+from ..plumbing.sweep import cost_prompts, expand_grid, run_config, run_sweep, with_axes
 from .bench import BUDGETS, wall_rate
 
 RUN, STORE, TABLE_CSV = "auto_chain", "auto_chain", "auto_chain.csv"
@@ -130,11 +130,20 @@ def measure_costs(pairs: dict, grid: ChainGrid) -> None:
                    refresh=True, **fine)
 
 
-def run(pairs: dict, grid: ChainGrid = ChainGrid(), store: ResultsStore | None = None) -> pd.DataFrame:
-    """The interleaved run (resumable; its cost models measured first, ``measure_costs``) and its table."""
+def run(pairs: dict, grid: ChainGrid = ChainGrid(), store: ResultsStore | None = None,
+        fine_costs: bool = True) -> pd.DataFrame:
+    """The interleaved run (resumable; its cost models measured again before the first row left to
+    compute, ``measure_costs``, unless ``fine_costs`` is False: a smoke run reads the sweep's
+    default one; a run with every row stored measures nothing) and its table."""
     store = store or ResultsStore(STORE)
-    measure_costs(pairs, grid)
-    frame = run_sweep(configs(grid), list(range(grid.num_prompts)), store, pairs, run=RUN)
+    measured = []
+
+    def runner(cfg, prompt_id, pair):  # the fine cost models, before the first row left to compute
+        if fine_costs and not measured:
+            measure_costs(pairs, grid)
+            measured.append(True)
+        return run_config(cfg, prompt_id, pair)
+    frame = run_sweep(configs(grid), list(range(grid.num_prompts)), store, pairs, runner=runner, run=RUN)
     return table(frame[frame.prompt < grid.num_prompts])
 
 
@@ -144,7 +153,7 @@ def study(smoke: bool = False, prompts: int = ChainGrid.num_prompts) -> pd.DataF
     torch.set_num_threads(1)
     grid = SMOKE if smoke else ChainGrid(num_prompts=prompts)
     directory = RESULTS_DIR / "smoke" if smoke else RESULTS_DIR
-    t = run({a: load_pair(a) for a in grid.archs}, grid, ResultsStore(STORE, directory))
+    t = run({a: load_pair(a) for a in grid.archs}, grid, ResultsStore(STORE, directory), fine_costs=not smoke)
     with pd.option_context("display.width", 200):
         print(t.to_string(index=False))
     for line in goals(t):

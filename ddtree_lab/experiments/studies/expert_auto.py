@@ -12,12 +12,12 @@ token (both ``auto`` variants only choose the tree: lossless).
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from . import smoke_main
 from ...common import RESULTS_DIR
 from ...core.decode import generate
 from ..plumbing.expert_costs import expert_cost_model
@@ -98,9 +98,7 @@ def study(smoke: bool = False) -> None:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="one prompt, few tokens, into data/results/smoke/")
-    study(p.parse_args(argv).smoke)
+    smoke_main(study, __doc__, argv)
 
 
 if __name__ == "__main__":

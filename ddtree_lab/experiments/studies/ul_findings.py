@@ -16,12 +16,12 @@ DDTree-64, outside loops). GDN is not measured: its best fine-tune looped on 46%
 """
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 
+from . import smoke_main
 from ...common import RESULTS_DIR, ROOT
 from ...core.models import load_target
 from ...train.checkpoints import CKPT_DIR, ckpt_path
@@ -131,9 +131,7 @@ def study(smoke: bool = False) -> pd.DataFrame:
 
 
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--smoke", action="store_true", help="one prompt, few tokens, into data/results/smoke/")
-    study(p.parse_args(argv).smoke)
+    smoke_main(study, __doc__, argv)
 
 
 if __name__ == "__main__":
