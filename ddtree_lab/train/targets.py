@@ -110,6 +110,22 @@ TINY_TRAIN = TrainConfig(max_tokens=TINY_STEPS * 16 * 128, batch_size=16, seq_le
 TINY_UL = UnlikelihoodConfig(alpha=1.0, steps=150, lr=3e-3, candidates="ngram", eval_every=150)
 
 
+def _train_tiny(model, corpus, family: str, seed: int, steps: int, minutes: float | None) -> tuple:
+    """``tiny_target``'s training: ``steps`` LM steps (or ``minutes`` of wall clock), then, for
+    "attention", ``TINY_UL``'s unlikelihood steps -> (its TrainConfig, {'step', 'elapsed_s'} of both)."""
+    cfg = replace(TINY_TRAIN, seed=seed, **(dict(max_tokens=10 ** 9, max_minutes=minutes, time_schedule=True)
+                                            if minutes else dict(max_tokens=steps * 16 * 128)))
+    with tempfile.TemporaryDirectory() as runs:  # a minute of training: nothing worth resuming
+        st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
+                   lambda m: lm_eval_loss(m, corpus["val"], cfg.seq_len, max_windows=8), cfg, Path(runs),
+                   desc="tiny target")
+        if family == "attention":
+            ul = finetune(model, corpus, replace(TINY_UL, seed=seed), Path(runs) / "unlikelihood",
+                          desc="tiny target: unlikelihood")
+            st = {"step": st["step"] + ul["step"], "elapsed_s": st["elapsed_s"] + ul["elapsed_s"]}
+    return cfg, st
+
+
 def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str = "attention",
                 minutes: float | None = None) -> dict:
     """A target of one's own in one call (``ddtree-lab tiny-target``): for ``family`` "attention" a
@@ -119,7 +135,8 @@ def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str =
     steps on the lab's stdlib corpus (0: random weights; ``minutes``: a wall-clock schedule of that
     length instead, the family study's targets), then, for "attention", ``TINY_UL``'s unlikelihood
     steps on its own greedy continuations, so its greedy output does not loop from its first
-    tokens. Seeded and counted in steps, it is the same model at the same thread count. Saved as a
+    tokens. Seeded, counted in steps and trained on one thread (whatever torch's count: it is
+    restored after), it is the same model on every machine of a kind. Saved as a
     user's checkpoint is: ``save_pretrained`` and its tokenizer files (the lab's BPE, saved the
     transformers way), no lab manifest. -> {'architecture', 'parameters', 'final_val_loss',
     'steps', 'train_time_s'} (both phases' steps and seconds together)."""
@@ -138,17 +155,13 @@ def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str =
                            seed=seed)
     corpus = data.tokenized_corpus(tok)
     cfg, st = TINY_TRAIN, {"step": 0, "elapsed_s": 0.0}
-    if steps > 0 or minutes:
-        cfg = replace(TINY_TRAIN, seed=seed, **(dict(max_tokens=10 ** 9, max_minutes=minutes, time_schedule=True)
-                                                if minutes else dict(max_tokens=steps * 16 * 128)))
-        with tempfile.TemporaryDirectory() as runs:  # a minute of training: nothing worth resuming
-            st = train(model, lm_loss_fn(corpus["train"], cfg.batch_size, cfg.seq_len),
-                       lambda m: lm_eval_loss(m, corpus["val"], cfg.seq_len, max_windows=8), cfg, Path(runs),
-                       desc="tiny target")
-            if family == "attention":
-                ul = finetune(model, corpus, replace(TINY_UL, seed=seed), Path(runs) / "unlikelihood",
-                              desc="tiny target: unlikelihood")
-                st = {"step": st["step"] + ul["step"], "elapsed_s": st["elapsed_s"] + ul["elapsed_s"]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # always one: a count of steps reproduces only at one thread count
+    try:
+        if steps > 0 or minutes:
+            cfg, st = _train_tiny(model, corpus, family, seed, steps, minutes)
+    finally:
+        torch.set_num_threads(threads)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.eval().save_pretrained(out)
