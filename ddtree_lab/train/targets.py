@@ -110,9 +110,9 @@ TINY_TRAIN = TrainConfig(max_tokens=TINY_STEPS * 16 * 128, batch_size=16, seq_le
 TINY_UL = UnlikelihoodConfig(alpha=1.0, steps=150, lr=3e-3, candidates="ngram", eval_every=150)
 
 
-def _train_tiny(model, corpus, family: str, seed: int, steps: int, minutes: float | None) -> tuple:
+def _train_tiny(model, corpus, family: str, seed: int, steps: int, minutes: float | None) -> dict:
     """``tiny_target``'s training: ``steps`` LM steps (or ``minutes`` of wall clock), then, for
-    "attention", ``TINY_UL``'s unlikelihood steps -> (its TrainConfig, {'step', 'elapsed_s'} of both)."""
+    "attention", ``TINY_UL``'s unlikelihood steps -> {'step', 'elapsed_s'} of both."""
     cfg = replace(TINY_TRAIN, seed=seed, **(dict(max_tokens=10 ** 9, max_minutes=minutes, time_schedule=True)
                                             if minutes else dict(max_tokens=steps * 16 * 128)))
     with tempfile.TemporaryDirectory() as runs:  # a minute of training: nothing worth resuming
@@ -123,7 +123,7 @@ def _train_tiny(model, corpus, family: str, seed: int, steps: int, minutes: floa
             ul = finetune(model, corpus, replace(TINY_UL, seed=seed), Path(runs) / "unlikelihood",
                           desc="tiny target: unlikelihood")
             st = {"step": st["step"] + ul["step"], "elapsed_s": st["elapsed_s"] + ul["elapsed_s"]}
-    return cfg, st
+    return st
 
 
 def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str = "attention",
@@ -154,12 +154,12 @@ def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str =
         model = build_tiny(FAMILY_CLASSES[family], vocab_size=tok.get_vocab_size(), width=64, dtype=torch.float32,
                            seed=seed)
     corpus = data.tokenized_corpus(tok)
-    cfg, st = TINY_TRAIN, {"step": 0, "elapsed_s": 0.0}
+    st = {"step": 0, "elapsed_s": 0.0}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # always one: a count of steps reproduces only at one thread count
     try:
         if steps > 0 or minutes:
-            cfg, st = _train_tiny(model, corpus, family, seed, steps, minutes)
+            st = _train_tiny(model, corpus, family, seed, steps, minutes)
     finally:
         torch.set_num_threads(threads)
     out = Path(out)
@@ -167,6 +167,6 @@ def tiny_target(out: Path, steps: int = TINY_STEPS, seed: int = 0, family: str =
     model.eval().save_pretrained(out)
     PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(out)
     with torch.no_grad():
-        val = lm_eval_loss(model, corpus["val"], cfg.seq_len, max_windows=8)
+        val = lm_eval_loss(model, corpus["val"], TINY_TRAIN.seq_len, max_windows=8)
     return {"architecture": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
             "final_val_loss": val, "steps": st["step"], "train_time_s": st["elapsed_s"]}

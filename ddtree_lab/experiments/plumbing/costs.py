@@ -46,7 +46,7 @@ class CostModel:
     (drafter pass, the linear draft, its verify + commit), which makes the chain one of
     ``auto``'s candidates (``core.allocate.auto_with_chain``; None: trees only); acceptance: the
     pair's calibration of the drafter's q, which ``auto`` weighs the chain and the trees by (None:
-    q; attached when read, never stored with the curves)."""
+    q; attached by the reader, ``acceptance_for``: a measured curve carries none)."""
     budgets: tuple
     verify_s: tuple
     draft_s: float
@@ -159,11 +159,11 @@ def cost_model(target, drafter, prefixes, *, block_size: int, gdn_mode: str = "w
     path = Path(directory) / f"cost-{cost_key(target, drafter, block_size, gdn_mode)}.json"
     if path.is_file() and not refresh:
         return CostModel(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in json.loads(path.read_text()).items() if k != "acceptance"})
+                            for k, v in json.loads(path.read_text()).items()})
     cm = measure_cost_model(target, drafter, prefixes, block_size=block_size, gdn_mode=gdn_mode, **kwargs)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: v for k, v in asdict(cm).items() if k != "acceptance"}))
+    tmp.write_text(json.dumps(asdict(cm)))  # acceptance None: a calibration is attached when read
     tmp.replace(path)
     return cm
 
